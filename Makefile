@@ -1,0 +1,35 @@
+# The two entry points of the README: `make demo` and `make test`. Both install what they need.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: demo test lint typecheck unit system-deps clean
+
+system-deps:
+	@bash scripts/install-system-deps.sh
+
+$(BIN)/virtcap: pyproject.toml | system-deps
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test,dev]'
+	@touch $@
+
+venv: $(BIN)/virtcap
+
+demo: system-deps $(BIN)/virtcap
+	$(BIN)/virtcap audit --demo
+
+lint: $(BIN)/virtcap
+	$(BIN)/ruff check exporter tests tools
+	$(BIN)/ruff format --check exporter tests tools
+
+typecheck: $(BIN)/virtcap
+	$(BIN)/mypy
+
+unit: $(BIN)/virtcap
+	$(BIN)/pytest
+
+test: system-deps $(BIN)/virtcap lint typecheck unit
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis exporter/*.egg-info

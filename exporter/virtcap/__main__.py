@@ -1,0 +1,3 @@
+from virtcap.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,333 @@
+"""The audit: one hypervisor's libvirt connection in, plain facts out.
+
+Everything here blocks on libvirt and runs in a worker thread. A domain that cannot be read is
+reported among the problems and left out; it never fails the audit of its host.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+import libvirt
+import psutil
+
+from virtcap.config import DiskSource
+from virtcap.domain_xml import NON_LOCAL_DEVICES, DiskReference, DomainXMLError, parse_domain_xml
+from virtcap.facts import (
+    CpuTimes,
+    DiskFacts,
+    DomainFacts,
+    DomainState,
+    HostFacts,
+    StorageFacts,
+    state_from_libvirt,
+)
+
+MIB = 1024**2
+KIB = 1024
+
+# Storage pools whose volumes live on the network or on storage shared between hosts.
+SHARED_POOL_TYPES = frozenset({"netfs", "iscsi", "iscsi-direct", "rbd", "gluster", "sheepdog", "vstorage"})
+
+
+def _silence_libvirt(_context: object, _error: object) -> None:
+    """libvirt prints every error to stderr by default; we report them ourselves."""
+
+
+libvirt.registerErrorHandler(_silence_libvirt, None)
+
+
+class AuditError(Exception):
+    """The hypervisor could not be audited at all (connection or node information failed)."""
+
+
+class DomainUnreadable(Exception):
+    """One domain could not be read: reported among the host's problems, never guessed at."""
+
+
+def open_read_only(uri: str) -> Any:
+    try:
+        return libvirt.openReadOnly(uri)
+    except libvirt.libvirtError as error:
+        raise AuditError(f"cannot connect: {error.get_error_message()}") from None
+
+
+def is_local_uri(uri: str) -> bool:
+    """A QEMU URI without a host talks to this machine's own libvirtd."""
+    parts = urlsplit(uri)
+    return parts.scheme in ("qemu", "qemu+unix") and not parts.hostname
+
+
+def redact_uri(uri: str) -> str:
+    """The URI without a password, for logs, labels and error messages."""
+    parts = urlsplit(uri)
+    if parts.password is None:
+        return uri
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return parts._replace(netloc=netloc).geturl()
+
+
+def version_string(encoded: int) -> str:
+    """libvirt encodes versions as major * 1,000,000 + minor * 1,000 + release."""
+    return f"{encoded // 1_000_000}.{encoded // 1000 % 1000}.{encoded % 1000}"
+
+
+def audit_host(
+    conn: Any,
+    uri: str,
+    disk: DiskSource | None,
+    previous_cpu: CpuTimes | None = None,
+    cpu_window: float = 0.0,
+) -> HostFacts:
+    """Read everything capacity accounting needs from one hypervisor.
+
+    Host CPU busy time is a rate: it needs a previous sample (`previous_cpu`, from the last
+    audit) or, for a one-shot audit, a second sample taken `cpu_window` seconds after the first.
+    """
+    started = time.monotonic()
+    problems: list[str] = []
+    try:
+        model, memory_mib, cpus, *_ = conn.getInfo()
+        hypervisor_type = conn.getType()
+        hypervisor_version = version_string(conn.getVersion())
+        libvirt_version = version_string(conn.getLibVersion())
+    except libvirt.libvirtError as error:
+        raise AuditError(f"cannot read node information: {error.get_error_message()}") from None
+    cpu_model, arch = _capabilities(conn, fallback_model=model)
+    if cpu_window > 0 and previous_cpu is None:
+        previous_cpu = _cpu_times(conn)
+        time.sleep(cpu_window)
+    cpu_times = _cpu_times(conn)
+    storage = _storage(conn, uri, disk, problems)
+    volumes = _VolumeIndex(conn)
+    domains = []
+    for domain in _list_domains(conn):
+        try:
+            facts = _audit_domain(domain, volumes)
+        except DomainUnreadable as unreadable:
+            problems.append(str(unreadable))
+            continue
+        if facts is not None:
+            domains.append(facts)
+    memory_in_use, memory_source = _memory_in_use(conn, uri, domains)
+    return HostFacts(
+        hostname=_hostname(conn),
+        hypervisor_type=hypervisor_type,
+        hypervisor_version=hypervisor_version,
+        libvirt_version=libvirt_version,
+        cpu_model=cpu_model,
+        arch=arch,
+        cpus=cpus,
+        online_cpus=_online_cpus(conn),
+        memory_bytes=memory_mib * MIB,
+        storage=storage,
+        memory_in_use_bytes=memory_in_use,
+        memory_in_use_source=memory_source,
+        cpu_times=cpu_times,
+        busy_cpus=_busy_cpus(previous_cpu, cpu_times),
+        domains=tuple(domains),
+        audited_at=time.time(),
+        audit_duration_seconds=time.monotonic() - started,
+        problems=tuple(problems + volumes.problems + [p for d in domains for p in d.problems]),
+    )
+
+
+def _capabilities(conn: Any, fallback_model: str) -> tuple[str, str]:
+    try:
+        host_cpu = ET.fromstring(conn.getCapabilities()).find("host/cpu")
+    except (libvirt.libvirtError, ET.ParseError):
+        return fallback_model, ""
+    if host_cpu is None:
+        return fallback_model, ""
+    return host_cpu.findtext("model", default=fallback_model), host_cpu.findtext("arch", default="")
+
+
+def _hostname(conn: Any) -> str:
+    try:
+        return str(conn.getHostname())
+    except libvirt.libvirtError:
+        return ""
+
+
+def _online_cpus(conn: Any) -> frozenset[int] | None:
+    try:
+        _count, online, _online_count = conn.getCPUMap()
+    except libvirt.libvirtError:
+        return None
+    return frozenset(cpu for cpu, is_online in enumerate(online) if is_online)
+
+
+def _cpu_times(conn: Any) -> CpuTimes | None:
+    try:
+        stats = conn.getCPUStats(libvirt.VIR_NODE_CPU_STATS_ALL_CPUS)
+    except libvirt.libvirtError:
+        return None
+    busy = int(stats.get("kernel", 0)) + int(stats.get("user", 0))
+    return CpuTimes(busy_ns=busy, sampled_at=time.monotonic())
+
+
+def _busy_cpus(previous: CpuTimes | None, current: CpuTimes | None) -> float | None:
+    """Average busy host CPUs between two samples: CPU-nanoseconds per wall-clock nanosecond."""
+    if previous is None or current is None:
+        return None
+    elapsed = current.sampled_at - previous.sampled_at
+    if elapsed <= 0:
+        return None
+    return max(current.busy_ns - previous.busy_ns, 0) / 1e9 / elapsed
+
+
+def _storage(conn: Any, uri: str, disk: DiskSource | None, problems: list[str]) -> StorageFacts | None:
+    if disk is None:
+        return None
+    if disk.pool is not None:
+        try:
+            pool = conn.storagePoolLookupByName(disk.pool)
+            state, capacity, allocation, _available = pool.info()
+        except libvirt.libvirtError as error:
+            problems.append(f"storage pool {disk.pool}: {error.get_error_message()}; disk is not accounted")
+            return None
+        if state != libvirt.VIR_STORAGE_POOL_RUNNING:
+            problems.append(f"storage pool {disk.pool} is not active; disk is not accounted")
+            return None
+        return StorageFacts(source=f"pool {disk.pool}", capacity_bytes=capacity, used_bytes=allocation)
+    assert disk.path is not None
+    if not is_local_uri(uri):
+        problems.append(f"disk path {disk.path} can only be read on the local host; configure a pool instead")
+        return None
+    try:
+        stat = os.statvfs(disk.path)
+    except OSError as error:
+        problems.append(f"disk path {disk.path}: {error.strerror}; disk is not accounted")
+        return None
+    return StorageFacts(
+        source=f"path {disk.path}",
+        capacity_bytes=stat.f_frsize * stat.f_blocks,
+        used_bytes=stat.f_frsize * (stat.f_blocks - stat.f_bfree),
+    )
+
+
+def _memory_in_use(conn: Any, uri: str, domains: list[DomainFacts]) -> tuple[int | None, str | None]:
+    """Nova's formula, MemTotal - (MemFree + Buffers + Cached), from the best source at hand.
+
+    Where the driver offers no node memory statistics, the sum of the active guests' balloons
+    stands in: a lower bound of what the host really uses, labelled as such.
+    """
+    if is_local_uri(uri):
+        memory = psutil.virtual_memory()
+        free = memory.free + getattr(memory, "buffers", 0) + getattr(memory, "cached", 0)
+        return int(memory.total - free), "host"
+    try:
+        stats = conn.getMemoryStats(libvirt.VIR_NODE_MEMORY_STATS_ALL_CELLS)
+    except libvirt.libvirtError:
+        stats = None
+    if stats and "total" in stats:
+        free = sum(int(stats.get(key, 0)) for key in ("free", "buffers", "cached"))
+        return (int(stats["total"]) - free) * KIB, "host"
+    return sum(d.current_memory_bytes or 0 for d in domains), "guests"
+
+
+def _list_domains(conn: Any) -> list[Any]:
+    try:
+        return list(conn.listAllDomains(0))
+    except libvirt.libvirtError as error:
+        raise AuditError(f"cannot list domains: {error.get_error_message()}") from None
+
+
+def _audit_domain(domain: Any, volumes: _VolumeIndex) -> DomainFacts | None:
+    """None when the domain vanished while being read (undefined between list and read)."""
+    label = "domain ?"
+    try:
+        label = f"domain {domain.name()}"
+        state_code, _max_kib, current_kib, *_ = domain.info()
+        definition = parse_domain_xml(domain.XMLDesc(0))
+    except libvirt.libvirtError as error:
+        if error.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
+            return None
+        raise DomainUnreadable(f"{label}: {error.get_error_message()}; left out of the accounting") from None
+    except DomainXMLError as error:
+        raise DomainUnreadable(f"{label}: {error}; left out of the accounting") from None
+    state = state_from_libvirt(state_code)
+    active = state is not DomainState.SHUTOFF
+    problems: list[str] = []
+    disks = tuple(_disk_facts(domain, reference, volumes, problems, label) for reference in definition.disks)
+    return DomainFacts(
+        name=definition.name,
+        uuid=definition.uuid,
+        state=state,
+        vcpus=definition.vcpus,
+        memory_bytes=definition.memory_bytes,
+        current_memory_bytes=current_kib * KIB if active else None,
+        hugepages=definition.hugepages,
+        vcpu_pins=definition.vcpu_pins,
+        disks=disks,
+        nova_flavor=definition.nova_flavor,
+        problems=tuple(problems),
+    )
+
+
+def _disk_facts(
+    domain: Any, reference: DiskReference, volumes: _VolumeIndex, problems: list[str], label: str
+) -> DiskFacts:
+    if reference.device in NON_LOCAL_DEVICES or reference.kind == "network" or not reference.source.strip("/"):
+        return DiskFacts(reference.target, reference.source, local=False, capacity_bytes=None)
+    if reference.kind == "volume":
+        volume = volumes.by_pool_volume(reference.pool or "", reference.volume or "")
+    else:
+        volume = volumes.by_path(reference.path or "")
+    if volume is not None:
+        return DiskFacts(reference.target, reference.source, local=not volume.shared, capacity_bytes=volume.capacity)
+    try:
+        capacity = int(domain.blockInfo(reference.target)[0])
+    except libvirt.libvirtError as error:
+        problems.append(f"{label}: disk {reference.target} ({reference.source}): {error.get_error_message()}")
+        return DiskFacts(reference.target, reference.source, local=True, capacity_bytes=None)
+    return DiskFacts(reference.target, reference.source, local=True, capacity_bytes=capacity)
+
+
+@dataclass(frozen=True, slots=True)
+class _Volume:
+    capacity: int
+    shared: bool
+
+
+@dataclass
+class _VolumeIndex:
+    """Every volume of every active storage pool, listed once per audit and only when needed."""
+
+    conn: Any
+    problems: list[str] = field(default_factory=list)
+    _paths: dict[str, _Volume] | None = None
+    _names: dict[tuple[str, str], _Volume] = field(default_factory=dict)
+
+    def by_path(self, path: str) -> _Volume | None:
+        return self._load().get(path)
+
+    def by_pool_volume(self, pool: str, volume: str) -> _Volume | None:
+        self._load()
+        return self._names.get((pool, volume))
+
+    def _load(self) -> dict[str, _Volume]:
+        if self._paths is not None:
+            return self._paths
+        self._paths = {}
+        try:
+            pools = self.conn.listAllStoragePools(libvirt.VIR_CONNECT_LIST_STORAGE_POOLS_ACTIVE)
+        except libvirt.libvirtError as error:
+            self.problems.append(f"cannot list storage pools: {error.get_error_message()}")
+            return self._paths
+        for pool in pools:
+            try:
+                pool_name = pool.name()
+                shared = ET.fromstring(pool.XMLDesc(0)).get("type", "") in SHARED_POOL_TYPES
+                for volume in pool.listAllVolumes(0):
+                    entry = _Volume(capacity=int(volume.info()[1]), shared=shared)
+                    self._paths[volume.path()] = entry
+                    self._names[(pool_name, volume.name())] = entry
+            except libvirt.libvirtError as error:
+                self.problems.append(f"storage pool {pool.name()}: {error.get_error_message()}")
+        return self._paths

@@ -1,0 +1,181 @@
+"""Reading a libvirt domain definition (XML) into what capacity accounting needs.
+
+Pure: no libvirt calls. Disk capacities are not in the XML; the audit resolves them from the
+disk references parsed here.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+
+from virtcap.facts import NovaFlavor
+from virtcap.units import parse_cpu_set
+
+NOVA_NAMESPACE = "http://openstack.org/xmlns/libvirt/nova/1.1"
+_NOVA = f"{{{NOVA_NAMESPACE}}}"
+
+# `<memory unit=...>` units as libvirt documents them: bytes, SI (powers of 1000) and IEC.
+_MEMORY_UNITS = {
+    "b": 1,
+    "bytes": 1,
+    "kb": 1000,
+    "k": 1024,
+    "kib": 1024,
+    "mb": 1000**2,
+    "m": 1024**2,
+    "mib": 1024**2,
+    "gb": 1000**3,
+    "g": 1024**3,
+    "gib": 1024**3,
+    "tb": 1000**4,
+    "t": 1024**4,
+    "tib": 1024**4,
+}
+
+NON_LOCAL_DEVICES = frozenset({"cdrom", "floppy"})
+
+
+class DomainXMLError(ValueError):
+    """The definition lacks something accounting cannot do without."""
+
+
+@dataclass(frozen=True, slots=True)
+class DiskReference:
+    """Where a disk's data lives, as the definition says: a file or block path, a pool volume or
+    a network protocol."""
+
+    target: str
+    device: str
+    kind: str
+    path: str | None = None
+    pool: str | None = None
+    volume: str | None = None
+    protocol: str | None = None
+
+    @property
+    def source(self) -> str:
+        if self.kind == "network":
+            return f"{self.protocol or 'network'}:{self.path or ''}"
+        if self.kind == "volume":
+            return f"{self.pool}/{self.volume}"
+        return self.path or ""
+
+
+@dataclass(frozen=True, slots=True)
+class DomainDefinition:
+    name: str
+    uuid: str
+    vcpus: int
+    memory_bytes: int
+    hugepages: bool
+    vcpu_pins: tuple[frozenset[int] | None, ...]
+    disks: tuple[DiskReference, ...]
+    nova_flavor: NovaFlavor | None
+
+
+def parse_domain_xml(xml: str) -> DomainDefinition:
+    try:
+        root = ET.fromstring(xml)
+    except ET.ParseError as error:
+        raise DomainXMLError(f"unreadable domain XML: {error}") from None
+    name = _required_text(root, "name")
+    vcpu_element = root.find("vcpu")
+    vcpus = _whole_number(vcpu_element, "vcpu") if vcpu_element is not None else 1
+    return DomainDefinition(
+        name=name,
+        uuid=root.findtext("uuid", default="").strip(),
+        vcpus=vcpus,
+        memory_bytes=_memory_bytes(root.find("memory")),
+        hugepages=root.find("memoryBacking/hugepages") is not None,
+        vcpu_pins=_vcpu_pins(root, vcpus),
+        disks=tuple(_disk_reference(disk) for disk in root.iterfind("devices/disk")),
+        nova_flavor=_nova_flavor(root),
+    )
+
+
+def _required_text(root: ET.Element, path: str) -> str:
+    text = root.findtext(path)
+    if text is None or not text.strip():
+        raise DomainXMLError(f"domain XML has no <{path}>")
+    return text.strip()
+
+
+def _whole_number(element: ET.Element | None, what: str) -> int:
+    text = (element.text or "").strip() if element is not None else ""
+    try:
+        return int(text)
+    except ValueError:
+        raise DomainXMLError(f"<{what}> is not a whole number: {text!r}") from None
+
+
+def _memory_bytes(element: ET.Element | None) -> int:
+    if element is None:
+        raise DomainXMLError("domain XML has no <memory>")
+    unit = element.get("unit", "KiB").lower()
+    if unit not in _MEMORY_UNITS:
+        raise DomainXMLError(f"unknown memory unit {unit!r}")
+    return _whole_number(element, "memory") * _MEMORY_UNITS[unit]
+
+
+def _vcpu_pins(root: ET.Element, vcpus: int) -> tuple[frozenset[int] | None, ...]:
+    """A `<vcpupin>` wins over the domain-wide `<vcpu cpuset=...>`, as in libvirt."""
+    default_spec = root.find("vcpu")
+    default = _cpuset_or_none(default_spec.get("cpuset") if default_spec is not None else None)
+    pins: list[frozenset[int] | None] = [default] * vcpus
+    for pin in root.iterfind("cputune/vcpupin"):
+        index = int(pin.get("vcpu", "-1"))
+        if 0 <= index < vcpus:
+            pins[index] = _cpuset_or_none(pin.get("cpuset"))
+    return tuple(pins)
+
+
+def _cpuset_or_none(spec: str | None) -> frozenset[int] | None:
+    if not spec:
+        return None
+    try:
+        return parse_cpu_set(spec)
+    except ValueError:
+        raise DomainXMLError(f"unreadable cpuset {spec!r}") from None
+
+
+def _disk_reference(disk: ET.Element) -> DiskReference:
+    kind = disk.get("type", "file")
+    device = disk.get("device", "disk")
+    target_element = disk.find("target")
+    target = target_element.get("dev", "") if target_element is not None else ""
+    source = disk.find("source")
+    if source is None:
+        return DiskReference(target=target, device=device, kind=kind)
+    if kind == "network":
+        return DiskReference(
+            target=target, device=device, kind=kind, protocol=source.get("protocol"), path=source.get("name")
+        )
+    if kind == "volume":
+        return DiskReference(
+            target=target, device=device, kind=kind, pool=source.get("pool"), volume=source.get("volume")
+        )
+    path = source.get("file") or source.get("dev") or source.get("dir")
+    return DiskReference(target=target, device=device, kind=kind, path=path)
+
+
+def _nova_flavor(root: ET.Element) -> NovaFlavor | None:
+    flavor = root.find(f"metadata/{_NOVA}instance/{_NOVA}flavor")
+    if flavor is None:
+        return None
+
+    def number(tag: str) -> int:
+        text = flavor.findtext(f"{_NOVA}{tag}", default="0").strip() or "0"
+        try:
+            return int(text)
+        except ValueError:
+            raise DomainXMLError(f"Nova flavor <{tag}> is not a whole number: {text!r}") from None
+
+    return NovaFlavor(
+        name=flavor.get("name", ""),
+        vcpus=number("vcpus"),
+        memory_mib=number("memory"),
+        root_gib=number("disk"),
+        ephemeral_gib=number("ephemeral"),
+        swap_mib=number("swap"),
+    )

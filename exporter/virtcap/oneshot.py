@@ -1,0 +1,46 @@
+"""One audit of the whole fleet, for `virtcap audit`: every hypervisor concurrently, each bounded
+by the audit timeout, a failing one reported as down without holding up the others."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from virtcap.audit import AuditError, audit_host, open_read_only, redact_uri
+from virtcap.config import Config, Hypervisor
+from virtcap.facts import HostFacts
+from virtcap.snapshot import HypervisorSnapshot
+from virtcap.threads import run_in_daemon_thread
+
+CPU_SAMPLE_WINDOW = 0.5
+"""Seconds between the two host CPU samples a one-shot audit needs to tell busy CPUs."""
+
+
+def audit_hypervisor_blocking(hypervisor: Hypervisor, cpu_window: float) -> HostFacts:
+    conn: Any = open_read_only(hypervisor.uri)
+    try:
+        return audit_host(conn, hypervisor.uri, hypervisor.disk, cpu_window=cpu_window)
+    finally:
+        conn.close()
+
+
+async def audit_fleet_once(config: Config, cpu_window: float = CPU_SAMPLE_WINDOW) -> list[HypervisorSnapshot]:
+    slots = asyncio.Semaphore(config.audit.concurrency)
+    flavors = config.flavor_requests
+
+    async def audit_one(hypervisor: Hypervisor) -> HypervisorSnapshot:
+        async with slots:
+            call = run_in_daemon_thread(
+                lambda: audit_hypervisor_blocking(hypervisor, cpu_window), name=f"audit-{hypervisor.name}"
+            )
+            try:
+                facts = await asyncio.wait_for(call, timeout=config.audit.timeout)
+            except TimeoutError:
+                return HypervisorSnapshot.failed(
+                    hypervisor, f"audit timed out after {config.audit.timeout:g}s ({redact_uri(hypervisor.uri)})"
+                )
+            except AuditError as error:
+                return HypervisorSnapshot.failed(hypervisor, f"{error} ({redact_uri(hypervisor.uri)})")
+        return HypervisorSnapshot.audited(hypervisor, facts, flavors)
+
+    return list(await asyncio.gather(*(audit_one(h) for h in config.hypervisors)))

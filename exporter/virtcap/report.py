@@ -1,0 +1,108 @@
+"""Snapshots as the JSON document of `virtcap audit --format json` and as readable tables."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from virtcap.facts import DomainState
+from virtcap.model import ResourceCapacity
+from virtcap.snapshot import HypervisorSnapshot
+from virtcap.units import format_bytes
+
+BAR_WIDTH = 20
+
+
+def resource_document(capacity: ResourceCapacity) -> dict[str, Any]:
+    return {
+        "unit": capacity.unit,
+        "total": capacity.total,
+        "reserved": capacity.reserved,
+        "allocation_ratio": capacity.allocation_ratio,
+        "limit": capacity.limit,
+        "used": capacity.used,
+        "free": capacity.free,
+        "claimed": capacity.claimed,
+        "actual": capacity.actual,
+        "utilization": capacity.utilization,
+        "effective_overcommit": capacity.effective_overcommit,
+        "used_by_state": {state.value: capacity.allocated_by_state[state] for state in DomainState},
+        "counted_states": sorted(state.value for state in capacity.counted_states),
+    }
+
+
+def hypervisor_document(snapshot: HypervisorSnapshot) -> dict[str, Any]:
+    capacity, facts = snapshot.capacity, snapshot.facts
+    document: dict[str, Any] = {"name": snapshot.name, "up": snapshot.up, "error": snapshot.error}
+    if capacity is None or facts is None:
+        document.update(domains=None, resources={}, schedulable={}, problems=[])
+        return document
+    document.update(
+        hostname=facts.hostname,
+        domains={state.value: capacity.domains_by_state[state] for state in DomainState},
+        resources={resource.value: resource_document(rc) for resource, rc in capacity.resources.items()},
+        schedulable=dict(capacity.schedulable),
+        memory_actual_source=facts.memory_in_use_source,
+        hugepage_memory_bytes=capacity.uncounted_hugepage_bytes,
+        problems=list(facts.problems),
+    )
+    return document
+
+
+def fleet_document(snapshots: Iterable[HypervisorSnapshot]) -> dict[str, Any]:
+    return {"hypervisors": [hypervisor_document(snapshot) for snapshot in snapshots]}
+
+
+def render_tables(snapshots: Iterable[HypervisorSnapshot]) -> str:
+    return "\n\n".join(_render_one(snapshot) for snapshot in snapshots) + "\n"
+
+
+def _render_one(snapshot: HypervisorSnapshot) -> str:
+    if snapshot.capacity is None:
+        return f"{snapshot.name}: DOWN: {snapshot.error}"
+    capacity = snapshot.capacity
+    domains = ", ".join(f"{count} {state.value}" for state, count in capacity.domains_by_state.items())
+    lines = [f"{snapshot.name}: up, domains: {domains}"]
+    header = ("resource", "total", "reserved", "ratio", "limit", "used", "free", "actual", "used / limit")
+    rows = [header] + [_resource_row(rc) for rc in capacity.resources.values()]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    for row in rows:
+        cells = [cell.ljust(w) if i in (0, len(row) - 1) else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths))]
+        lines.append("  " + "  ".join(cells).rstrip())
+    if capacity.schedulable:
+        fits = ", ".join(f"{name} {count}" for name, count in capacity.schedulable.items())
+        lines.append(f"  schedulable: {fits}")
+    if snapshot.facts is not None:
+        lines.extend(f"  ! {problem}" for problem in snapshot.facts.problems)
+    return "\n".join(lines)
+
+
+def _resource_row(capacity: ResourceCapacity) -> tuple[str, ...]:
+    show = _formatter(capacity)
+    actual = "-" if capacity.actual is None else show(capacity.actual)
+    return (
+        capacity.resource.value,
+        show(capacity.total),
+        show(capacity.reserved),
+        f"{capacity.allocation_ratio:g}",
+        show(capacity.limit),
+        show(capacity.used),
+        show(capacity.free),
+        actual,
+        usage_bar(capacity.utilization),
+    )
+
+
+def _formatter(capacity: ResourceCapacity) -> Any:
+    if capacity.unit == "bytes":
+        return format_bytes
+    return lambda value: f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def usage_bar(utilization: float | None) -> str:
+    """`[########------------]  42%`; a `!` at the end marks usage beyond the limit."""
+    if utilization is None:
+        return "-"
+    filled = min(round(utilization * BAR_WIDTH), BAR_WIDTH)
+    overflow = "!" if utilization > 1 else " "
+    return f"[{'#' * filled}{'-' * (BAR_WIDTH - filled)}]{overflow}{utilization * 100:4.0f}%"

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs the Debian packages virtcap needs to build, demo and test, skipping the apt run entirely
+# when every package is already there (so `make test` stays fast on a prepared machine).
+set -euo pipefail
+
+packages=(
+    # build of libvirt-python and the virtualenv
+    python3 python3-venv python3-dev gcc pkg-config libvirt-dev
+    # a real hypervisor for the tests: libvirtd with the QEMU driver (TCG), its client tools
+    libvirt-daemon-system libvirt-clients qemu-system-x86 qemu-utils
+    # the monitoring stack the rules, dashboards and compose files are tested with
+    prometheus prometheus-alertmanager jsonnet docker-compose
+)
+
+missing=()
+for pkg in "${packages[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
+        missing+=("$pkg")
+    fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+    exit 0
+fi
+
+echo "installing system packages: ${missing[*]}"
+sudo=()
+if [ "$(id -u)" -ne 0 ]; then
+    sudo=(sudo)
+fi
+"${sudo[@]}" apt-get update -q
+DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
