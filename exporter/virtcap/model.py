@@ -155,6 +155,8 @@ def host_totals(facts: HostFacts, policy: HostPolicy) -> dict[Resource, int]:
     online = facts.online_cpus
     if policy.cpu_shared_set is not None:
         vcpu_total = len(policy.cpu_shared_set & online) if online is not None else len(policy.cpu_shared_set)
+    elif policy.cpu_dedicated_set is not None:
+        vcpu_total = 0  # every host CPU is either dedicated or in neither set: none is shared
     else:
         vcpu_total = facts.cpus
     dedicated = policy.cpu_dedicated_set or frozenset()
