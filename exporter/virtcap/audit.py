@@ -22,7 +22,6 @@ from virtcap.facts import (
     CpuTimes,
     DiskFacts,
     DomainFacts,
-    DomainState,
     HostFacts,
     StorageFacts,
     state_from_libvirt,
@@ -30,6 +29,10 @@ from virtcap.facts import (
 
 MIB = 1024**2
 KIB = 1024
+
+# RUNNING, BLOCKED, PAUSED, SHUTDOWN (being shut down) and PMSUSPENDED guests hold memory;
+# SHUTOFF and CRASHED ones have no process, NOSTATE tells nothing.
+_ACTIVE_STATE_CODES = frozenset({1, 2, 3, 4, 7})
 
 # Storage pools whose volumes live on the network or on storage shared between hosts.
 SHARED_POOL_TYPES = frozenset({"netfs", "iscsi", "iscsi-direct", "rbd", "gluster", "sheepdog", "vstorage"})
@@ -104,7 +107,9 @@ def audit_host(
         time.sleep(cpu_window)
     cpu_times = _cpu_times(conn)
     storage = _storage(conn, uri, disk, problems)
-    volumes = _VolumeIndex(conn)
+    # The test driver answers virDomainGetBlockInfo with made-up constants (about 1 TiB for any
+    # disk): only its storage pools' volumes are real data.
+    volumes = _VolumeIndex(conn, block_info_is_real=hypervisor_type != "TEST")
     domains = []
     for domain in _list_domains(conn):
         try:
@@ -252,8 +257,8 @@ def _audit_domain(domain: Any, volumes: _VolumeIndex) -> DomainFacts | None:
     except DomainXMLError as error:
         raise DomainUnreadable(f"{label}: {error}; left out of the accounting") from None
     state = state_from_libvirt(state_code)
-    active = state is not DomainState.SHUTOFF
-    problems: list[str] = []
+    active = state_code in _ACTIVE_STATE_CODES
+    problems = list(definition.problems)
     disks = tuple(_disk_facts(domain, reference, volumes, problems, label) for reference in definition.disks)
     return DomainFacts(
         name=definition.name,
@@ -281,6 +286,9 @@ def _disk_facts(
         volume = volumes.by_path(reference.path or "")
     if volume is not None:
         return DiskFacts(reference.target, reference.source, local=not volume.shared, capacity_bytes=volume.capacity)
+    if not volumes.block_info_is_real:
+        problems.append(f"{label}: disk {reference.target} ({reference.source}): not in any storage pool")
+        return DiskFacts(reference.target, reference.source, local=True, capacity_bytes=None)
     try:
         capacity = int(domain.blockInfo(reference.target)[0])
     except libvirt.libvirtError as error:
@@ -300,6 +308,7 @@ class _VolumeIndex:
     """Every volume of every active storage pool, listed once per audit and only when needed."""
 
     conn: Any
+    block_info_is_real: bool = True
     problems: list[str] = field(default_factory=list)
     _paths: dict[str, _Volume] | None = None
     _names: dict[tuple[str, str], _Volume] = field(default_factory=dict)

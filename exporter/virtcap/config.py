@@ -271,7 +271,8 @@ def _explain(error: ErrorDetails) -> str:
     if kind in ("greater_than", "greater_than_equal"):
         bound = "greater than" if kind == "greater_than" else "at least"
         limit = context.get("gt", context.get("ge"))
-        return f"expected a number {bound} {limit}, got {given!r}"
+        shown = f"{limit:g}" if isinstance(limit, int | float) else limit
+        return f"expected a number {bound} {shown}, got {given!r}"
     if kind in ("float_parsing", "float_type"):
         return f"expected a number, got {given!r}"
     if kind in ("int_parsing", "int_type", "int_from_float"):

@@ -72,6 +72,7 @@ class DomainDefinition:
     vcpu_pins: tuple[frozenset[int] | None, ...]
     disks: tuple[DiskReference, ...]
     nova_flavor: NovaFlavor | None
+    problems: tuple[str, ...] = ()
 
 
 def parse_domain_xml(xml: str) -> DomainDefinition:
@@ -82,6 +83,13 @@ def parse_domain_xml(xml: str) -> DomainDefinition:
     name = _required_text(root, "name")
     vcpu_element = root.find("vcpu")
     vcpus = _whole_number(vcpu_element, "vcpu") if vcpu_element is not None else 1
+    problems: list[str] = []
+    try:
+        nova_flavor = _nova_flavor(root)
+    except DomainXMLError as error:
+        # Metadata is free-form: a broken flavor is ignored, the definition itself still counts.
+        problems.append(f"domain {name}: {error}; accounted from its definition instead")
+        nova_flavor = None
     return DomainDefinition(
         name=name,
         uuid=root.findtext("uuid", default="").strip(),
@@ -90,7 +98,8 @@ def parse_domain_xml(xml: str) -> DomainDefinition:
         hugepages=root.find("memoryBacking/hugepages") is not None,
         vcpu_pins=_vcpu_pins(root, vcpus),
         disks=tuple(_disk_reference(disk) for disk in root.iterfind("devices/disk")),
-        nova_flavor=_nova_flavor(root),
+        nova_flavor=nova_flavor,
+        problems=tuple(problems),
     )
 
 

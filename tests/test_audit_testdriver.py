@@ -1,0 +1,148 @@
+"""The audit against libvirt's test driver: a real libvirt connection to a described host."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import libvirt
+import pytest
+
+from virtcap.audit import AuditError, audit_host, open_read_only, redact_uri
+from virtcap.config import DiskSource, parse_config
+from virtcap.facts import DomainState, HostFacts
+from virtcap.model import Resource, host_capacity
+from virtcap.oneshot import audit_fleet_once
+
+FIXTURES = Path(__file__).parent / "fixtures"
+MIXED = FIXTURES / "mixed-node.xml"
+GIB = 1024**3
+MIB = 1024**2
+
+
+@pytest.fixture(scope="module")
+def mixed() -> HostFacts:
+    conn: Any = open_read_only(f"test://{MIXED}")
+    try:
+        return audit_host(conn, f"test://{MIXED}", DiskSource(pool="default"))
+    finally:
+        conn.close()
+
+
+def test_node_totals(mixed: HostFacts) -> None:
+    assert mixed.cpus == 12
+    assert mixed.memory_bytes == 32 * GIB
+    assert mixed.cpu_model == "EPYC-7543" or mixed.cpu_model  # the test driver's capabilities may differ
+    assert mixed.hypervisor_type == "TEST"
+    assert mixed.online_cpus == frozenset({0, 2, 4})  # the test driver's fixed CPU map
+    assert mixed.storage is not None and mixed.storage.source == "pool default"
+    assert mixed.storage.capacity_bytes == 100 * GIB  # the test driver's fixed pool size
+    assert mixed.storage.used_bytes == 7 * GIB  # the volumes' allocations
+
+
+def test_domain_states(mixed: HostFacts) -> None:
+    states = {d.name: d.state for d in mixed.domains}
+    assert states == {
+        "web-1": DomainState.RUNNING,
+        "nova-1": DomainState.PAUSED,
+        "stopped-1": DomainState.SHUTOFF,
+        "crashed-1": DomainState.OTHER,
+        "pinned-1": DomainState.RUNNING,  # BLOCKED is a running guest
+        "broken-metadata": DomainState.RUNNING,
+    }
+
+
+def test_maximums_not_current_values(mixed: HostFacts) -> None:
+    web = next(d for d in mixed.domains if d.name == "web-1")
+    assert web.vcpus == 4  # <vcpu current='2'>4</vcpu>
+    assert web.memory_bytes == 4 * GIB
+    assert web.current_memory_bytes == 3 * GIB
+
+
+def test_disks(mixed: HostFacts) -> None:
+    web = next(d for d in mixed.domains if d.name == "web-1")
+    by_target = {disk.target: disk for disk in web.disks}
+    assert (by_target["vda"].local, by_target["vda"].capacity_bytes) == (True, 20 * GIB)
+    assert (by_target["vdb"].local, by_target["vdb"].capacity_bytes) == (True, 50 * GIB)
+    assert by_target["vdc"].local is False  # rbd
+    assert by_target["hdc"].local is False  # cdrom, even on a local file
+
+
+def test_nova_metadata_pinning_and_hugepages(mixed: HostFacts) -> None:
+    nova = next(d for d in mixed.domains if d.name == "nova-1")
+    assert nova.nova_flavor is not None
+    assert (nova.nova_flavor.name, nova.nova_flavor.vcpus, nova.nova_flavor.root_gib) == ("m1.large", 4, 80)
+    pinned = next(d for d in mixed.domains if d.name == "pinned-1")
+    assert pinned.vcpu_pins == (frozenset({2}), frozenset({4}))
+    assert pinned.hugepages
+
+
+def test_a_bad_domain_does_not_fail_its_host(mixed: HostFacts) -> None:
+    problems = "\n".join(mixed.problems)
+    assert "domain broken-metadata: Nova flavor <memory> is not a whole number" in problems
+    assert "domain stopped-1: disk vda (/elsewhere/stopped-1.img)" in problems
+    broken = next(d for d in mixed.domains if d.name == "broken-metadata")
+    assert broken.nova_flavor is None and broken.memory_bytes == 1 * GIB
+
+
+def test_capacity_of_the_mixed_host(mixed: HostFacts) -> None:
+    config = parse_config("defaults: {cpu_shared_set: '0', cpu_dedicated_set: '2,4'}", "inline")
+    policy = config.hypervisors[0].policy
+    resources = host_capacity(mixed, policy).resources
+    # vcpu: web-1 4 + nova-1 flavor 4 + stopped-1 2 + crashed-1 1 + broken 1; pinned-1 is dedicated
+    assert resources[Resource.VCPU].used == 12
+    assert (resources[Resource.VCPU].total, resources[Resource.VCPU].limit) == (1, 4)
+    assert (resources[Resource.PCPU].total, resources[Resource.PCPU].used) == (2, 2)
+    # memory: 4 GiB + 8192 MiB + 2 + 1 + 1 GiB; pinned-1 is on hugepages
+    assert resources[Resource.MEMORY].used == 16 * GIB
+    # disk: web-1 20 + 50 (rbd and cdrom excluded); nova-1 flavor 80 + 10 + 1 GiB swap; stopped-1 unknown
+    assert resources[Resource.DISK].used == 70 * GIB + 91 * GIB
+    assert resources[Resource.DISK].allocated_by_state[DomainState.PAUSED] == 91 * GIB
+
+
+def test_guest_balloons_stand_in_for_host_memory_on_drivers_without_node_stats(mixed: HostFacts) -> None:
+    # web-1 3 GiB + nova-1 8 GiB + pinned-1 2 GiB + broken 1 GiB; shutoff and crashed hold nothing
+    assert mixed.memory_in_use_source == "guests"
+    assert mixed.memory_in_use_bytes == 14 * GIB
+
+
+def test_a_missing_pool_is_a_problem_not_a_failure() -> None:
+    conn: Any = open_read_only(f"test://{MIXED}")
+    try:
+        facts = audit_host(conn, f"test://{MIXED}", DiskSource(pool="nope"))
+    finally:
+        conn.close()
+    assert facts.storage is None
+    assert any("storage pool nope" in p for p in facts.problems)
+
+
+def test_an_unreachable_uri_is_an_audit_error() -> None:
+    with pytest.raises(AuditError, match="cannot connect"):
+        open_read_only("qemu+unix:///system?socket=/nonexistent/virtcap.sock")
+
+
+def test_the_fleet_reports_down_hosts_and_the_others() -> None:
+    config = parse_config(
+        f"""
+hypervisors:
+  - {{name: good, uri: "test://{MIXED}"}}
+  - {{name: gone, uri: "qemu+unix:///system?socket=/nonexistent/virtcap.sock"}}
+  - {{name: default, uri: "test:///default"}}
+""",
+        "inline",
+    )
+    snapshots = asyncio.run(audit_fleet_once(config, cpu_window=0.0))
+    assert [(s.name, s.up) for s in snapshots] == [("good", True), ("gone", False), ("default", True)]
+    assert snapshots[1].error is not None and "No such file" in snapshots[1].error
+
+
+def test_passwords_never_leave_a_uri() -> None:
+    assert redact_uri("qemu+tcp://admin:hunter2@host/system") == "qemu+tcp://admin:***@host/system"
+    assert redact_uri("qemu+ssh://root@host/system") == "qemu+ssh://root@host/system"
+
+
+def test_libvirt_errors_are_not_printed(capfd: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(libvirt.libvirtError):
+        libvirt.openReadOnly("test:///nonexistent-file-for-virtcap.xml").close()
+    assert "libvirt:" not in capfd.readouterr().err

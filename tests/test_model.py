@@ -1,0 +1,282 @@
+"""The capacity model against cases computed by hand from ACCOUNTING.md, and its invariants."""
+
+from __future__ import annotations
+
+import math
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.factories import GIB, MIB, domain, host, local_disk
+from virtcap.facts import DiskFacts, DomainState, NovaFlavor
+from virtcap.model import (
+    NOVA_ALLOCATION_RATIOS,
+    NOVA_RESERVED,
+    HostPolicy,
+    Resource,
+    ResourceCapacity,
+    claim_test,
+    host_capacity,
+    schedulable_instances,
+)
+
+R = Resource
+S = DomainState
+
+
+def policy(**changes: object) -> HostPolicy:
+    ratios = dict(NOVA_ALLOCATION_RATIOS)
+    reserved = dict(NOVA_RESERVED)
+    ratios.update(changes.pop("ratios", {}))  # type: ignore[call-overload]
+    reserved.update(changes.pop("reserved", {}))  # type: ignore[call-overload]
+    return HostPolicy(allocation_ratios=ratios, reserved=reserved, **changes)  # type: ignore[arg-type]
+
+
+def test_limit_used_free_on_a_plain_host() -> None:
+    # 16 CPUs x 4.0 = 64 vCPUs; 64 GiB - 512 MiB reserved at 1.0; 1000 GiB disk.
+    facts = host(
+        domains=(
+            domain("a", S.RUNNING, vcpus=4, memory=8 * GIB, disks=(local_disk(40 * GIB),)),
+            domain("b", S.PAUSED, vcpus=2, memory=4 * GIB),
+            domain("c", S.SHUTOFF, vcpus=8, memory=16 * GIB, disks=(local_disk(80 * GIB),)),
+            domain("d", S.OTHER, vcpus=1, memory=1 * GIB),
+        )
+    )
+    capacity = host_capacity(facts, policy()).resources
+    vcpu, memory, disk = capacity[R.VCPU], capacity[R.MEMORY], capacity[R.DISK]
+    assert (vcpu.total, vcpu.reserved, vcpu.limit, vcpu.used, vcpu.free) == (16, 0, 64, 15, 49)
+    assert dict(vcpu.allocated_by_state) == {S.RUNNING: 4, S.PAUSED: 2, S.SHUTOFF: 8, S.OTHER: 1}
+    assert memory.limit == 64 * GIB - 512 * MIB
+    assert memory.used == 29 * GIB  # reserved is not part of used (Placement's convention)
+    assert memory.free == 64 * GIB - 512 * MIB - 29 * GIB
+    assert (disk.limit, disk.used) == (1000 * GIB, 120 * GIB)
+    assert vcpu.utilization == 15 / 64
+    assert vcpu.effective_overcommit == 15 / 16
+
+
+def test_free_goes_negative_past_the_policy_and_is_not_clipped() -> None:
+    facts = host(cpus=4, memory=8 * GIB, domains=tuple(domain(f"v{i}", vcpus=4, memory=2 * GIB) for i in range(5)))
+    capacity = host_capacity(facts, policy()).resources
+    assert capacity[R.VCPU].limit == 16
+    assert capacity[R.VCPU].free == 16 - 20
+    assert capacity[R.MEMORY].free == 8 * GIB - 512 * MIB - 10 * GIB
+    assert capacity[R.VCPU].effective_overcommit == 5.0
+
+
+def test_shutoff_domains_count_unless_told_otherwise() -> None:
+    facts = host(domains=(domain("on", vcpus=2), domain("off", S.SHUTOFF, vcpus=6)))
+    assert host_capacity(facts, policy()).resources[R.VCPU].used == 8
+    skipping = host_capacity(facts, policy(count_inactive_domains=False)).resources[R.VCPU]
+    assert skipping.used == 2
+    assert skipping.allocated_by_state[S.SHUTOFF] == 6  # still shown, not counted
+
+
+def test_ratio_and_reserved_truncate_like_placement() -> None:
+    # (10 - 3) x 1.5 = 10.5 -> 10
+    capacity = ResourceCapacity(R.VCPU, 10, 3, 1.5, dict.fromkeys(S, 0), frozenset(S))
+    assert capacity.limit == 10
+    # reserved above total: nothing is usable, nothing fits
+    starved = ResourceCapacity(R.MEMORY, 256 * MIB, 512 * MIB, 1.0, dict.fromkeys(S, 0), frozenset(S))
+    assert (starved.usable, starved.limit, starved.utilization, starved.effective_overcommit) == (0, 0, None, None)
+
+
+def test_nova_flavor_metadata_is_the_allocation() -> None:
+    flavor = NovaFlavor("m1.odd", vcpus=3, memory_mib=3000, root_gib=20, ephemeral_gib=5, swap_mib=512)
+    facts = host(
+        domains=(
+            domain(
+                "nova",
+                vcpus=8,
+                memory=32 * GIB,
+                disks=(local_disk(200 * GIB), DiskFacts("vdb", "rbd:x", local=False, capacity_bytes=None)),
+                flavor=flavor,
+            ),
+        )
+    )
+    capacity = host_capacity(facts, policy()).resources
+    assert capacity[R.VCPU].used == 3
+    assert capacity[R.MEMORY].used == 3000 * MIB
+    assert capacity[R.DISK].used == 25 * GIB + 512 * MIB
+
+
+def test_network_disks_and_cdroms_use_no_local_disk() -> None:
+    disks = (
+        local_disk(10 * GIB),
+        DiskFacts("vdb", "rbd:pool/img", local=False, capacity_bytes=None),
+        DiskFacts("hdc", "/iso/x.iso", local=False, capacity_bytes=None),
+    )
+    capacity = host_capacity(host(domains=(domain(disks=disks),)), policy()).resources
+    assert capacity[R.DISK].used == 10 * GIB
+
+
+def test_cpu_sets_split_vcpu_and_pcpu() -> None:
+    shared, dedicated = frozenset(range(4)), frozenset(range(4, 12))
+    facts = host(
+        cpus=16,
+        online=frozenset(range(14)),  # 14 and 15 offline
+        domains=(
+            domain("float", vcpus=4),
+            domain("pinned", vcpus=2, pins=(frozenset({4}), frozenset({5}))),
+            domain("pinned-to-shared", vcpus=2, pins=(frozenset({0}), frozenset({1}))),
+            domain("half-pinned", vcpus=2, pins=(frozenset({6}), None)),
+        ),
+    )
+    capacity = host_capacity(facts, policy(cpu_shared_set=shared, cpu_dedicated_set=dedicated)).resources
+    assert (capacity[R.VCPU].total, capacity[R.VCPU].limit, capacity[R.VCPU].used) == (4, 16, 8)
+    assert (capacity[R.PCPU].total, capacity[R.PCPU].limit, capacity[R.PCPU].used) == (8, 8, 2)
+    # offline CPUs in a set are not offered
+    offline = host_capacity(facts, policy(cpu_dedicated_set=frozenset(range(8, 16)), cpu_shared_set=shared))
+    assert offline.resources[R.PCPU].total == 6
+
+
+def test_a_dedicated_set_alone_offers_no_shared_cpus() -> None:
+    facts = host(cpus=16, online=frozenset(range(16)))
+    capacity = host_capacity(facts, policy(cpu_dedicated_set=frozenset(range(8, 16)))).resources
+    assert capacity[R.VCPU].total == 0
+    assert capacity[R.PCPU].total == 8
+
+
+def test_without_sets_pinning_still_consumes_vcpu() -> None:
+    facts = host(domains=(domain(vcpus=2, pins=(frozenset({4}), frozenset({5}))),))
+    capacity = host_capacity(facts, policy()).resources
+    assert (capacity[R.VCPU].used, capacity[R.PCPU].used, capacity[R.PCPU].total) == (2, 0, 0)
+
+
+def test_hugepage_memory_is_not_ordinary_memory() -> None:
+    facts = host(domains=(domain("huge", memory=16 * GIB, hugepages=True), domain("plain", memory=2 * GIB)))
+    result = host_capacity(facts, policy())
+    assert result.resources[R.MEMORY].used == 2 * GIB
+    assert result.uncounted_hugepage_bytes == 16 * GIB
+
+
+def test_actual_usage_comes_from_the_host() -> None:
+    facts = host(memory_in_use=40 * GIB, busy_cpus=5.2, disk_used=300 * GIB)
+    capacity = host_capacity(facts, policy()).resources
+    assert capacity[R.MEMORY].actual == 40 * GIB
+    assert capacity[R.VCPU].actual == 5.2
+    assert capacity[R.DISK].actual == 300 * GIB
+    assert capacity[R.PCPU].actual is None
+
+
+def test_without_storage_disk_is_not_accounted() -> None:
+    result = host_capacity(host(disk=None), policy())
+    assert R.DISK not in result.resources
+
+
+def test_claims_count_in_used() -> None:
+    result = host_capacity(host(), policy(), claimed={R.VCPU: 4, R.MEMORY: 8 * GIB})
+    assert result.resources[R.VCPU].used == 4
+    assert result.resources[R.VCPU].claimed == 4
+    assert result.resources[R.MEMORY].free == 64 * GIB - 512 * MIB - 8 * GIB
+
+
+SMALL = {R.VCPU: 1, R.MEMORY: 2 * GIB, R.DISK: 20 * GIB}
+
+
+def test_schedulable_is_the_minimum_over_requested_resources() -> None:
+    # vcpu: 64 - 15 = 49 free; memory: 63.5 GiB - 30 GiB = 33.5 GiB -> 16; disk 1000 - 0 -> 50
+    facts = host(domains=(domain(vcpus=15, memory=30 * GIB),))
+    result = host_capacity(facts, policy(), flavors={"m1.small": SMALL})
+    assert result.schedulable == {"m1.small": 16}
+
+
+def test_an_instance_never_overcommits_against_itself() -> None:
+    # 4 CPUs x 16.0 leaves 64 vCPUs free, but an 8-vCPU guest does not fit on 4 CPUs.
+    big = {R.VCPU: 8, R.MEMORY: 1 * GIB}
+    result = host_capacity(host(cpus=4), policy(ratios={R.VCPU: 16.0}), flavors={"big": big})
+    assert result.resources[R.VCPU].free == 64
+    assert result.schedulable == {"big": 0}
+    # nor memory beyond total - reserved, whatever the memory ratio
+    fat = {R.VCPU: 1, R.MEMORY: 64 * GIB}
+    result = host_capacity(host(memory=64 * GIB), policy(ratios={R.MEMORY: 1.5}), flavors={"fat": fat})
+    assert result.schedulable == {"fat": 0}
+
+
+def test_schedulable_is_never_negative_and_ignores_unknown_disk() -> None:
+    overfull = host(cpus=2, disk=None, domains=(domain(vcpus=20),))
+    result = host_capacity(overfull, policy(), flavors={"m1.small": SMALL})
+    assert result.resources[R.VCPU].free < 0
+    assert result.schedulable == {"m1.small": 0}
+    roomy = host_capacity(host(disk=None), policy(), flavors={"m1.small": SMALL})
+    assert roomy.schedulable == {"m1.small": 31}  # memory-bound; disk unknown is unlimited
+
+
+def test_claim_test_reports_every_failing_resource_in_novas_words() -> None:
+    facts = host(cpus=2, memory=4 * GIB, disk=100 * GIB, domains=(domain(vcpus=5, memory=2 * GIB + 512 * MIB),))
+    resources = host_capacity(facts, policy()).resources
+    # vcpu free 8 - 5 = 3; memory free 3.5 GiB - 2.5 GiB = 1 GiB; disk free 100 GiB
+    reasons = claim_test(resources, {R.VCPU: 4, R.MEMORY: 2 * GIB, R.DISK: 40 * GIB})
+    assert reasons == [
+        "Free vcpu 3.00 VCPU < requested 4 VCPU",
+        "Free memory 1024.00 MiB < requested 2048 MiB",
+    ]
+    assert claim_test(resources, {R.VCPU: 3, R.MEMORY: 1 * GIB, R.DISK: 100 * GIB}) == []
+    assert claim_test(resources, {R.DISK: 101 * GIB}) == ["Free disk 100.00 GiB < requested 101 GiB"]
+    assert claim_test(resources, {R.PCPU: 1}) == ["Free pcpu 0.00 PCPU < requested 1 PCPU"]
+
+
+def test_claim_test_shows_negative_free() -> None:
+    facts = host(cpus=1, domains=(domain(vcpus=6),))
+    resources = host_capacity(facts, policy()).resources
+    assert claim_test(resources, {R.VCPU: 1}) == ["Free vcpu -2.00 VCPU < requested 1 VCPU"]
+
+
+# Invariants over arbitrary hosts and policies.
+
+states = st.sampled_from(list(DomainState))
+domains_strategy = st.lists(
+    st.builds(
+        domain,
+        name=st.text(min_size=1, max_size=5),
+        state=states,
+        vcpus=st.integers(1, 64),
+        memory=st.integers(1, 256).map(lambda g: g * GIB),
+        disks=st.lists(st.integers(0, 500).map(lambda g: local_disk(g * GIB)), max_size=3).map(tuple),
+    ),
+    max_size=30,
+).map(tuple)
+
+
+@given(
+    cpus=st.integers(1, 256),
+    memory_gib=st.integers(1, 4096),
+    disk_gib=st.integers(0, 100_000),
+    domains=domains_strategy,
+    vcpu_ratio=st.floats(0.1, 32.0),
+    memory_ratio=st.floats(0.1, 4.0),
+    reserved_mib=st.integers(0, 65536),
+    count_inactive=st.booleans(),
+)
+def test_invariants(
+    cpus: int,
+    memory_gib: int,
+    disk_gib: int,
+    domains: tuple[object, ...],
+    vcpu_ratio: float,
+    memory_ratio: float,
+    reserved_mib: int,
+    count_inactive: bool,
+) -> None:
+    facts = host(cpus=cpus, memory=memory_gib * GIB, disk=disk_gib * GIB, domains=domains)  # type: ignore[arg-type]
+    chosen = policy(
+        ratios={R.VCPU: vcpu_ratio, R.MEMORY: memory_ratio},
+        reserved={R.MEMORY: reserved_mib * MIB},
+        count_inactive_domains=count_inactive,
+    )
+    result = host_capacity(facts, chosen, flavors={"m1.small": SMALL})
+    counted = chosen.counted_states
+    for capacity in result.resources.values():
+        assert capacity.free == capacity.limit - capacity.used
+        assert capacity.limit == math.floor(max(capacity.total - capacity.reserved, 0) * capacity.allocation_ratio)
+        assert capacity.used == sum(v for s, v in capacity.allocated_by_state.items() if s in counted)
+        assert capacity.limit >= 0
+    assert sum(result.domains_by_state.values()) == len(domains)
+    fits = result.schedulable["m1.small"]
+    assert fits >= 0
+    if fits > 0:
+        # one more instance fits: the claim test agrees
+        assert claim_test(result.resources, SMALL) == []
+    else:
+        assert claim_test(result.resources, SMALL) or any(
+            SMALL[r] > c.usable for r, c in result.resources.items() if r in SMALL
+        )
