@@ -20,8 +20,8 @@ demo: system-deps $(BIN)/virtcap
 	$(BIN)/virtcap audit --demo
 
 lint: $(BIN)/virtcap
-	$(BIN)/ruff check exporter tests tools
-	$(BIN)/ruff format --check exporter tests tools
+	$(BIN)/ruff check exporter tests
+	$(BIN)/ruff format --check exporter tests
 
 typecheck: $(BIN)/virtcap
 	$(BIN)/mypy

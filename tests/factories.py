@@ -52,8 +52,6 @@ def host(
         hypervisor_type="QEMU",
         hypervisor_version="7.2.0",
         libvirt_version="9.0.0",
-        cpu_model="x86",
-        arch="x86_64",
         cpus=cpus,
         online_cpus=online,
         memory_bytes=memory,

@@ -90,7 +90,8 @@ def test_an_empty_file_is_the_defaults() -> None:
         ),
         (
             "defaults: {allocation_ratios: {gpu: 2.0}}",
-            "x.yaml: defaults.allocation_ratios.gpu: unknown resource 'gpu'; expected one of: vcpu, memory, disk, pcpu",
+            "x.yaml: defaults.allocation_ratios.gpu: unknown resource 'gpu'; "
+            "expected one of: vcpu, memory, disk, pcpu",
         ),
         (
             "defaults: {reserved: {memory: 512MB}}",
@@ -102,7 +103,10 @@ def test_an_empty_file_is_the_defaults() -> None:
             "x.yaml: hypervisors[0].reserved.disk: expected a size in bytes or with an IEC suffix "
             "(KiB, MiB, GiB, TiB), such as 512MiB, got 'lots'",
         ),
-        ("audit: {interval: soon}", "x.yaml: audit.interval: expected a duration such as 30s, 5m, 1h or 1m30s"),
+        (
+            "audit: {interval: soon}",
+            "x.yaml: audit.interval: expected a duration such as 30s, 5m, 1h or 1m30s",
+        ),
         ("audit: {concurrency: 0}", "x.yaml: audit.concurrency: expected a number at least 1, got 0"),
         ("hypervisors: [{name: a}]", "x.yaml: hypervisors[0].uri: required key is missing"),
         (
@@ -111,7 +115,8 @@ def test_an_empty_file_is_the_defaults() -> None:
         ),
         (
             "defaults: {cpu_shared_set: '0-7', cpu_dedicated_set: '4-11'}",
-            "x.yaml: defaults.cpu_dedicated_set: overlaps cpu_shared_set on CPUs 4-7; expected two disjoint sets",
+            "x.yaml: defaults.cpu_dedicated_set: overlaps cpu_shared_set on CPUs 4-7; "
+            "expected two disjoint sets",
         ),
         (
             "defaults: {cpu_dedicated_set: '4-11', reserved: {vcpu: 2}}",
@@ -125,8 +130,14 @@ def test_an_empty_file_is_the_defaults() -> None:
             "defaults: {disk: {pool: a, path: /b}}",
             "x.yaml: defaults.disk: expected exactly one of 'pool'",
         ),
-        ("flavors: [{name: f, memory: 1GiB}]", "x.yaml: flavors[0]: a flavor requests at least one vcpu or pcpu"),
-        ("defaults: {count_inactive_domains: maybe}", "x.yaml: defaults.count_inactive_domains: expected true or false"),
+        (
+            "flavors: [{name: f, memory: 1GiB}]",
+            "x.yaml: flavors[0]: a flavor requests at least one vcpu or pcpu",
+        ),
+        (
+            "defaults: {count_inactive_domains: maybe}",
+            "x.yaml: defaults.count_inactive_domains: expected true or false",
+        ),
         ("[1, 2]", "x.yaml: expected a mapping of sections"),
         ("audit: {interval: [", "x.yaml:1:20: invalid YAML"),
     ],
@@ -155,7 +166,10 @@ def test_the_cli_exits_2_with_one_line_and_no_traceback(tmp_path: Path, text: st
     path = tmp_path / "virtcap.yaml"
     path.write_text(text)
     result = subprocess.run(
-        [sys.executable, "-m", "virtcap", "audit", "--config", str(path)], capture_output=True, text=True, check=False
+        [sys.executable, "-m", "virtcap", "audit", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert result.returncode == 2
     assert result.stdout == ""

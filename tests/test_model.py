@@ -17,7 +17,6 @@ from virtcap.model import (
     ResourceCapacity,
     claim_test,
     host_capacity,
-    schedulable_instances,
 )
 
 R = Resource
@@ -55,7 +54,9 @@ def test_limit_used_free_on_a_plain_host() -> None:
 
 
 def test_free_goes_negative_past_the_policy_and_is_not_clipped() -> None:
-    facts = host(cpus=4, memory=8 * GIB, domains=tuple(domain(f"v{i}", vcpus=4, memory=2 * GIB) for i in range(5)))
+    facts = host(
+        cpus=4, memory=8 * GIB, domains=tuple(domain(f"v{i}", vcpus=4, memory=2 * GIB) for i in range(5))
+    )
     capacity = host_capacity(facts, policy()).resources
     assert capacity[R.VCPU].limit == 16
     assert capacity[R.VCPU].free == 16 - 20
@@ -77,7 +78,12 @@ def test_ratio_and_reserved_truncate_like_placement() -> None:
     assert capacity.limit == 10
     # reserved above total: nothing is usable, nothing fits
     starved = ResourceCapacity(R.MEMORY, 256 * MIB, 512 * MIB, 1.0, dict.fromkeys(S, 0), frozenset(S))
-    assert (starved.usable, starved.limit, starved.utilization, starved.effective_overcommit) == (0, 0, None, None)
+    assert (starved.usable, starved.limit, starved.utilization, starved.effective_overcommit) == (
+        0,
+        0,
+        None,
+        None,
+    )
 
 
 def test_nova_flavor_metadata_is_the_allocation() -> None:
@@ -202,7 +208,9 @@ def test_schedulable_is_never_negative_and_ignores_unknown_disk() -> None:
 
 
 def test_claim_test_reports_every_failing_resource_in_novas_words() -> None:
-    facts = host(cpus=2, memory=4 * GIB, disk=100 * GIB, domains=(domain(vcpus=5, memory=2 * GIB + 512 * MIB),))
+    facts = host(
+        cpus=2, memory=4 * GIB, disk=100 * GIB, domains=(domain(vcpus=5, memory=2 * GIB + 512 * MIB),)
+    )
     resources = host_capacity(facts, policy()).resources
     # vcpu free 8 - 5 = 3; memory free 3.5 GiB - 2.5 GiB = 1 GiB; disk free 100 GiB
     reasons = claim_test(resources, {R.VCPU: 4, R.MEMORY: 2 * GIB, R.DISK: 40 * GIB})
@@ -267,7 +275,9 @@ def test_invariants(
     counted = chosen.counted_states
     for capacity in result.resources.values():
         assert capacity.free == capacity.limit - capacity.used
-        assert capacity.limit == math.floor(max(capacity.total - capacity.reserved, 0) * capacity.allocation_ratio)
+        assert capacity.limit == math.floor(
+            max(capacity.total - capacity.reserved, 0) * capacity.allocation_ratio
+        )
         assert capacity.used == sum(v for s, v in capacity.allocated_by_state.items() if s in counted)
         assert capacity.limit >= 0
     assert sum(result.domains_by_state.values()) == len(domains)

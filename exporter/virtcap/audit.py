@@ -19,6 +19,7 @@ import psutil
 from virtcap.config import DiskSource
 from virtcap.domain_xml import NON_LOCAL_DEVICES, DiskReference, DomainXMLError, parse_domain_xml
 from virtcap.facts import (
+    CpuIdentity,
     CpuTimes,
     DiskFacts,
     DomainFacts,
@@ -49,7 +50,7 @@ class AuditError(Exception):
     """The hypervisor could not be audited at all (connection or node information failed)."""
 
 
-class DomainUnreadable(Exception):
+class DomainUnreadableError(Exception):
     """One domain could not be read: reported among the host's problems, never guessed at."""
 
 
@@ -95,13 +96,12 @@ def audit_host(
     started = time.monotonic()
     problems: list[str] = []
     try:
-        model, memory_mib, cpus, *_ = conn.getInfo()
+        _model, memory_mib, cpus, *_ = conn.getInfo()
         hypervisor_type = conn.getType()
         hypervisor_version = version_string(conn.getVersion())
         libvirt_version = version_string(conn.getLibVersion())
     except libvirt.libvirtError as error:
         raise AuditError(f"cannot read node information: {error.get_error_message()}") from None
-    cpu_model, arch = _capabilities(conn, fallback_model=model)
     if cpu_window > 0 and previous_cpu is None:
         previous_cpu = _cpu_times(conn)
         time.sleep(cpu_window)
@@ -114,7 +114,7 @@ def audit_host(
     for domain in _list_domains(conn):
         try:
             facts = _audit_domain(domain, volumes)
-        except DomainUnreadable as unreadable:
+        except DomainUnreadableError as unreadable:
             problems.append(str(unreadable))
             continue
         if facts is not None:
@@ -125,8 +125,6 @@ def audit_host(
         hypervisor_type=hypervisor_type,
         hypervisor_version=hypervisor_version,
         libvirt_version=libvirt_version,
-        cpu_model=cpu_model,
-        arch=arch,
         cpus=cpus,
         online_cpus=_online_cpus(conn),
         memory_bytes=memory_mib * MIB,
@@ -142,14 +140,22 @@ def audit_host(
     )
 
 
-def _capabilities(conn: Any, fallback_model: str) -> tuple[str, str]:
+def read_cpu_identity(conn: Any) -> CpuIdentity:
+    """The host CPU model and architecture, from the capabilities XML.
+
+    Slow on some drivers (seconds on QEMU without KVM) and constant for a connection's life:
+    callers read it once per connection, never on every audit.
+    """
+    fallback = str(conn.getInfo()[0])
     try:
         host_cpu = ET.fromstring(conn.getCapabilities()).find("host/cpu")
     except (libvirt.libvirtError, ET.ParseError):
-        return fallback_model, ""
+        host_cpu = None
     if host_cpu is None:
-        return fallback_model, ""
-    return host_cpu.findtext("model", default=fallback_model), host_cpu.findtext("arch", default="")
+        return CpuIdentity(model=fallback, arch="")
+    return CpuIdentity(
+        model=host_cpu.findtext("model", default=fallback), arch=host_cpu.findtext("arch", default="")
+    )
 
 
 def _hostname(conn: Any) -> str:
@@ -253,9 +259,11 @@ def _audit_domain(domain: Any, volumes: _VolumeIndex) -> DomainFacts | None:
     except libvirt.libvirtError as error:
         if error.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
             return None
-        raise DomainUnreadable(f"{label}: {error.get_error_message()}; left out of the accounting") from None
+        raise DomainUnreadableError(
+            f"{label}: {error.get_error_message()}; left out of the accounting"
+        ) from None
     except DomainXMLError as error:
-        raise DomainUnreadable(f"{label}: {error}; left out of the accounting") from None
+        raise DomainUnreadableError(f"{label}: {error}; left out of the accounting") from None
     state = state_from_libvirt(state_code)
     active = state_code in _ACTIVE_STATE_CODES
     problems = list(definition.problems)
@@ -278,14 +286,20 @@ def _audit_domain(domain: Any, volumes: _VolumeIndex) -> DomainFacts | None:
 def _disk_facts(
     domain: Any, reference: DiskReference, volumes: _VolumeIndex, problems: list[str], label: str
 ) -> DiskFacts:
-    if reference.device in NON_LOCAL_DEVICES or reference.kind == "network" or not reference.source.strip("/"):
+    if (
+        reference.device in NON_LOCAL_DEVICES
+        or reference.kind == "network"
+        or not reference.source.strip("/")
+    ):
         return DiskFacts(reference.target, reference.source, local=False, capacity_bytes=None)
     if reference.kind == "volume":
         volume = volumes.by_pool_volume(reference.pool or "", reference.volume or "")
     else:
         volume = volumes.by_path(reference.path or "")
     if volume is not None:
-        return DiskFacts(reference.target, reference.source, local=not volume.shared, capacity_bytes=volume.capacity)
+        return DiskFacts(
+            reference.target, reference.source, local=not volume.shared, capacity_bytes=volume.capacity
+        )
     if not volumes.block_info_is_real:
         problems.append(f"{label}: disk {reference.target} ({reference.source}): not in any storage pool")
         return DiskFacts(reference.target, reference.source, local=True, capacity_bytes=None)

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from virtcap import __version__
 from virtcap.config import Config, ConfigError, load_config
+from virtcap.demo import demo_config
 from virtcap.oneshot import audit_fleet_once
 from virtcap.report import fleet_document, render_tables
 
@@ -25,20 +26,22 @@ def build_parser() -> argparse.ArgumentParser:
 
     audit = commands.add_parser("audit", help="audit the fleet once and print its capacity")
     _add_fleet_source(audit)
-    audit.add_argument("--format", choices=("table", "json"), default="table", help="output format (default: table)")
+    audit.add_argument(
+        "--format", choices=("table", "json"), default="table", help="output format (default: table)"
+    )
     return parser
 
 
 def _add_fleet_source(parser: argparse.ArgumentParser) -> None:
     source = parser.add_mutually_exclusive_group()
-    source.add_argument("--config", metavar="FILE", help="YAML configuration (default: the local qemu:///system)")
+    source.add_argument(
+        "--config", metavar="FILE", help="YAML configuration (default: the local qemu:///system)"
+    )
     source.add_argument("--demo", action="store_true", help="use the bundled demo fleet")
 
 
 def fleet_config(args: argparse.Namespace) -> Config:
     if args.demo:
-        from virtcap.demo import demo_config
-
         return demo_config()
     return load_config(args.config)
 

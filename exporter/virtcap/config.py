@@ -53,7 +53,9 @@ class AllocationRatios(_Section):
     @model_validator(mode="after")
     def _pcpu_is_fixed(self) -> Self:
         if self.pcpu is not None and self.pcpu != 1.0:
-            raise ValueError("the pcpu allocation ratio is fixed at 1.0: dedicated CPUs are never overcommitted")
+            raise ValueError(
+                "the pcpu allocation ratio is fixed at 1.0: dedicated CPUs are never overcommitted"
+            )
         return self
 
 
@@ -70,7 +72,9 @@ class DiskSource(_Section):
     @model_validator(mode="after")
     def _exactly_one(self) -> Self:
         if (self.pool is None) == (self.path is None):
-            raise ValueError("expected exactly one of 'pool' (a libvirt storage pool) or 'path' (a local directory)")
+            raise ValueError(
+                "expected exactly one of 'pool' (a libvirt storage pool) or 'path' (a local directory)"
+            )
         if self.path is not None and not self.path.startswith("/"):
             raise ValueError(f"expected an absolute path, got {self.path!r}")
         return self
@@ -199,7 +203,12 @@ def build_config(parsed: ConfigFile, source: str) -> Config:
     flavors = tuple(
         Flavor(
             name=f.name,
-            request={Resource.VCPU: f.vcpu, Resource.PCPU: f.pcpu, Resource.MEMORY: f.memory, Resource.DISK: f.disk},
+            request={
+                Resource.VCPU: f.vcpu,
+                Resource.PCPU: f.pcpu,
+                Resource.MEMORY: f.memory,
+                Resource.DISK: f.disk,
+            },
         )
         for f in parsed.flavors
     )
@@ -315,4 +324,3 @@ def _section_type(annotation: Any) -> type[BaseModel] | None:
             if found is not None:
                 return found
     return None
-

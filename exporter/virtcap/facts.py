@@ -89,6 +89,14 @@ class CpuTimes:
 
 
 @dataclass(frozen=True, slots=True)
+class CpuIdentity:
+    """What the host's CPU is: constant for a connection's life, read once."""
+
+    model: str
+    arch: str
+
+
+@dataclass(frozen=True, slots=True)
 class StorageFacts:
     """The storage that holds instance disks: a libvirt pool or a local filesystem path."""
 
@@ -103,8 +111,6 @@ class HostFacts:
     hypervisor_type: str
     hypervisor_version: str
     libvirt_version: str
-    cpu_model: str
-    arch: str
     cpus: int
     """Active host CPUs as libvirt counts them (`virNodeGetInfo`)."""
     online_cpus: frozenset[int] | None

@@ -83,7 +83,8 @@ def node_xml(host: HostSpec) -> str:
         "<node>",
         "  <cpu>",
         f"    <mhz>2600</mhz><model>{host.model}</model><active>{host.cpus}</active>",
-        f"    <nodes>1</nodes><sockets>{sockets}</sockets><cores>{host.cpus // sockets}</cores><threads>1</threads>",
+        f"    <nodes>1</nodes><sockets>{sockets}</sockets>",
+        f"    <cores>{host.cpus // sockets}</cores><threads>1</threads>",
         "  </cpu>",
         f"  <memory>{host.memory_gib * GIB_IN_KIB}</memory>",
     ]
@@ -139,7 +140,9 @@ def _disk_xml(domain: DomainSpec, disk: DiskSpec) -> str:
     if disk.kind == "network":
         source = f"<source protocol='rbd' name='volumes/{domain.name}-{disk.target}'/>"
         return f"<disk type='network' device='disk'>{source}{target}</disk>"
-    return f"<disk type='file' device='cdrom'><source file='/srv/iso/installer.iso'/>{target}<readonly/></disk>"
+    return (
+        f"<disk type='file' device='cdrom'><source file='/srv/iso/installer.iso'/>{target}<readonly/></disk>"
+    )
 
 
 def _pool_xml(host: HostSpec) -> str:

@@ -94,7 +94,9 @@ class ResourceCapacity:
 
     @property
     def allocated(self) -> int:
-        return sum(amount for state, amount in self.allocated_by_state.items() if state in self.counted_states)
+        return sum(
+            amount for state, amount in self.allocated_by_state.items() if state in self.counted_states
+        )
 
     @property
     def used(self) -> int:
@@ -206,7 +208,9 @@ def host_capacity(
         )
         for resource, total in host_totals(facts, policy).items()
     }
-    schedulable = {name: schedulable_instances(resources, request) for name, request in (flavors or {}).items()}
+    schedulable = {
+        name: schedulable_instances(resources, request) for name, request in (flavors or {}).items()
+    }
     return HostCapacity(resources, domains_by_state, schedulable, hugepage_bytes)
 
 
@@ -251,9 +255,8 @@ def claim_test(resources: Mapping[Resource, ResourceCapacity], request: Amounts)
         free = resources[resource].free
         if requested > free:
             unit, scale = _CLAIM_UNITS[resource]
-            reasons.append(
-                f"Free {resource.value} {free / scale:.2f} {unit} < requested {_amount(requested, scale)} {unit}"
-            )
+            wanted = _amount(requested, scale)
+            reasons.append(f"Free {resource.value} {free / scale:.2f} {unit} < requested {wanted} {unit}")
     return reasons
 
 

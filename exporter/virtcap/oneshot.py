@@ -37,7 +37,8 @@ async def audit_fleet_once(config: Config, cpu_window: float = CPU_SAMPLE_WINDOW
                 facts = await asyncio.wait_for(call, timeout=config.audit.timeout)
             except TimeoutError:
                 return HypervisorSnapshot.failed(
-                    hypervisor, f"audit timed out after {config.audit.timeout:g}s ({redact_uri(hypervisor.uri)})"
+                    hypervisor,
+                    f"audit timed out after {config.audit.timeout:g}s ({redact_uri(hypervisor.uri)})",
                 )
             except AuditError as error:
                 return HypervisorSnapshot.failed(hypervisor, f"{error} ({redact_uri(hypervisor.uri)})")

@@ -67,7 +67,10 @@ def _render_one(snapshot: HypervisorSnapshot) -> str:
     rows = [header] + [_resource_row(rc) for rc in capacity.resources.values()]
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     for row in rows:
-        cells = [cell.ljust(w) if i in (0, len(row) - 1) else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths))]
+        cells = [
+            cell.ljust(w) if i in (0, len(row) - 1) else cell.rjust(w)
+            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+        ]
         lines.append("  " + "  ".join(cells).rstrip())
     if capacity.schedulable:
         fits = ", ".join(f"{name} {count}" for name, count in capacity.schedulable.items())

@@ -8,6 +8,7 @@ callers keep at most one call in flight per hypervisor, which bounds the number 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Callable
 from typing import TypeVar
@@ -40,7 +41,6 @@ def run_in_daemon_thread(function: Callable[[], _T], name: str) -> asyncio.Futur
 
 
 def _call_soon(loop: asyncio.AbstractEventLoop, callback: Callable[..., None], *args: object) -> None:
-    try:
+    # The loop may have closed while the call was stuck: then nobody waits for it any more.
+    with contextlib.suppress(RuntimeError):
         loop.call_soon_threadsafe(callback, *args)
-    except RuntimeError:  # the loop closed while the call was stuck: nobody waits for it any more
-        pass

@@ -39,7 +39,9 @@ def parse_size(value: object) -> int:
     if match is None or match.group(2) not in IEC_MULTIPLIERS:
         raise ValueError(f"{SIZE_EXPECTED}, got {value!r}")
     number, suffix = match.groups()
-    scaled = float(number) * IEC_MULTIPLIERS[suffix] if "." in number else int(number) * IEC_MULTIPLIERS[suffix]
+    scaled = (
+        float(number) * IEC_MULTIPLIERS[suffix] if "." in number else int(number) * IEC_MULTIPLIERS[suffix]
+    )
     if isinstance(scaled, float) and not scaled.is_integer():
         raise ValueError(f"expected a whole number of bytes, got {value!r}")
     return int(scaled)

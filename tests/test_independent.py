@@ -1,0 +1,259 @@
+"""`virtcap audit --format json` against an independent computation of ACCOUNTING.md's formulas,
+on random fleets it has never seen (a new seed every run; set VIRTCAP_FLEET_SEED to replay one).
+
+The expectation is computed from the generator's specs, the ground truth, with no virtcap code
+beyond writing the node files.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from virtcap.demo import demo_config
+from virtcap.demo.generate import demo_hosts
+from virtcap.fleetgen import (
+    BLOCKED,
+    CRASHED,
+    PAUSED,
+    PMSUSPENDED,
+    RUNNING,
+    SHUTDOWN,
+    SHUTOFF,
+    DomainSpec,
+    FlavorSpec,
+    HostSpec,
+    random_domain,
+    write_fleet,
+)
+from virtcap.model import Resource
+
+GIB = 1024**3
+MIB = 1024**2
+TEST_DRIVER_ONLINE_CPUS = {0, 2, 4}  # whatever the node file says
+TEST_DRIVER_POOL_BYTES = 100 * GIB  # likewise
+STATE_GROUPS = {RUNNING: "running", BLOCKED: "running", PAUSED: "paused", SHUTOFF: "shutoff"}
+ALL_STATES = (RUNNING, BLOCKED, PAUSED, SHUTDOWN, SHUTOFF, CRASHED, PMSUSPENDED)
+FLAVORS = {
+    "tiny": {"vcpu": 1, "pcpu": 0, "memory": 512 * MIB, "disk": 1 * GIB},
+    "std": {"vcpu": 2, "pcpu": 0, "memory": 4 * GIB, "disk": 20 * GIB},
+    "huge": {"vcpu": 24, "pcpu": 0, "memory": 96 * GIB, "disk": 0},
+    "pinned": {"vcpu": 0, "pcpu": 1, "memory": 1 * GIB, "disk": 5 * GIB},
+}
+DOMAIN_FLAVORS = (
+    FlavorSpec("a", 1, 1024, 2),
+    FlavorSpec("b", 2, 3072, 5),
+    FlavorSpec("c", 4, 6144, 10, ephemeral_gib=1, swap_mib=512),
+    FlavorSpec("d", 8, 12288, 3),
+)
+
+
+def random_policy(rng: random.Random) -> dict[str, Any]:
+    policy: dict[str, Any] = {
+        "allocation_ratios": {
+            "vcpu": rng.choice([1.0, 1.5, 2.0, 4.0, 16.0, 3.3]),
+            "memory": rng.choice([0.9, 1.0, 1.5, 1.1]),
+            "disk": rng.choice([1.0, 1.2, 2.5]),
+        },
+        "reserved": {"memory": f"{rng.choice([0, 512, 2048, 4096])}MiB", "disk": f"{rng.choice([0, 10])}GiB"},
+        "count_inactive_domains": rng.random() < 0.7,
+    }
+    if rng.random() < 0.4:
+        policy["cpu_dedicated_set"] = "2,4"
+        if rng.random() < 0.7:
+            policy["cpu_shared_set"] = "0"
+    else:
+        policy["reserved"]["vcpu"] = rng.choice([0, 0, 2])
+    return policy
+
+
+def random_host(rng: random.Random, name: str) -> HostSpec:
+    domains: list[DomainSpec] = []
+    for index in range(rng.randint(0, 40)):
+        domain = random_domain(
+            rng,
+            name,
+            index,
+            rng.choice(ALL_STATES),
+            nova_share=0.5,
+            local_share=0.6,
+            flavors=DOMAIN_FLAVORS,
+        )
+        roll = rng.random()
+        if roll < 0.1:
+            domain = replace(domain, pins=tuple(rng.choice((2, 4)) for _ in range(domain.vcpus)))
+        elif roll < 0.2:
+            domain = replace(domain, pins=tuple(rng.choice((0, 2)) for _ in range(domain.vcpus)))
+        if rng.random() < 0.1:
+            domain = replace(domain, hugepages=True)
+        domains.append(domain)
+    return HostSpec(
+        name=name,
+        cpus=rng.choice([4, 8, 16, 48, 96]),
+        memory_gib=rng.choice([8, 32, 64, 256]),
+        pool_gib=100,
+        pool_used_gib=0,
+        domains=domains,
+    )
+
+
+def expected_host(
+    host: HostSpec, policy: dict[str, Any], flavors: dict[str, dict[str, int]] = FLAVORS
+) -> dict[str, Any]:
+    """ACCOUNTING.md, written out again from the specs."""
+    ratios = {"vcpu": 4.0, "pcpu": 1.0, "memory": 1.0, "disk": 1.0} | policy["allocation_ratios"]
+    reserved = {
+        "vcpu": policy["reserved"].get("vcpu", 0),
+        "pcpu": 0,
+        "memory": int(policy["reserved"]["memory"].removesuffix("MiB")) * MIB,
+        "disk": int(policy["reserved"]["disk"].removesuffix("GiB")) * GIB,
+    }
+    shared = {0} if "cpu_shared_set" in policy else None
+    dedicated = {2, 4} if "cpu_dedicated_set" in policy else None
+    if shared is not None:
+        vcpu_total = len(shared & TEST_DRIVER_ONLINE_CPUS)
+    elif dedicated is not None:
+        vcpu_total = 0
+    else:
+        vcpu_total = host.cpus
+    totals = {
+        "vcpu": vcpu_total,
+        "pcpu": len(dedicated & TEST_DRIVER_ONLINE_CPUS) if dedicated else 0,
+        "memory": host.memory_gib * GIB,
+        "disk": TEST_DRIVER_POOL_BYTES,
+    }
+    counted = {"running", "paused", "other"} | ({"shutoff"} if policy["count_inactive_domains"] else set())
+    by_state = {r: dict.fromkeys(("running", "paused", "shutoff", "other"), 0) for r in totals}
+    domains = dict.fromkeys(("running", "paused", "shutoff", "other"), 0)
+    for domain in host.domains:
+        group = STATE_GROUPS.get(domain.state, "other")
+        domains[group] += 1
+        flavor = domain.flavor
+        if flavor is not None:
+            cpus, memory = flavor.vcpus, flavor.memory_mib * MIB
+            disk = (flavor.root_gib + flavor.ephemeral_gib) * GIB + flavor.swap_mib * MIB
+        else:
+            cpus, memory = domain.vcpus, domain.memory_mib * MIB
+            disk = sum(d.capacity_gib * GIB for d in domain.disks if d.kind in ("file", "volume"))
+        pinned_dedicated = dedicated is not None and domain.pins is not None and set(domain.pins) <= dedicated
+        by_state["pcpu" if pinned_dedicated else "vcpu"][group] += cpus
+        by_state["memory"][group] += 0 if domain.hugepages else memory
+        by_state["disk"][group] += disk
+    resources = {}
+    for resource, total in totals.items():
+        usable = max(total - reserved[resource], 0)
+        limit = int(usable * ratios[resource])
+        used = sum(amount for state, amount in by_state[resource].items() if state in counted)
+        resources[resource] = {
+            "total": total,
+            "reserved": reserved[resource],
+            "allocation_ratio": ratios[resource],
+            "limit": limit,
+            "used": used,
+            "free": limit - used,
+            "used_by_state": by_state[resource],
+            "usable": usable,
+        }
+    schedulable = {}
+    for name, request in flavors.items():
+        asked = {r: amount for r, amount in request.items() if amount > 0}
+        if any(amount > resources[r]["usable"] for r, amount in asked.items()):
+            schedulable[name] = 0
+        else:
+            schedulable[name] = max(
+                min(math.floor(resources[r]["free"] / amount) for r, amount in asked.items()), 0
+            )
+    for numbers in resources.values():
+        del numbers["usable"]
+    return {"domains": domains, "resources": resources, "schedulable": schedulable}
+
+
+def run_audit_json(config: Path) -> dict[str, Any]:
+    result = subprocess.run(
+        [sys.executable, "-m", "virtcap", "audit", "--config", str(config), "--format", "json"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    document: dict[str, Any] = json.loads(result.stdout)
+    return document
+
+
+def compare(actual: dict[str, Any], expected: dict[str, Any], where: str) -> None:
+    assert actual["up"], f"{where}: {actual['error']}"
+    assert actual["domains"] == expected["domains"], where
+    assert actual["schedulable"] == expected["schedulable"], where
+    for resource, numbers in expected["resources"].items():
+        got = actual["resources"][resource]
+        for key, value in numbers.items():
+            assert got[key] == value, f"{where}: {resource}.{key}: got {got[key]}, expected {value}"
+
+
+@pytest.mark.parametrize("fleet", range(3))
+def test_audit_json_matches_an_independent_computation(tmp_path: Path, fleet: int) -> None:
+    seed = int(os.environ.get("VIRTCAP_FLEET_SEED", random.SystemRandom().randrange(2**32))) + fleet
+    rng = random.Random(seed)
+    hosts = [random_host(rng, f"host-{i:02d}") for i in range(rng.randint(2, 6))]
+    paths = write_fleet(hosts, tmp_path / "nodes")
+    policies = {host.name: random_policy(rng) for host in hosts}
+    config = {
+        "hypervisors": [
+            {"name": h.name, "uri": f"test://{paths[h.name]}", **policies[h.name]} for h in hosts
+        ],
+        "flavors": [
+            {"name": name, **{k: v for k, v in request.items() if v}} for name, request in FLAVORS.items()
+        ],
+    }
+    config_path = tmp_path / "virtcap.yaml"
+    config_path.write_text(json.dumps(config))  # JSON is YAML
+    document = run_audit_json(config_path)
+    assert [h["name"] for h in document["hypervisors"]] == [h.name for h in hosts]
+    for host, actual in zip(hosts, document["hypervisors"], strict=True):
+        compare(actual, expected_host(host, policies[host.name]), f"seed {seed} {host.name}")
+
+
+def test_the_demo_matches_the_independent_computation() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "virtcap", "audit", "--demo", "--format", "json"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    document = json.loads(result.stdout)
+    hosts = {host.name: host for host in demo_hosts()}
+    config = demo_config()
+    flavors = {f.name: {r.value: amount for r, amount in f.request.items()} for f in config.flavors}
+    for entry in document["hypervisors"]:
+        if entry["name"] not in hosts:
+            assert entry["up"] is False and entry["error"]
+            continue
+        hypervisor = next(h for h in config.hypervisors if h.name == entry["name"])
+        policy: dict[str, Any] = {
+            "allocation_ratios": {r.value: v for r, v in hypervisor.policy.allocation_ratios.items()},
+            "reserved": {
+                "vcpu": hypervisor.policy.reserved[Resource.VCPU],
+                "memory": f"{hypervisor.policy.reserved[Resource.MEMORY] // MIB}MiB",
+                "disk": f"{hypervisor.policy.reserved[Resource.DISK] // GIB}GiB",
+            },
+            "count_inactive_domains": hypervisor.policy.count_inactive_domains,
+        }
+        if hypervisor.policy.cpu_shared_set is not None:
+            assert hypervisor.policy.cpu_shared_set == {0}
+            policy["cpu_shared_set"] = "0"
+        if hypervisor.policy.cpu_dedicated_set is not None:
+            assert hypervisor.policy.cpu_dedicated_set == {2, 4}
+            policy["cpu_dedicated_set"] = "2,4"
+        expected = expected_host(hosts[entry["name"]], policy, flavors)
+        compare(entry, expected, entry["name"])
