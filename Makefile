@@ -18,6 +18,7 @@ venv: $(BIN)/virtcap
 
 demo: system-deps $(BIN)/virtcap
 	$(BIN)/virtcap audit --demo
+	$(BIN)/virtcap serve --demo
 
 lint: $(BIN)/virtcap
 	$(BIN)/ruff check exporter tests

@@ -11,8 +11,11 @@ from collections.abc import Sequence
 from virtcap import __version__
 from virtcap.config import Config, ConfigError, load_config
 from virtcap.demo import demo_config
+from virtcap.logs import LEVELS, setup_logging
 from virtcap.oneshot import audit_fleet_once
 from virtcap.report import fleet_document, render_tables
+from virtcap.server import DEFAULT_PORT, parse_listen_address, serve
+from virtcap.webconfig import load_web_config
 
 EXIT_USAGE = 2
 
@@ -29,6 +32,24 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument(
         "--format", choices=("table", "json"), default="table", help="output format (default: table)"
     )
+
+    serve = commands.add_parser("serve", help="audit the fleet continuously and serve it to Prometheus")
+    _add_fleet_source(serve)
+    serve.add_argument(
+        "--web.listen-address",
+        dest="listen_address",
+        default=f":{DEFAULT_PORT}",
+        metavar="HOST:PORT",
+        help=f"address to listen on (default: :{DEFAULT_PORT})",
+    )
+    serve.add_argument(
+        "--web.config.file",
+        dest="web_config_file",
+        metavar="FILE",
+        help="exporter-toolkit web configuration: TLS, client certificates, basic auth",
+    )
+    serve.add_argument("--log.level", dest="log_level", choices=tuple(LEVELS), default="info")
+    serve.add_argument("--log.format", dest="log_format", choices=("logfmt", "json"), default="logfmt")
     return parser
 
 
@@ -57,15 +78,29 @@ def run_audit(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_serve(args: argparse.Namespace) -> int:
+    config = fleet_config(args)
+    web_config = load_web_config(args.web_config_file)
+    parse_listen_address(args.listen_address)
+    setup_logging(args.log_level, args.log_format)
+    reload_config = None if args.demo else (lambda: load_config(args.config))
+    return asyncio.run(serve(config, args.listen_address, web_config, reload_config))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.command == "audit":
             return run_audit(args)
+        if args.command == "serve":
+            return run_serve(args)
     except ConfigError as error:
         for line in str(error).splitlines():
             print(f"virtcap: configuration error: {line}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # the reader went away (`virtcap audit | head`)
+        sys.stderr.close()
+        return 0
     return EXIT_USAGE

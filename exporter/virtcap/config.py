@@ -42,6 +42,14 @@ class AuditSettings(_Section):
     interval: Duration = 30.0
     timeout: Duration = 10.0
     concurrency: int = Field(default=32, ge=1)
+    stale_after: Duration | None = None
+    """How long the data of a failing hypervisor is still served (default: 3 intervals)."""
+    keepalive_interval: Duration = 5.0
+    keepalive_count: int = Field(default=3, ge=1)
+
+    @property
+    def staleness_bound(self) -> float:
+        return self.stale_after if self.stale_after is not None else 3 * self.interval
 
 
 class AllocationRatios(_Section):
@@ -186,9 +194,13 @@ def parse_config(text: str, source: str) -> Config:
     try:
         parsed = ConfigFile.model_validate(raw)
     except ValidationError as error:
-        lines = [f"{source}: {_location(e['loc'])}: {_explain(e)}" for e in error.errors()]
-        raise ConfigError("\n".join(lines)) from None
+        raise ConfigError(explain_validation_error(error, source, ConfigFile)) from None
     return build_config(parsed, source)
+
+
+def explain_validation_error(error: ValidationError, source: str, root: type[BaseModel]) -> str:
+    """One line per problem: `file: key: what was expected`."""
+    return "\n".join(f"{source}: {_location(e['loc'])}: {_explain(e, root)}" for e in error.errors())
 
 
 def build_config(parsed: ConfigFile, source: str) -> Config:
@@ -267,12 +279,12 @@ def _location(loc: tuple[int | str, ...]) -> str:
 _RESOURCE_SECTIONS = {"allocation_ratios": AllocationRatios, "reserved": Reserved}
 
 
-def _explain(error: ErrorDetails) -> str:
+def _explain(error: ErrorDetails, root: type[BaseModel]) -> str:
     kind, given = error["type"], error.get("input")
     context = error.get("ctx") or {}
     if kind == "extra_forbidden":
         parent = [p for p in error["loc"][:-1] if isinstance(p, str)]
-        allowed = ", ".join(_fields_at(error["loc"][:-1]))
+        allowed = ", ".join(_fields_at(root, error["loc"][:-1]))
         noun = "resource" if parent and parent[-1] in _RESOURCE_SECTIONS else "key"
         return f"unknown {noun} {error['loc'][-1]!r}; expected one of: {allowed}"
     if kind == "missing":
@@ -296,18 +308,22 @@ def _explain(error: ErrorDetails) -> str:
         return f"expected a list, got {given!r}"
     if kind in ("model_type", "model_attributes_type", "dict_type"):
         return f"expected a mapping, got {given!r}"
+    if kind == "literal_error":
+        return f"expected one of: {context.get('expected', '')}, got {given!r}"
     if kind == "value_error":
         return str(context.get("error", error["msg"]))
     return str(error["msg"])
 
 
-def _fields_at(loc: tuple[int | str, ...]) -> list[str]:
+def _fields_at(root: type[BaseModel], loc: tuple[int | str, ...]) -> list[str]:
     """The keys allowed at a location, found by walking the section models along it."""
-    model: type[BaseModel] = ConfigFile
+    model = root
     for part in loc:
         if isinstance(part, int):
             continue
-        annotation = model.model_fields[str(part)].annotation
+        if part not in model.model_fields:
+            return []
+        annotation = model.model_fields[part].annotation
         nested = _section_type(annotation)
         if nested is None:
             return []

@@ -1,0 +1,211 @@
+"""Metric families built from hypervisor snapshots, as prometheus-client custom collectors do.
+
+Nothing here is a global gauge: every render builds its families from the snapshots it is given,
+so the series of a removed domain or hypervisor simply stop being produced.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from virtcap import __version__
+from virtcap.facts import CpuIdentity, DomainState
+from virtcap.model import RESOURCES
+from virtcap.snapshot import HypervisorSnapshot
+from virtcap.store import SnapshotStore
+
+AUDIT_OUTCOMES = ("success", "failure", "timeout")
+
+
+@dataclass(frozen=True, slots=True)
+class HypervisorView:
+    """An immutable copy of one hypervisor's state, safe to render in another thread."""
+
+    name: str
+    up: bool
+    data: HypervisorSnapshot | None
+    """The snapshot whose resources are shown: the latest good one while it is not stale."""
+    last_success: float | None
+    last_duration: float | None
+    identity: CpuIdentity | None
+    audits: Mapping[str, int]
+
+
+def views(store: SnapshotStore, now: float, stale_after: float) -> tuple[HypervisorView, ...]:
+    """Take on the event loop, render anywhere."""
+    result = []
+    for state in store.hypervisors.values():
+        good = state.last_good
+        fresh = good is not None and now - good.taken_at <= stale_after
+        result.append(
+            HypervisorView(
+                name=state.name,
+                up=state.up,
+                data=good if fresh else None,
+                last_success=good.taken_at if good is not None else None,
+                last_duration=good.facts.audit_duration_seconds if good is not None and good.facts else None,
+                identity=state.identity,
+                audits=dict(state.audits),
+            )
+        )
+    return tuple(result)
+
+
+class FleetCollector(Collector):
+    def __init__(self, hypervisors: Iterable[HypervisorView]) -> None:
+        self.hypervisors = tuple(hypervisors)
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(build_families(self.hypervisors))
+
+
+def render(hypervisors: Iterable[HypervisorView], include_build_info: bool = True) -> bytes:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(FleetCollector(hypervisors))
+    text = generate_latest(registry)
+    if include_build_info:
+        text += build_info_text()
+    return text
+
+
+def build_info_text() -> bytes:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_BuildInfo())
+    return generate_latest(registry)
+
+
+class _BuildInfo(Collector):
+    def collect(self) -> Iterator[Metric]:
+        info = GaugeMetricFamily("virtcap_build_info", "virtcap's version, value 1.", labels=["version"])
+        info.add_metric([__version__], 1)
+        yield info
+
+
+_RESOURCE_GAUGES = {
+    "total": "Physical amount of the resource.",
+    "reserved": "Amount kept for the host itself, taken out of the limit.",
+    "limit": "(total - reserved) x allocation_ratio, truncated: what may be allocated (Placement capacity).",
+    "used": "Allocated to counted domains plus held by pending claims; reserved is not included.",
+    "free": "limit - used; negative when allocations exceed the allocation-ratio policy.",
+    "actual_usage": "What the host really uses: busy CPUs, memory in use (Nova's formula), storage used.",
+}
+
+
+def build_families(hypervisors: Iterable[HypervisorView]) -> list[Metric]:
+    resource_labels = ["hypervisor", "resource", "unit"]
+    up = GaugeMetricFamily(
+        "hypervisor_up", "1 if the last audit of the hypervisor succeeded.", labels=["hypervisor"]
+    )
+    gauges = {
+        key: GaugeMetricFamily(f"hypervisor_resource_{key}", help_text, labels=resource_labels)
+        for key, help_text in _RESOURCE_GAUGES.items()
+    }
+    ratio = GaugeMetricFamily(
+        "hypervisor_resource_allocation_ratio",
+        "Configured overcommit ratio of the resource.",
+        labels=["hypervisor", "resource"],
+    )
+    allocated = GaugeMetricFamily(
+        "hypervisor_resource_allocated",
+        "Allocated to domains, by domain state (shut off domains count unless configured otherwise).",
+        labels=[*resource_labels, "state"],
+    )
+    claimed = GaugeMetricFamily(
+        "hypervisor_resource_claimed", "Held by pending claims, part of used.", labels=resource_labels
+    )
+    schedulable = GaugeMetricFamily(
+        "hypervisor_schedulable_instances",
+        "How many more instances of the flavor fit on the hypervisor.",
+        labels=["hypervisor", "flavor"],
+    )
+    domains = GaugeMetricFamily(
+        "hypervisor_domains", "Defined domains by state.", labels=["hypervisor", "state"]
+    )
+    problems = GaugeMetricFamily(
+        "hypervisor_audit_problems",
+        "Problems the last audit reported (unreadable domains or disks, missing storage).",
+        labels=["hypervisor"],
+    )
+    duration = GaugeMetricFamily(
+        "hypervisor_audit_duration_seconds", "Duration of the last successful audit.", labels=["hypervisor"]
+    )
+    timestamp = GaugeMetricFamily(
+        "hypervisor_audit_timestamp_seconds",
+        "Unix time of the last successful audit.",
+        labels=["hypervisor"],
+    )
+    audits = CounterMetricFamily(
+        "virtcap_audits",
+        "Finished audits by outcome (success, failure, timeout).",
+        labels=["hypervisor", "outcome"],
+    )
+    info = InfoMetricFamily(
+        "hypervisor",
+        "Identity of the hypervisor, value 1.",
+        labels=["hypervisor"],
+    )
+    for view in hypervisors:
+        name = view.name
+        up.add_metric([name], 1.0 if view.up else 0.0)
+        for outcome in AUDIT_OUTCOMES:
+            audits.add_metric([name, outcome], view.audits.get(outcome, 0))
+        if view.last_success is not None:
+            timestamp.add_metric([name], view.last_success)
+        if view.last_duration is not None:
+            duration.add_metric([name], view.last_duration)
+        snapshot = view.data
+        if snapshot is None or snapshot.capacity is None or snapshot.facts is None:
+            continue
+        facts, capacity = snapshot.facts, snapshot.capacity
+        identity = view.identity or CpuIdentity(model="", arch="")
+        info.add_metric(
+            [name],
+            {
+                "hostname": facts.hostname,
+                "hypervisor_type": facts.hypervisor_type,
+                "hypervisor_version": facts.hypervisor_version,
+                "libvirt_version": facts.libvirt_version,
+                "cpu_model": identity.model,
+                "arch": identity.arch,
+            },
+        )
+        problems.add_metric([name], len(facts.problems))
+        for state in DomainState:
+            domains.add_metric([name, state.value], capacity.domains_by_state[state])
+        for flavor, count in capacity.schedulable.items():
+            schedulable.add_metric([name, flavor], count)
+        for resource in RESOURCES:
+            rc = capacity.resources.get(resource)
+            if rc is None:
+                continue
+            labels = [name, resource.value, resource.unit]
+            gauges["total"].add_metric(labels, rc.total)
+            gauges["reserved"].add_metric(labels, rc.reserved)
+            gauges["limit"].add_metric(labels, rc.limit)
+            gauges["used"].add_metric(labels, rc.used)
+            gauges["free"].add_metric(labels, rc.free)
+            if rc.actual is not None:
+                gauges["actual_usage"].add_metric(labels, rc.actual)
+            ratio.add_metric([name, resource.value], rc.allocation_ratio)
+            claimed.add_metric(labels, rc.claimed)
+            for state in DomainState:
+                allocated.add_metric([*labels, state.value], rc.allocated_by_state[state])
+    return [
+        up,
+        *gauges.values(),
+        ratio,
+        allocated,
+        claimed,
+        schedulable,
+        domains,
+        problems,
+        duration,
+        timestamp,
+        audits,
+        info,
+    ]

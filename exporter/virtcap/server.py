@@ -1,0 +1,278 @@
+"""`virtcap serve`: the aiohttp server in front of the background audits.
+
+Scrapes never wait for libvirt: /metrics is rendered (in a thread) whenever a snapshot changes,
+and every scrape is served the cached bytes, gzipped when asked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import gzip
+import hashlib
+import html
+import logging
+import signal
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import bcrypt
+from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from virtcap import __version__
+from virtcap.auditor import FleetAuditor
+from virtcap.config import Config, ConfigError
+from virtcap.events import register_libvirt_event_loop
+from virtcap.exposition import render, views
+from virtcap.store import SnapshotStore
+from virtcap.webconfig import WebConfig
+
+log = logging.getLogger("virtcap.server")
+
+DEFAULT_PORT = 10463
+SHUTDOWN_GRACE_SECONDS = 10.0
+_VERIFIED_CACHE_LIMIT = 1024
+
+
+class MetricsCache:
+    """The fleet's exposition, rendered once per change and served to every scrape."""
+
+    def __init__(self, store: SnapshotStore, stale_after: float) -> None:
+        self.store = store
+        self.stale_after = stale_after
+        self.body = b""
+        self._gzipped: bytes | None = None
+        self.rendered = asyncio.Event()
+
+    def gzipped(self) -> bytes:
+        if self._gzipped is None:
+            self._gzipped = gzip.compress(self.body, compresslevel=6)
+        return self._gzipped
+
+    async def run(self) -> None:
+        while True:
+            self.store.changed.clear()
+            snapshot = views(self.store, time.time(), self.stale_after)
+            body = await asyncio.to_thread(render, snapshot)
+            self.body, self._gzipped = body, None
+            self.rendered.set()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.store.changed.wait(), self._until_next_stale())
+
+    def _until_next_stale(self) -> float | None:
+        """Data of a down hypervisor must vanish when it turns stale, even if nothing else changes."""
+        now = time.time()
+        deadlines = [
+            state.last_good.taken_at + self.stale_after
+            for state in self.store.hypervisors.values()
+            if not state.up
+            and state.last_good is not None
+            and state.last_good.taken_at + self.stale_after > now
+        ]
+        return max(min(deadlines) - now, 0.0) + 0.01 if deadlines else None
+
+
+class BasicAuth:
+    """bcrypt is slow by design: checks run in a thread, and verified credentials are remembered
+    (as a digest) so that a scraper pays for bcrypt once, not on every scrape."""
+
+    def __init__(self, users: dict[str, bytes]) -> None:
+        self.users = users
+        self._verified: set[bytes] = set()
+
+    async def allows(self, header: str | None) -> bool:
+        if header is None or not header.startswith("Basic "):
+            return False
+        try:
+            user, _, password = base64.b64decode(header[6:], validate=True).decode().partition(":")
+        except (binascii.Error, UnicodeDecodeError):
+            return False
+        hashed = self.users.get(user)
+        if hashed is None:
+            return False
+        key = hashlib.sha256(b"\0".join((user.encode(), password.encode(), hashed))).digest()
+        if key in self._verified:
+            return True
+        if not await asyncio.to_thread(bcrypt.checkpw, password.encode(), hashed):
+            return False
+        if len(self._verified) >= _VERIFIED_CACHE_LIMIT:
+            self._verified.clear()
+        self._verified.add(key)
+        return True
+
+
+@dataclass
+class Exporter:
+    config: Config
+    store: SnapshotStore
+    fleet: FleetAuditor
+    cache: MetricsCache
+    auth: BasicAuth | None
+
+
+def build_app(exporter: Exporter) -> web.Application:
+    middlewares = [_auth_middleware(exporter.auth)] if exporter.auth is not None else []
+    app = web.Application(middlewares=middlewares, client_max_size=64 * 1024)
+    app["exporter"] = exporter
+    app.router.add_get("/", landing_page)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/probe", probe)
+    app.router.add_get("/-/healthy", healthy)
+    app.router.add_get("/-/ready", ready)
+    return app
+
+
+def _auth_middleware(auth: BasicAuth) -> Middleware:
+    @web.middleware
+    async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if not await auth.allows(request.headers.get("Authorization")):
+            return web.Response(
+                status=401, text="Unauthorized\n", headers={"WWW-Authenticate": 'Basic realm="virtcap"'}
+            )
+        return await handler(request)
+
+    return authenticate
+
+
+def _exporter(request: web.Request) -> Exporter:
+    exporter: Exporter = request.app["exporter"]
+    return exporter
+
+
+async def metrics(request: web.Request) -> web.Response:
+    cache = _exporter(request).cache
+    await cache.rendered.wait()
+    headers = {"Content-Type": CONTENT_TYPE_LATEST}
+    if "gzip" in request.headers.get("Accept-Encoding", ""):
+        headers["Content-Encoding"] = "gzip"
+        return web.Response(body=cache.gzipped(), headers=headers)
+    return web.Response(body=cache.body, headers=headers)
+
+
+async def probe(request: web.Request) -> web.Response:
+    """The multi-target pattern: only the named hypervisor's series. Nothing is audited here."""
+    exporter = _exporter(request)
+    target = request.query.get("target", "")
+    if not target:
+        raise web.HTTPBadRequest(text="missing the target parameter: /probe?target=HYPERVISOR\n")
+    if target not in exporter.store.hypervisors:
+        raise web.HTTPBadRequest(text=f"unknown target {target!r}: not a configured hypervisor\n")
+    snapshot = [v for v in views(exporter.store, time.time(), exporter.cache.stale_after) if v.name == target]
+    body = render(snapshot, include_build_info=False)
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def healthy(_request: web.Request) -> web.Response:
+    return web.Response(text="OK\n")
+
+
+async def ready(request: web.Request) -> web.Response:
+    if _exporter(request).store.ready:
+        return web.Response(text="Ready\n")
+    return web.Response(status=503, text="Not ready: some hypervisors have not been audited yet\n")
+
+
+async def landing_page(request: web.Request) -> web.Response:
+    store = _exporter(request).store
+    rows = []
+    for state in store.hypervisors.values():
+        status = "not audited yet" if state.latest is None else ("up" if state.up else "down")
+        error = state.latest.error if state.latest is not None and state.latest.error else ""
+        name = html.escape(state.name)
+        link = f"<a href='probe?target={name}'>{name}</a>"
+        rows.append(f"<tr><td>{link}</td><td>{status}</td><td>{html.escape(error)}</td></tr>")
+    page = f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>virtcap</title></head>
+<body>
+<h1>virtcap {html.escape(__version__)}</h1>
+<p>Capacity and overcommit monitor for libvirt/KVM fleets.</p>
+<ul>
+<li><a href="metrics">/metrics</a>: every hypervisor</li>
+<li>/probe?target=NAME: one hypervisor (multi-target pattern)</li>
+<li><a href="-/healthy">/-/healthy</a>, <a href="-/ready">/-/ready</a></li>
+</ul>
+<table border="1" cellpadding="4"><tr><th>hypervisor</th><th>status</th><th>error</th></tr>
+{"".join(rows)}
+</table>
+</body></html>
+"""
+    return web.Response(text=page, content_type="text/html")
+
+
+def parse_listen_address(text: str) -> tuple[str | None, int]:
+    """`HOST:PORT`, `:PORT` (every interface) or `[IPv6]:PORT`."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"--web.listen-address: expected HOST:PORT such as :{DEFAULT_PORT}, got {text!r}")
+    host = host.strip("[]")
+    return (host or None), int(port)
+
+
+async def serve(
+    config: Config,
+    listen_address: str,
+    web_config: WebConfig,
+    reload_config: Callable[[], Config] | None = None,
+) -> int:
+    host, port = parse_listen_address(listen_address)
+    loop = asyncio.get_running_loop()
+    register_libvirt_event_loop(loop)
+    store = SnapshotStore()
+    fleet = FleetAuditor(store)
+    cache = MetricsCache(store, config.audit.staleness_bound)
+    exporter = Exporter(
+        config, store, fleet, cache, BasicAuth(web_config.users) if web_config.users else None
+    )
+    await fleet.apply(config.hypervisors, config.audit, config.flavor_requests)
+    renderer = asyncio.create_task(cache.run(), name="render-metrics")
+
+    runner = web.AppRunner(build_app(exporter), handle_signals=False, shutdown_timeout=SHUTDOWN_GRACE_SECONDS)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, ssl_context=web_config.ssl_context, reuse_address=True)
+    try:
+        await site.start()
+    except OSError as error:
+        await runner.cleanup()
+        await fleet.stop()
+        raise ConfigError(
+            f"--web.listen-address: cannot listen on {listen_address}: {error.strerror}"
+        ) from None
+    scheme = "https" if web_config.ssl_context else "http"
+    log.info(
+        "listening",
+        extra={"address": f"{scheme}://{host or '0.0.0.0'}:{port}", "hypervisors": len(config.hypervisors)},
+    )
+
+    stopping = asyncio.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stopping.set)
+    if reload_config is not None:
+        loop.add_signal_handler(
+            signal.SIGHUP, lambda: asyncio.ensure_future(_reload(exporter, reload_config))
+        )
+    await stopping.wait()
+
+    log.info("shutting down")
+    await fleet.stop()
+    renderer.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await renderer
+    await runner.cleanup()
+    return 0
+
+
+async def _reload(exporter: Exporter, reload_config: Callable[[], Config]) -> None:
+    try:
+        config = reload_config()
+    except ConfigError as error:
+        log.error("configuration not reloaded", extra={"error": str(error)})
+        return
+    exporter.config = config
+    exporter.cache.stale_after = config.audit.staleness_bound
+    await exporter.fleet.apply(config.hypervisors, config.audit, config.flavor_requests)
+    log.info("configuration reloaded", extra={"hypervisors": len(config.hypervisors)})

@@ -1,0 +1,66 @@
+"""The latest audited state of every hypervisor, shared by the auditors and the web server.
+
+Only the event loop touches it. Every change bumps `version` and wakes whoever renders the
+exposition, so a scrape never waits for libvirt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from dataclasses import dataclass, field
+
+from virtcap.facts import CpuIdentity
+from virtcap.snapshot import HypervisorSnapshot
+
+
+@dataclass
+class HypervisorState:
+    name: str
+    latest: HypervisorSnapshot | None = None
+    """The newest outcome, success or failure; None until the first audit ends."""
+    last_good: HypervisorSnapshot | None = None
+    identity: CpuIdentity | None = None
+    audits: Counter[str] = field(default_factory=Counter)
+    """Finished audits by outcome: success, failure, timeout."""
+
+    @property
+    def up(self) -> bool:
+        return self.latest is not None and self.latest.up
+
+
+class SnapshotStore:
+    def __init__(self) -> None:
+        self.hypervisors: dict[str, HypervisorState] = {}
+        self.version = 0
+        self.changed = asyncio.Event()
+
+    def track(self, names: list[str]) -> None:
+        """Follow exactly these hypervisors: new ones start empty, removed ones are forgotten."""
+        self.hypervisors = {name: self.hypervisors.get(name) or HypervisorState(name) for name in names}
+        self._bump()
+
+    def record(self, snapshot: HypervisorSnapshot, outcome: str) -> None:
+        state = self.hypervisors.get(snapshot.name)
+        if state is None:  # removed from the fleet while its audit ran
+            return
+        state.latest = snapshot
+        if snapshot.up:
+            state.last_good = snapshot
+        state.audits[outcome] += 1
+        self._bump()
+
+    def set_identity(self, name: str, identity: CpuIdentity) -> None:
+        state = self.hypervisors.get(name)
+        if state is not None:
+            state.identity = identity
+            self._bump()
+
+    @property
+    def ready(self) -> bool:
+        """Every hypervisor has been audited once or has failed."""
+        return all(state.latest is not None for state in self.hypervisors.values())
+
+    def _bump(self) -> None:
+        self.version += 1
+        self.changed.set()
