@@ -1,3 +1,3 @@
-from virtcap.cli import main
+from virtcap.cli import run
 
-raise SystemExit(main())
+run()

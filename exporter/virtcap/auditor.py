@@ -89,7 +89,8 @@ class HypervisorAuditor:
             # close() talks to the daemon: never let a hung one hold up the shutdown.
             closing = run_in_daemon_thread(lambda: _close_quietly(conn), name=f"close-{self.name}")
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(closing, CLOSE_WAIT_SECONDS)
+                async with asyncio.timeout(CLOSE_WAIT_SECONDS):
+                    await closing
 
     async def _run(self) -> None:
         delay = 0.0
@@ -105,8 +106,11 @@ class HypervisorAuditor:
                 delay = self._retry_delay
 
     async def _sleep(self, delay: float) -> None:
+        # asyncio.timeout, not wait_for: Python 3.11's wait_for can swallow a cancellation that
+        # races with its own timeout, and the task would then never stop.
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), delay)
+            async with asyncio.timeout(delay):
+                await self._wake.wait()
         if self._wake.is_set():
             await asyncio.sleep(EVENT_COALESCE_SECONDS)
             self._wake.clear()
@@ -122,7 +126,8 @@ class HypervisorAuditor:
             call.add_done_callback(_consume_outcome)
             self._in_flight = call
             try:
-                facts = await asyncio.wait_for(asyncio.shield(call), self.settings.timeout)
+                async with asyncio.timeout(self.settings.timeout):
+                    facts = await asyncio.shield(call)
             except TimeoutError:
                 self._record_failure(
                     f"audit timed out after {self.settings.timeout:g}s ({self.uri_for_humans})", "timeout"

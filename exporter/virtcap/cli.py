@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import logging
+import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from virtcap import __version__
 from virtcap.config import Config, ConfigError, load_config
@@ -104,3 +108,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.close()
         return 0
     return EXIT_USAGE
+
+
+def run() -> NoReturn:
+    """The console script: main(), then an exit that skips the interpreter's finalization.
+
+    A libvirt call stuck in a daemon thread (a hung hypervisor) may hold libvirt's locks; if
+    finalization then garbage-collects a connection, closing it would wait for those locks
+    forever. Everything worth saving is flushed first.
+    """
+    code = main()
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(code)

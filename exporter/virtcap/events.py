@@ -25,8 +25,17 @@ _T = TypeVar("_T")
 _LOOP_POLL_SECONDS = 1.0
 
 
+_registered: dict[str, Any] = {}
+
+
 def register_libvirt_event_loop(loop: asyncio.AbstractEventLoop) -> libvirtaio.virEventAsyncIOImpl:
-    """Register once per process, before the first connection is opened."""
+    """Register before the first connection is opened. libvirt takes one event loop per
+    process, for the life of the process: a second call must pass the same asyncio loop."""
+    if "impl" in _registered:
+        if _registered["loop"] is not loop:
+            raise RuntimeError("libvirt's event loop is already registered on another asyncio loop")
+        impl: libvirtaio.virEventAsyncIOImpl = _registered["impl"]
+        return impl
     impl = libvirtaio.virEventAsyncIOImpl(loop=loop)
     loop_thread = threading.get_ident()
 
@@ -66,4 +75,5 @@ def register_libvirt_event_loop(loop: asyncio.AbstractEventLoop) -> libvirtaio.v
         on_loop(impl._update_timeout),
         on_loop(impl._remove_timeout),
     )
+    _registered.update(impl=impl, loop=loop)
     return impl

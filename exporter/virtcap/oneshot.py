@@ -34,7 +34,8 @@ async def audit_fleet_once(config: Config, cpu_window: float = CPU_SAMPLE_WINDOW
                 lambda: audit_hypervisor_blocking(hypervisor, cpu_window), name=f"audit-{hypervisor.name}"
             )
             try:
-                facts = await asyncio.wait_for(call, timeout=config.audit.timeout)
+                async with asyncio.timeout(config.audit.timeout):
+                    facts = await call
             except TimeoutError:
                 return HypervisorSnapshot.failed(
                     hypervisor,

@@ -16,7 +16,7 @@ import html
 import logging
 import signal
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import bcrypt
@@ -62,7 +62,8 @@ class MetricsCache:
             self.body, self._gzipped = body, None
             self.rendered.set()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.store.changed.wait(), self._until_next_stale())
+                async with asyncio.timeout(self._until_next_stale()):
+                    await self.store.changed.wait()
 
     def _until_next_stale(self) -> float | None:
         """Data of a down hypervisor must vanish when it turns stale, even if nothing else changes."""

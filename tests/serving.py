@@ -1,0 +1,128 @@
+"""Running `virtcap serve` as a real process for the tests, and reading its /metrics."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass
+class Server:
+    process: subprocess.Popen[bytes]
+    base_url: str
+    log: Path
+    ssl_context: ssl.SSLContext | None = None
+
+    def get(
+        self, path: str, timeout: float = 5.0, headers: dict[str, str] | None = None
+    ) -> tuple[int, bytes]:
+        request = urllib.request.Request(self.base_url + path, headers=headers or {})
+        try:
+            with urllib.request.urlopen(request, timeout=timeout, context=self.ssl_context) as response:
+                return response.status, response.read()
+        except urllib.error.HTTPError as error:
+            return error.code, error.read()
+
+    def samples(self, path: str = "/metrics") -> Samples:
+        status, body = self.get(path)
+        assert status == 200, body
+        return parse_samples(body.decode())
+
+    def threads(self) -> int:
+        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
+            if line.startswith("Threads:"):
+                return int(line.split()[1])
+        raise AssertionError("no thread count")
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+def parse_samples(text: str) -> Samples:
+    samples: Samples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            samples[(sample.name, frozenset(sample.labels.items()))] = sample.value
+    return samples
+
+
+def value(samples: Samples, name: str, **labels: str) -> float | None:
+    return samples.get((name, frozenset(labels.items())))
+
+
+def series(samples: Samples, name: str, **labels: str) -> dict[frozenset[tuple[str, str]], float]:
+    wanted = set(labels.items())
+    return {key: v for (metric, key), v in samples.items() if metric == name and wanted <= key}
+
+
+def wait_for(condition: object, timeout: float, interval: float = 0.05, what: str = "condition") -> float:
+    """Seconds it took for `condition()` to hold; fails after `timeout`."""
+    started = time.monotonic()
+    while True:
+        if condition():  # type: ignore[operator]
+            return time.monotonic() - started
+        if time.monotonic() - started > timeout:
+            raise AssertionError(f"{what} did not hold within {timeout}s")
+        time.sleep(interval)
+
+
+@contextmanager
+def running_server(
+    args: list[str], log_dir: Path, ssl_context: ssl.SSLContext | None = None, ready: bool = True
+) -> Iterator[Server]:
+    port = free_port()
+    log = log_dir / f"virtcap-{port}.log"
+    command = [sys.executable, "-m", "virtcap", "serve", "--web.listen-address", f"127.0.0.1:{port}", *args]
+    with log.open("wb") as output:
+        process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=os.environ.copy())
+    scheme = "https" if ssl_context is not None else "http"
+    server = Server(process, f"{scheme}://127.0.0.1:{port}", log, ssl_context)
+    try:
+        if ready:
+            wait_for(
+                lambda: _answers(server, "/-/ready"), 30, what=f"readiness ({server.log_text()[-2000:]})"
+            )
+        yield server
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+                raise AssertionError(
+                    f"virtcap did not stop on SIGTERM: {server.log_text()[-2000:]}"
+                ) from None
+
+
+def _answers(server: Server, path: str) -> bool:
+    if server.process.poll() is not None:
+        raise AssertionError(f"virtcap exited with {server.process.returncode}: {server.log_text()[-3000:]}")
+    try:
+        status, _ = server.get(path, timeout=1.0)
+    except OSError:
+        return False
+    return status == 200

@@ -1,0 +1,144 @@
+"""Metric families from snapshots: names, labels, values, disappearance and staleness."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.serving import parse_samples, series, value
+from virtcap.config import parse_config
+from virtcap.exposition import render, views
+from virtcap.facts import CpuIdentity
+from virtcap.oneshot import audit_fleet_once
+from virtcap.snapshot import HypervisorSnapshot
+from virtcap.store import SnapshotStore
+
+MIXED = Path(__file__).parent / "fixtures" / "mixed-node.xml"
+GIB = 1024**3
+
+CONFIG = f"""
+hypervisors:
+  - {{name: mixed, uri: "test://{MIXED}", cpu_shared_set: "0", cpu_dedicated_set: "2,4"}}
+  - {{name: default, uri: "test:///default", allocation_ratios: {{memory: 1.5}}}}
+flavors:
+  - {{name: m1.small, vcpu: 1, memory: 2GiB, disk: 20GiB}}
+"""
+
+
+@pytest.fixture(scope="module")
+def store() -> SnapshotStore:
+    async def fill() -> SnapshotStore:
+        config = parse_config(CONFIG, "inline")
+        store = SnapshotStore()
+        store.track([h.name for h in config.hypervisors])
+        for snapshot in await audit_fleet_once(config, cpu_window=0.0):
+            store.record(snapshot, "success")
+        store.set_identity("mixed", CpuIdentity(model="EPYC", arch="x86_64"))
+        return store
+
+    return asyncio.run(fill())
+
+
+def exposition(store: SnapshotStore, stale_after: float = 60.0) -> dict[object, float]:
+    return parse_samples(render(views(store, time.time(), stale_after)).decode())  # type: ignore[return-value]
+
+
+def test_every_family_with_its_labels(store: SnapshotStore) -> None:
+    samples = exposition(store)
+    assert value(samples, "hypervisor_up", hypervisor="mixed") == 1.0
+    labels = {"hypervisor": "mixed", "resource": "vcpu", "unit": "cpus"}
+    assert value(samples, "hypervisor_resource_total", **labels) == 1
+    assert value(samples, "hypervisor_resource_reserved", **labels) == 0
+    assert value(samples, "hypervisor_resource_limit", **labels) == 4
+    assert value(samples, "hypervisor_resource_used", **labels) == 12
+    assert value(samples, "hypervisor_resource_free", **labels) == -8
+    assert value(samples, "hypervisor_resource_claimed", **labels) == 0
+    assert value(samples, "hypervisor_resource_allocation_ratio", hypervisor="mixed", resource="vcpu") == 4.0
+    assert value(samples, "hypervisor_resource_allocated", **labels, state="paused") == 4
+    memory = {"hypervisor": "mixed", "resource": "memory", "unit": "bytes"}
+    assert value(samples, "hypervisor_resource_actual_usage", **memory) == 14 * GIB
+    assert (
+        value(samples, "hypervisor_resource_used", hypervisor="mixed", resource="disk", unit="bytes")
+        == 161 * GIB
+    )
+    assert value(samples, "hypervisor_schedulable_instances", hypervisor="mixed", flavor="m1.small") == 0
+    assert value(samples, "hypervisor_domains", hypervisor="mixed", state="running") == 3
+    assert value(samples, "hypervisor_audit_problems", hypervisor="mixed") == 2
+    assert value(samples, "virtcap_audits_total", hypervisor="mixed", outcome="success") == 1
+    assert value(samples, "virtcap_build_info", version=__import__("virtcap").__version__) == 1
+    assert (value(samples, "hypervisor_audit_timestamp_seconds", hypervisor="mixed") or 0) > 0
+    assert value(samples, "hypervisor_audit_duration_seconds", hypervisor="mixed") is not None
+    info = series(samples, "hypervisor_info", hypervisor="mixed")
+    assert len(info) == 1
+    (labels_of_info,) = info
+    assert dict(labels_of_info) == {
+        "hypervisor": "mixed",
+        "hostname": "vm",
+        "hypervisor_type": "TEST",
+        "hypervisor_version": "0.0.2",
+        "libvirt_version": dict(labels_of_info)["libvirt_version"],
+        "cpu_model": "EPYC",
+        "arch": "x86_64",
+    }
+    # used = allocated over counted states + claimed; free = limit - used, for every series
+    for (name, key), used in list(samples.items()):
+        if name != "hypervisor_resource_used":
+            continue
+        labels = dict(key)
+        allocated = sum(series(samples, "hypervisor_resource_allocated", **labels).values())
+        claimed = value(samples, "hypervisor_resource_claimed", **labels) or 0
+        assert used == allocated + claimed
+        assert (
+            value(samples, "hypervisor_resource_free", **labels)
+            == value(samples, "hypervisor_resource_limit", **labels) - used
+        )  # type: ignore[operator]
+
+
+def test_no_label_is_owned_by_the_target_or_a_total() -> None:
+    forbidden = {"cluster", "region", "job", "instance"}
+    store = SnapshotStore()
+    store.track(["x"])
+    text = render(views(store, time.time(), 60)).decode()
+    for family_line in text.splitlines():
+        assert not any(f'{label}="' in family_line for label in forbidden)
+        assert '="total"' not in family_line
+
+
+def test_a_removed_hypervisor_loses_its_series(store: SnapshotStore) -> None:
+    assert series(exposition(store), "hypervisor_up", hypervisor="default")
+    kept = store.hypervisors["default"]
+    store.track(["mixed"])
+    try:
+        samples = exposition(store)
+        assert not [key for key in samples if ("hypervisor", "default") in key[1]]
+        assert series(samples, "hypervisor_up", hypervisor="mixed")
+    finally:
+        store.track(["mixed", "default"])
+        store.hypervisors["default"] = kept
+
+
+def test_a_failing_hypervisor_keeps_up_0_and_drops_stale_data(store: SnapshotStore) -> None:
+    state = store.hypervisors["default"]
+    good, latest = state.last_good, state.latest
+    assert good is not None
+    failure = HypervisorSnapshot(
+        name="default", up=False, error="boom", facts=None, capacity=None, taken_at=time.time()
+    )
+    store.record(failure, "failure")
+    try:
+        fresh = exposition(store, stale_after=3600)
+        assert value(fresh, "hypervisor_up", hypervisor="default") == 0.0
+        assert series(
+            fresh, "hypervisor_resource_limit", hypervisor="default"
+        )  # last good data, not stale yet
+        assert value(fresh, "hypervisor_audit_timestamp_seconds", hypervisor="default") == good.taken_at
+        assert value(fresh, "virtcap_audits_total", hypervisor="default", outcome="failure") == 1
+        stale = parse_samples(render(views(store, good.taken_at + 100, 60)).decode())
+        assert value(stale, "hypervisor_up", hypervisor="default") == 0.0
+        assert not series(stale, "hypervisor_resource_limit", hypervisor="default")
+        assert not series(stale, "hypervisor_info", hypervisor="default")
+    finally:
+        state.latest = latest
