@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.serving import parse_samples, series, value
+from tests.serving import Samples, parse_samples, series, value
 from virtcap.config import parse_config
 from virtcap.exposition import render, views
 from virtcap.facts import CpuIdentity
@@ -42,8 +42,8 @@ def store() -> SnapshotStore:
     return asyncio.run(fill())
 
 
-def exposition(store: SnapshotStore, stale_after: float = 60.0) -> dict[object, float]:
-    return parse_samples(render(views(store, time.time(), stale_after)).decode())  # type: ignore[return-value]
+def exposition(store: SnapshotStore, stale_after: float = 60.0) -> Samples:
+    return parse_samples(render(views(store, time.time(), stale_after)).decode())
 
 
 def test_every_family_with_its_labels(store: SnapshotStore) -> None:
@@ -91,10 +91,9 @@ def test_every_family_with_its_labels(store: SnapshotStore) -> None:
         allocated = sum(series(samples, "hypervisor_resource_allocated", **labels).values())
         claimed = value(samples, "hypervisor_resource_claimed", **labels) or 0
         assert used == allocated + claimed
-        assert (
-            value(samples, "hypervisor_resource_free", **labels)
-            == value(samples, "hypervisor_resource_limit", **labels) - used
-        )  # type: ignore[operator]
+        limit = value(samples, "hypervisor_resource_limit", **labels)
+        assert limit is not None
+        assert value(samples, "hypervisor_resource_free", **labels) == limit - used
 
 
 def test_no_label_is_owned_by_the_target_or_a_total() -> None:
