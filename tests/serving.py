@@ -90,7 +90,10 @@ def wait_for(condition: object, timeout: float, interval: float = 0.05, what: st
 
 @contextmanager
 def running_server(
-    args: list[str], log_dir: Path, ssl_context: ssl.SSLContext | None = None, ready: bool = True
+    args: list[str],
+    log_dir: Path,
+    ssl_context: ssl.SSLContext | None = None,
+    headers: dict[str, str] | None = None,
 ) -> Iterator[Server]:
     port = free_port()
     log = log_dir / f"virtcap-{port}.log"
@@ -100,10 +103,7 @@ def running_server(
     scheme = "https" if ssl_context is not None else "http"
     server = Server(process, f"{scheme}://127.0.0.1:{port}", log, ssl_context)
     try:
-        if ready:
-            wait_for(
-                lambda: _answers(server, "/-/ready"), 30, what=f"readiness ({server.log_text()[-2000:]})"
-            )
+        wait_for(lambda: _answers(server, "/-/ready", headers), 30, what="readiness")
         yield server
     finally:
         if process.poll() is None:
@@ -118,11 +118,11 @@ def running_server(
                 ) from None
 
 
-def _answers(server: Server, path: str) -> bool:
+def _answers(server: Server, path: str, headers: dict[str, str] | None) -> bool:
     if server.process.poll() is not None:
         raise AssertionError(f"virtcap exited with {server.process.returncode}: {server.log_text()[-3000:]}")
     try:
-        status, _ = server.get(path, timeout=1.0)
+        status, _ = server.get(path, timeout=1.0, headers=headers)
     except OSError:
         return False
     return status == 200
