@@ -5,9 +5,11 @@ from __future__ import annotations
 import grp
 import os
 import shutil
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import libvirt
@@ -46,33 +48,77 @@ def _give_dev_kvm_to_its_group() -> None:
         device.chmod(0o660)
 
 
+PID_FILE = Path("/run/libvirtd.pid")
+
+
+@dataclass
+class Libvirtd:
+    """The system libvirtd the tests talk to, and the means to misbehave it."""
+
+    uri: str
+    logs: Path
+    started: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    @property
+    def pid(self) -> int:
+        return int(PID_FILE.read_text().strip())
+
+    def pause(self) -> None:
+        os.kill(self.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        os.kill(self.pid, signal.SIGCONT)
+
+    def kill(self) -> None:
+        pid = self.pid
+        os.kill(pid, signal.SIGKILL)
+        for process in self.started:
+            if process.pid == pid:
+                process.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    def start(self, daemon: str = "libvirtd") -> None:
+        log = (self.logs / f"{daemon}.log").open("ab")
+        self.started.append(subprocess.Popen([daemon], stdout=log, stderr=subprocess.STDOUT))
+        if daemon == "libvirtd":
+            deadline = time.monotonic() + 30
+            while not _answers(self.uri):
+                if time.monotonic() > deadline or self.started[-1].poll() is not None:
+                    pytest.fail(
+                        f"libvirtd did not come up: {(self.logs / 'libvirtd.log').read_text()[-2000:]}"
+                    )
+                time.sleep(0.2)
+
+    def stop_started(self) -> None:
+        for process in reversed(self.started):
+            if process.poll() is None:
+                process.send_signal(signal.SIGCONT)
+                process.terminate()
+                try:
+                    process.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+
+
 @pytest.fixture(scope="session")
-def libvirtd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The URI of a running system libvirtd: the one already there, or one this session starts
-    (with its virtlogd) and stops at the end."""
+def libvirtd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Libvirtd]:
+    """A running system libvirtd: the one already there, or one this session starts (with its
+    virtlogd) and stops at the end."""
     _give_dev_kvm_to_its_group()
-    if _answers(SYSTEM_URI):
-        yield SYSTEM_URI
-        return
-    missing = [tool for tool in ("libvirtd", "virtlogd", "qemu-system-x86_64") if shutil.which(tool) is None]
-    if missing or os.geteuid() != 0:
-        pytest.fail(f"a real libvirtd is needed (run as root, `make test` installs it); missing: {missing}")
-    logs = tmp_path_factory.mktemp("libvirtd-logs")
-    started: list[subprocess.Popen[bytes]] = []
-    for daemon in ("virtlogd", "libvirtd"):
-        log = (logs / f"{daemon}.log").open("wb")
-        started.append(subprocess.Popen([daemon], stdout=log, stderr=subprocess.STDOUT))
+    daemon = Libvirtd(SYSTEM_URI, tmp_path_factory.mktemp("libvirtd-logs"))
+    if not _answers(SYSTEM_URI):
+        missing = [
+            tool for tool in ("libvirtd", "virtlogd", "qemu-system-x86_64") if shutil.which(tool) is None
+        ]
+        if missing or os.geteuid() != 0:
+            pytest.fail(
+                f"a real libvirtd is needed (run as root, `make test` installs it); missing: {missing}"
+            )
+        daemon.start("virtlogd")
+        daemon.start("libvirtd")
     try:
-        deadline = time.monotonic() + 30
-        while not _answers(SYSTEM_URI):
-            if time.monotonic() > deadline or any(p.poll() is not None for p in started):
-                pytest.fail(f"libvirtd did not come up: {(logs / 'libvirtd.log').read_text()[-2000:]}")
-            time.sleep(0.2)
-        yield SYSTEM_URI
+        yield daemon
     finally:
-        for process in reversed(started):
-            process.terminate()
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        daemon.stop_started()

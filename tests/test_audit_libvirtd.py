@@ -16,6 +16,7 @@ from typing import Any
 import libvirt
 import pytest
 
+from tests.conftest import Libvirtd
 from virtcap.config import parse_config
 from virtcap.facts import DomainState
 from virtcap.model import Resource
@@ -85,13 +86,13 @@ class Fleet:
 
 
 @pytest.fixture(scope="module")
-def guests(libvirtd: str) -> Iterator[Fleet]:
+def guests(libvirtd: Libvirtd) -> Iterator[Fleet]:
     """Three guests (running, paused, shut off) with disks in a transient directory pool."""
     prefix = f"virtcap-test-{uuid.uuid4().hex[:6]}"
     # Not under pytest's private temporary folder: QEMU runs as another user and must reach it.
     pool_path = Path(tempfile.mkdtemp(prefix=f"{prefix}-", dir="/var/tmp"))
     pool_path.chmod(0o755)
-    conn: Any = libvirt.open(libvirtd)
+    conn: Any = libvirt.open(libvirtd.uri)
     pool = conn.storagePoolCreateXML(
         f"<pool type='dir'><name>{prefix}</name><target><path>{pool_path}</path></target></pool>", 0
     )
@@ -109,7 +110,7 @@ def guests(libvirtd: str) -> Iterator[Fleet]:
                 domain.create()
             if guest.state is DomainState.PAUSED:
                 domain.suspend()
-        yield Fleet(libvirtd, prefix, prefix, pool_path)
+        yield Fleet(libvirtd.uri, prefix, prefix, pool_path)
     finally:
         for domain in domains:
             if domain.isActive():

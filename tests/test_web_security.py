@@ -7,6 +7,7 @@ import ssl
 import subprocess
 import sys
 import urllib.error
+import urllib.request
 from pathlib import Path
 
 import bcrypt
@@ -104,8 +105,6 @@ def test_basic_auth(tmp_path: Path) -> None:
 
 
 def urllib_get(url: str, context: ssl.SSLContext | None) -> int:
-    import urllib.request
-
     with urllib.request.urlopen(url, timeout=5, context=context) as response:
         status: int = response.status
         return status
