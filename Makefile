@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint typecheck unit system-deps clean
+.PHONY: demo test lint typecheck unit bench system-deps clean
 
 system-deps:
 	@bash scripts/install-system-deps.sh
@@ -21,8 +21,8 @@ demo: system-deps $(BIN)/virtcap
 	$(BIN)/virtcap serve --demo
 
 lint: $(BIN)/virtcap
-	$(BIN)/ruff check exporter tests
-	$(BIN)/ruff format --check exporter tests
+	$(BIN)/ruff check exporter tests bench
+	$(BIN)/ruff format --check exporter tests bench
 
 typecheck: $(BIN)/virtcap
 	$(BIN)/mypy
@@ -31,6 +31,9 @@ unit: $(BIN)/virtcap
 	$(BIN)/pytest
 
 test: system-deps $(BIN)/virtcap lint typecheck unit
+
+bench: $(BIN)/virtcap
+	$(BIN)/python bench/scrape_latency.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis exporter/*.egg-info

@@ -36,6 +36,8 @@ log = logging.getLogger("virtcap.server")
 
 DEFAULT_PORT = 10463
 SHUTDOWN_GRACE_SECONDS = 10.0
+RENDER_GAP_SECONDS = 0.5
+"""At most two renders a second: a large fleet changes all the time, scrapes need not see each."""
 _VERIFIED_CACHE_LIMIT = 1024
 
 
@@ -61,6 +63,7 @@ class MetricsCache:
             body = await asyncio.to_thread(render, snapshot)
             self.body, self._gzipped = body, None
             self.rendered.set()
+            await asyncio.sleep(RENDER_GAP_SECONDS)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self._until_next_stale()):
                     await self.store.changed.wait()
