@@ -48,6 +48,8 @@ class MetricsCache:
         self.store = store
         self.stale_after = stale_after
         self.body = b""
+        self.version = -1
+        """The store version the body shows."""
         self._gzipped: bytes | None = None
         self.rendered = asyncio.Event()
 
@@ -59,9 +61,10 @@ class MetricsCache:
     async def run(self) -> None:
         while True:
             self.store.changed.clear()
+            version = self.store.version
             snapshot = views(self.store, time.time(), self.stale_after)
             body = await asyncio.to_thread(render, snapshot)
-            self.body, self._gzipped = body, None
+            self.body, self.version, self._gzipped = body, version, None
             self.rendered.set()
             await asyncio.sleep(RENDER_GAP_SECONDS)
             with contextlib.suppress(TimeoutError):
@@ -176,7 +179,10 @@ async def healthy(_request: web.Request) -> web.Response:
 
 
 async def ready(request: web.Request) -> web.Response:
-    if _exporter(request).store.ready:
+    """Ready once /metrics shows every hypervisor's first audit (or its failure)."""
+    exporter = _exporter(request)
+    since = exporter.store.ready_since
+    if since is not None and exporter.cache.version >= since:
         return web.Response(text="Ready\n")
     return web.Response(status=503, text="Not ready: some hypervisors have not been audited yet\n")
 

@@ -33,6 +33,8 @@ class SnapshotStore:
     def __init__(self) -> None:
         self.hypervisors: dict[str, HypervisorState] = {}
         self.version = 0
+        self.ready_since: int | None = None
+        """The version at which every hypervisor had been audited once (or had failed)."""
         self.changed = asyncio.Event()
 
     def track(self, names: list[str]) -> None:
@@ -63,4 +65,6 @@ class SnapshotStore:
 
     def _bump(self) -> None:
         self.version += 1
+        if self.ready_since is None and self.ready:
+            self.ready_since = self.version
         self.changed.set()
