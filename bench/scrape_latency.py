@@ -46,6 +46,7 @@ def make_fleet(directory: Path, hypervisors: int, domains: int) -> Path:
     config = {
         # audits keep running during the measurement: scrapes compete with them and with renders
         "audit": {"interval": "5s", "timeout": "20s"},
+        "claims": {"database": ":memory:"},
         "hypervisors": [{"name": name, "uri": f"test://{path}"} for name, path in paths.items()],
         "flavors": [
             {"name": f"f{i}", "vcpu": 2**i, "memory": f"{2 ** (i + 1)}GiB", "disk": f"{10 * 2**i}GiB"}

@@ -43,7 +43,7 @@ def store() -> SnapshotStore:
 
 
 def exposition(store: SnapshotStore, stale_after: float = 60.0) -> Samples:
-    return parse_samples(render(views(store, time.time(), stale_after)).decode())
+    return parse_samples(render(views(store, time.time(), stale_after), {}).decode())
 
 
 def test_every_family_with_its_labels(store: SnapshotStore) -> None:

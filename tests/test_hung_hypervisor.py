@@ -53,6 +53,7 @@ def test_a_hung_hypervisor_never_holds_up_the_others(silent_listener: int, tmp_p
     config.write_text(
         f"""
 audit: {{interval: 1s, timeout: 1s}}
+claims: {{database: {tmp_path / "claims.sqlite"}}}
 hypervisors:
 {entries}
   - {{name: hung, uri: "qemu+tcp://127.0.0.1:{silent_listener}/system"}}

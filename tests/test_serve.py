@@ -116,6 +116,7 @@ def test_a_hypervisor_removed_by_a_reload_loses_its_series(tmp_path: Path) -> No
     config = tmp_path / "virtcap.yaml"
     both = f"""
 audit: {{interval: 1h}}
+claims: {{database: {tmp_path / "claims.sqlite"}}}
 hypervisors:
   - {{name: mixed, uri: "test://{MIXED}"}}
   - {{name: other, uri: "test://{DEMO_DIR / "compute-01.xml"}"}}

@@ -31,6 +31,7 @@ def config_file(directory: Path, interval: str, timeout: str = "2s") -> Path:
         f"""
 audit:
   {{interval: {interval}, timeout: {timeout}, keepalive_interval: 1s, keepalive_count: 2, stale_after: 1h}}
+claims: {{database: {directory / "claims.sqlite"}}}
 hypervisors:
   - {{name: local, uri: "qemu:///system"}}
 """

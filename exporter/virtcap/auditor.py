@@ -19,6 +19,7 @@ from typing import Any
 import libvirt
 
 from virtcap.audit import AuditError, audit_host, open_read_only, read_cpu_identity, redact_uri
+from virtcap.claims import ClaimLedger
 from virtcap.config import AuditSettings, Hypervisor
 from virtcap.facts import CpuTimes, HostFacts
 from virtcap.model import Amounts
@@ -44,8 +45,10 @@ class HypervisorAuditor:
         flavors: Mapping[str, Amounts],
         store: SnapshotStore,
         slots: asyncio.Semaphore,
+        claims: ClaimLedger | None = None,
     ) -> None:
         self.hypervisor = hypervisor
+        self.claims = claims
         self.settings = settings
         self.flavors = flavors
         self.store = store
@@ -141,7 +144,11 @@ class HypervisorAuditor:
                 self._record_failure(f"{error.get_error_message()} ({self.uri_for_humans})", "failure")
                 return False
         self._previous_cpu = facts.cpu_times
-        self.store.record(HypervisorSnapshot.audited(self.hypervisor, facts, self.flavors), "success")
+        snapshot = HypervisorSnapshot.audited(self.hypervisor, facts, self.flavors)
+        if self.claims is not None:
+            await self.claims.record_audit(snapshot, facts)
+        else:
+            self.store.record(snapshot, "success")
         self._read_identity_once()
         return True
 
@@ -232,8 +239,9 @@ def _consume_outcome(future: asyncio.Future[Any]) -> None:
 class FleetAuditor:
     """One auditor per configured hypervisor, sharing a bound on concurrent audits."""
 
-    def __init__(self, store: SnapshotStore) -> None:
+    def __init__(self, store: SnapshotStore, claims: ClaimLedger | None = None) -> None:
         self.store = store
+        self.claims = claims
         self.auditors: dict[str, HypervisorAuditor] = {}
         self._settings: AuditSettings | None = None
         self._slots = asyncio.Semaphore(1)
@@ -256,7 +264,7 @@ class FleetAuditor:
             if name in self.auditors:
                 self.auditors[name].flavors = flavors
                 continue
-            auditor = HypervisorAuditor(hypervisor, settings, flavors, self.store, self._slots)
+            auditor = HypervisorAuditor(hypervisor, settings, flavors, self.store, self._slots, self.claims)
             self.auditors[name] = auditor
             auditor.start()
 

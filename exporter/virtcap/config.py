@@ -9,7 +9,7 @@ from __future__ import annotations
 import socket
 import types
 import typing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Self, TypeVar
 
@@ -121,8 +121,26 @@ class FlavorSection(_Section):
         return self
 
 
+class ClaimSettings(_Section):
+    database: str = Field(default="/var/lib/virtcap/claims.sqlite", min_length=1)
+    default_ttl: Duration = 900.0
+    max_ttl: Duration = 86400.0
+    writers: dict[str, str] = {}
+    """User name to bcrypt hash: who may create and delete claims (read-only scrapes never can)."""
+
+    @model_validator(mode="after")
+    def _sane(self) -> Self:
+        if self.default_ttl > self.max_ttl:
+            raise ValueError("default_ttl is longer than max_ttl")
+        for user, hashed in self.writers.items():
+            if not hashed.startswith(("$2a$", "$2b$", "$2y$")):
+                raise ValueError(f"writers.{user}: expected a bcrypt hash ($2y$...), not a password")
+        return self
+
+
 class ConfigFile(_Section):
     audit: AuditSettings = AuditSettings()
+    claims: ClaimSettings = ClaimSettings()
     defaults: PolicySection = PolicySection()
     hypervisors: list[HypervisorSection] | None = None
     flavors: list[FlavorSection] = []
@@ -158,6 +176,7 @@ class Config:
     audit: AuditSettings
     hypervisors: tuple[Hypervisor, ...]
     flavors: tuple[Flavor, ...]
+    claims: ClaimSettings = field(default_factory=ClaimSettings)
 
     @property
     def flavor_requests(self) -> dict[str, Amounts]:
@@ -224,7 +243,13 @@ def build_config(parsed: ConfigFile, source: str) -> Config:
         )
         for f in parsed.flavors
     )
-    return Config(source=source, audit=parsed.audit, hypervisors=tuple(hypervisors), flavors=flavors)
+    return Config(
+        source=source,
+        audit=parsed.audit,
+        hypervisors=tuple(hypervisors),
+        flavors=flavors,
+        claims=parsed.claims,
+    )
 
 
 def _merge_policy(

@@ -20,6 +20,7 @@ from virtcap.snapshot import HypervisorSnapshot
 from virtcap.store import SnapshotStore
 
 AUDIT_OUTCOMES = ("success", "failure", "timeout")
+CLAIM_OUTCOMES = ("created", "rejected", "reconciled", "expired", "deleted")
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,9 +35,12 @@ class HypervisorView:
     last_duration: float | None
     identity: CpuIdentity | None
     audits: Mapping[str, int]
+    pending_claims: int = 0
 
 
-def views(store: SnapshotStore, now: float, stale_after: float) -> tuple[HypervisorView, ...]:
+def views(
+    store: SnapshotStore, now: float, stale_after: float, pending_claims: Mapping[str, int] | None = None
+) -> tuple[HypervisorView, ...]:
     """Take on the event loop, render anywhere."""
     result = []
     for state in store.hypervisors.values():
@@ -51,39 +55,45 @@ def views(store: SnapshotStore, now: float, stale_after: float) -> tuple[Hypervi
                 last_duration=good.facts.audit_duration_seconds if good is not None and good.facts else None,
                 identity=state.identity,
                 audits=dict(state.audits),
+                pending_claims=(pending_claims or {}).get(state.name, 0),
             )
         )
     return tuple(result)
 
 
 class FleetCollector(Collector):
-    def __init__(self, hypervisors: Iterable[HypervisorView]) -> None:
+    def __init__(
+        self, hypervisors: Iterable[HypervisorView], claim_outcomes: Mapping[str, int] | None
+    ) -> None:
         self.hypervisors = tuple(hypervisors)
+        self.claim_outcomes = claim_outcomes
 
     def collect(self) -> Iterator[Metric]:
-        return iter(build_families(self.hypervisors))
+        yield from build_families(self.hypervisors)
+        if self.claim_outcomes is not None:
+            yield from exporter_families(self.claim_outcomes)
 
 
-def render(hypervisors: Iterable[HypervisorView], include_build_info: bool = True) -> bytes:
+def render(hypervisors: Iterable[HypervisorView], claim_outcomes: Mapping[str, int] | None = None) -> bytes:
+    """The exposition; the exporter's own families (build info, claim outcomes) come with
+    `claim_outcomes`, and are left out of a single target's /probe."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(FleetCollector(hypervisors))
-    text = generate_latest(registry)
-    if include_build_info:
-        text += build_info_text()
-    return text
-
-
-def build_info_text() -> bytes:
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(_BuildInfo())
+    registry.register(FleetCollector(hypervisors, claim_outcomes))
     return generate_latest(registry)
 
 
-class _BuildInfo(Collector):
-    def collect(self) -> Iterator[Metric]:
-        info = GaugeMetricFamily("virtcap_build_info", "virtcap's version, value 1.", labels=["version"])
-        info.add_metric([__version__], 1)
-        yield info
+def exporter_families(claim_outcomes: Mapping[str, int]) -> list[Metric]:
+    info = GaugeMetricFamily("virtcap_build_info", "virtcap's version, value 1.", labels=["version"])
+    info.add_metric([__version__], 1)
+    claims = CounterMetricFamily(
+        "virtcap_claims",
+        "Claims by outcome: created, rejected (did not fit), reconciled (their domain appeared), "
+        "expired, deleted.",
+        labels=["outcome"],
+    )
+    for outcome in CLAIM_OUTCOMES:
+        claims.add_metric([outcome], claim_outcomes.get(outcome, 0))
+    return [info, claims]
 
 
 _RESOURCE_GAUGES = {
@@ -144,6 +154,9 @@ def build_families(hypervisors: Iterable[HypervisorView]) -> list[Metric]:
         "Finished audits by outcome (success, failure, timeout).",
         labels=["hypervisor", "outcome"],
     )
+    pending = GaugeMetricFamily(
+        "virtcap_claims_pending", "Claims held on the hypervisor, not yet reconciled.", labels=["hypervisor"]
+    )
     info = InfoMetricFamily(
         "hypervisor",
         "Identity of the hypervisor, value 1.",
@@ -152,6 +165,7 @@ def build_families(hypervisors: Iterable[HypervisorView]) -> list[Metric]:
     for view in hypervisors:
         name = view.name
         up.add_metric([name], 1.0 if view.up else 0.0)
+        pending.add_metric([name], view.pending_claims)
         for outcome in AUDIT_OUTCOMES:
             audits.add_metric([name, outcome], view.audits.get(outcome, 0))
         if view.last_success is not None:
@@ -207,5 +221,6 @@ def build_families(hypervisors: Iterable[HypervisorView]) -> list[Metric]:
         duration,
         timestamp,
         audits,
+        pending,
         info,
     ]

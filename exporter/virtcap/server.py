@@ -25,7 +25,9 @@ from aiohttp.typedefs import Handler, Middleware
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from virtcap import __version__
+from virtcap.api import add_routes
 from virtcap.auditor import FleetAuditor
+from virtcap.claims import ClaimDatabase, ClaimLedger
 from virtcap.config import Config, ConfigError
 from virtcap.events import register_libvirt_event_loop
 from virtcap.exposition import render, views
@@ -44,8 +46,9 @@ _VERIFIED_CACHE_LIMIT = 1024
 class MetricsCache:
     """The fleet's exposition, rendered once per change and served to every scrape."""
 
-    def __init__(self, store: SnapshotStore, stale_after: float) -> None:
+    def __init__(self, store: SnapshotStore, stale_after: float, claims: ClaimLedger) -> None:
         self.store = store
+        self.claims = claims
         self.stale_after = stale_after
         self.body = b""
         self.version = -1
@@ -62,8 +65,8 @@ class MetricsCache:
         while True:
             self.store.changed.clear()
             version = self.store.version
-            snapshot = views(self.store, time.time(), self.stale_after)
-            body = await asyncio.to_thread(render, snapshot)
+            snapshot = views(self.store, time.time(), self.stale_after, self.claims.pending())
+            body = await asyncio.to_thread(render, snapshot, dict(self.claims.outcomes))
             self.body, self.version, self._gzipped = body, version, None
             self.rendered.set()
             await asyncio.sleep(RENDER_GAP_SECONDS)
@@ -119,13 +122,19 @@ class Exporter:
     store: SnapshotStore
     fleet: FleetAuditor
     cache: MetricsCache
-    auth: BasicAuth | None
+    claims: ClaimLedger
+    readers: BasicAuth | None
+    """Who may read (every path) when the web config has basic_auth_users; None: anyone."""
+    writers: BasicAuth
+    """Who may create and delete claims (claims.writers): always required, whatever readers is."""
 
 
 def build_app(exporter: Exporter) -> web.Application:
-    middlewares = [_auth_middleware(exporter.auth)] if exporter.auth is not None else []
-    app = web.Application(middlewares=middlewares, client_max_size=64 * 1024)
+    app = web.Application(middlewares=[_auth_middleware(exporter)], client_max_size=64 * 1024)
     app["exporter"] = exporter
+    app["claims"] = exporter.claims
+    app["store"] = exporter.store
+    add_routes(app)
     app.router.add_get("/", landing_page)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/probe", probe)
@@ -134,16 +143,34 @@ def build_app(exporter: Exporter) -> web.Application:
     return app
 
 
-def _auth_middleware(auth: BasicAuth) -> Middleware:
+_MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+def _auth_middleware(exporter: Exporter) -> Middleware:
+    """Changes need a writer (claims.writers), always; reads need a reader when readers are set.
+
+    The two are separate so that a scraper's credentials can never create or delete claims.
+    """
+
     @web.middleware
     async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if not await auth.allows(request.headers.get("Authorization")):
-            return web.Response(
-                status=401, text="Unauthorized\n", headers={"WWW-Authenticate": 'Basic realm="virtcap"'}
-            )
+        header = request.headers.get("Authorization")
+        if request.method in _MUTATING:
+            if request.match_info.http_exception is not None:
+                return await handler(request)  # no such route or method: 404 or 405 as it is
+            if not await exporter.writers.allows(header):
+                return _unauthorized("virtcap claims")
+        elif exporter.readers is not None and not await exporter.readers.allows(header):
+            return _unauthorized("virtcap")
         return await handler(request)
 
     return authenticate
+
+
+def _unauthorized(realm: str) -> web.Response:
+    return web.Response(
+        status=401, text="Unauthorized\n", headers={"WWW-Authenticate": f'Basic realm="{realm}"'}
+    )
 
 
 def _exporter(request: web.Request) -> Exporter:
@@ -169,8 +196,9 @@ async def probe(request: web.Request) -> web.Response:
         raise web.HTTPBadRequest(text="missing the target parameter: /probe?target=HYPERVISOR\n")
     if target not in exporter.store.hypervisors:
         raise web.HTTPBadRequest(text=f"unknown target {target!r}: not a configured hypervisor\n")
-    snapshot = [v for v in views(exporter.store, time.time(), exporter.cache.stale_after) if v.name == target]
-    body = render(snapshot, include_build_info=False)
+    pending = exporter.claims.pending()
+    everyone = views(exporter.store, time.time(), exporter.cache.stale_after, pending)
+    body = render([view for view in everyone if view.name == target])
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
@@ -214,6 +242,10 @@ async def landing_page(request: web.Request) -> web.Response:
     return web.Response(text=page, content_type="text/html")
 
 
+def _writer_hashes(config: Config) -> dict[str, bytes]:
+    return {user: hashed.encode() for user, hashed in config.claims.writers.items()}
+
+
 def parse_listen_address(text: str) -> tuple[str | None, int]:
     """`HOST:PORT`, `:PORT` (every interface) or `[IPv6]:PORT`."""
     host, sep, port = text.rpartition(":")
@@ -233,10 +265,18 @@ async def serve(
     loop = asyncio.get_running_loop()
     register_libvirt_event_loop(loop)
     store = SnapshotStore()
-    fleet = FleetAuditor(store)
-    cache = MetricsCache(store, config.audit.staleness_bound)
+    claims = ClaimLedger(config.claims, store, ClaimDatabase(config.claims.database))
+    await claims.start()
+    fleet = FleetAuditor(store, claims)
+    cache = MetricsCache(store, config.audit.staleness_bound, claims)
     exporter = Exporter(
-        config, store, fleet, cache, BasicAuth(web_config.users) if web_config.users else None
+        config,
+        store,
+        fleet,
+        cache,
+        claims,
+        readers=BasicAuth(web_config.users) if web_config.users else None,
+        writers=BasicAuth(_writer_hashes(config)),
     )
     await fleet.apply(config.hypervisors, config.audit, config.flavor_requests)
     renderer = asyncio.create_task(cache.run(), name="render-metrics")
@@ -249,6 +289,7 @@ async def serve(
     except OSError as error:
         await runner.cleanup()
         await fleet.stop()
+        await claims.stop()
         raise ConfigError(
             f"--web.listen-address: cannot listen on {listen_address}: {error.strerror}"
         ) from None
@@ -269,6 +310,7 @@ async def serve(
 
     log.info("shutting down")
     await fleet.stop()
+    await claims.stop()
     renderer.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await renderer
@@ -284,5 +326,6 @@ async def _reload(exporter: Exporter, reload_config: Callable[[], Config]) -> No
         return
     exporter.config = config
     exporter.cache.stale_after = config.audit.staleness_bound
+    exporter.writers = BasicAuth(_writer_hashes(config))
     await exporter.fleet.apply(config.hypervisors, config.audit, config.flavor_requests)
     log.info("configuration reloaded", extra={"hypervisors": len(config.hypervisors)})

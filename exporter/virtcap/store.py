@@ -11,6 +11,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from virtcap.facts import CpuIdentity
+from virtcap.model import Amounts
 from virtcap.snapshot import HypervisorSnapshot
 
 
@@ -52,6 +53,17 @@ class SnapshotStore:
         state.audits[outcome] += 1
         self._bump()
 
+    def apply_claims(self, name: str, claimed: Amounts) -> None:
+        """Pending claims changed: recompute the capacity of the last audit with them."""
+        state = self.hypervisors.get(name)
+        if state is None or state.last_good is None:
+            return
+        updated = state.last_good.with_claims(claimed)
+        if state.latest is state.last_good:
+            state.latest = updated
+        state.last_good = updated
+        self._bump()
+
     def set_identity(self, name: str, identity: CpuIdentity) -> None:
         state = self.hypervisors.get(name)
         if state is not None:
@@ -62,6 +74,10 @@ class SnapshotStore:
     def ready(self) -> bool:
         """Every hypervisor has been audited once or has failed."""
         return all(state.latest is not None for state in self.hypervisors.values())
+
+    def touch(self) -> None:
+        """Something shown in /metrics changed outside the snapshots (a claim outcome)."""
+        self._bump()
 
     def _bump(self) -> None:
         self.version += 1
