@@ -14,10 +14,12 @@ import pytest
 
 from tests.conftest import Libvirtd
 from tests.serving import Server, running_server, value, wait_for
+from tests.test_claims import HASH, WRITER, call, claim
 
 GUEST = """
 <domain type='qemu'>
   <name>{name}</name>
+  <uuid>{uuid}</uuid>
   <memory unit='MiB'>64</memory>
   <vcpu>3</vcpu>
   <os><type arch='x86_64' machine='pc'>hvm</type></os>
@@ -31,7 +33,7 @@ def config_file(directory: Path, interval: str, timeout: str = "2s") -> Path:
         f"""
 audit:
   {{interval: {interval}, timeout: {timeout}, keepalive_interval: 1s, keepalive_count: 2, stale_after: 1h}}
-claims: {{database: {directory / "claims.sqlite"}}}
+claims: {{database: {directory / "claims.sqlite"}, writers: {{{WRITER[0]}: "{HASH}"}}}}
 hypervisors:
   - {{name: local, uri: "qemu:///system"}}
 """
@@ -74,7 +76,7 @@ def admin(libvirtd: Libvirtd) -> Iterator[Any]:
 def define_and_undefine_are_seen_within_2s(server: Server, admin: Any, suffix: str) -> tuple[float, float]:
     before = shutoff_vcpus(server) or 0.0
     started = time.monotonic()
-    domain = admin.defineXML(GUEST.format(name=f"{admin.test_prefix}-{suffix}"))
+    domain = admin.defineXML(GUEST.format(name=f"{admin.test_prefix}-{suffix}", uuid=uuid.uuid4()))
     wait_for(
         lambda: shutoff_vcpus(server) == before + 3, 2.0, interval=0.02, what="the defined domain in /metrics"
     )
@@ -145,3 +147,29 @@ def test_a_restarted_libvirtd_is_reconnected(libvirtd: Libvirtd, admin: Any, tmp
         finally:
             fresh.close()
         assert defined < 2.0 and undefined < 2.0
+
+
+def test_a_claim_is_reconciled_when_its_domain_is_defined(
+    libvirtd: Libvirtd, admin: Any, tmp_path: Path
+) -> None:
+    with running_server(["--config", str(config_file(tmp_path, "1h"))], tmp_path) as server:
+        vcpu = {"hypervisor": "local", "resource": "vcpu", "unit": "cpus"}
+        before = value(server.samples(), "hypervisor_resource_used", **vcpu) or 0.0
+        domain_uuid = str(uuid.uuid4())
+        status, created = claim(server, hypervisor="local", vcpu=3, memory="64MiB", domain_uuid=domain_uuid)
+        assert status == 201, created
+        wait_for(
+            lambda: value(server.samples(), "hypervisor_resource_used", **vcpu) == before + 3, 2, what="claim"
+        )
+        started = time.monotonic()
+        admin.defineXML(GUEST.format(name=f"{admin.test_prefix}-claimed", uuid=domain_uuid))
+        wait_for(
+            lambda: call(server, "GET", f"/api/v1/claims/{created['id']}")[0] == 404, 2, what="reconciled"
+        )
+        reconciled_after = time.monotonic() - started
+        # the domain carries the 3 vCPUs now, the claim no longer: counted once
+        wait_for(lambda: value(server.samples(), "virtcap_claims_total", outcome="reconciled") == 1, 2)
+        samples = server.samples()
+        assert value(samples, "hypervisor_resource_used", **vcpu) == before + 3
+        assert value(samples, "hypervisor_resource_claimed", **vcpu) == 0
+        assert reconciled_after < 2.0

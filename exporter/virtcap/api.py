@@ -32,8 +32,8 @@ class ClaimBody(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     hypervisor: str = Field(min_length=1, max_length=253)
-    vcpu: int = Field(default=0, ge=0, le=1_000_000)
-    pcpu: int = Field(default=0, ge=0, le=1_000_000)
+    vcpu: int = Field(default=0, ge=0, le=1_000_000, strict=True)
+    pcpu: int = Field(default=0, ge=0, le=1_000_000, strict=True)
     memory: Size = 0
     disk: Size = 0
     ttl: Duration | None = None
@@ -77,12 +77,7 @@ async def create_claim(request: web.Request) -> web.Response:
     settings: ClaimSettings = ledger.settings
     raw = await request.content.read(MAX_BODY_BYTES + 1)
     if len(raw) > MAX_BODY_BYTES:
-        raise web.HTTPRequestEntityTooLarge(
-            max_size=MAX_BODY_BYTES,
-            actual_size=request.content_length or len(raw),
-            text=json.dumps({"error": f"the body is larger than {MAX_BODY_BYTES} bytes"}),
-            content_type="application/json",
-        )
+        raise _error(web.HTTPBadRequest, f"the body is larger than {MAX_BODY_BYTES} bytes")
     try:
         document = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as error:

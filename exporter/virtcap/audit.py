@@ -133,10 +133,11 @@ def audit_host(
         memory_in_use_source=memory_source,
         cpu_times=cpu_times,
         busy_cpus=_busy_cpus(previous_cpu, cpu_times),
-        domains=tuple(domains),
+        domains=tuple(sorted(domains, key=lambda d: d.name)),
         audited_at=time.time(),
         audit_duration_seconds=time.monotonic() - started,
-        problems=tuple(problems + volumes.problems + [p for d in domains for p in d.problems]),
+        # libvirt lists domains in no stable order: sorted, reports compare equal from audit to audit
+        problems=tuple(sorted(problems + volumes.problems + [p for d in domains for p in d.problems])),
     )
 
 

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from virtcap import __version__
+from virtcap.claimcli import add_claim_commands, run_claim
 from virtcap.config import Config, ConfigError, load_config
 from virtcap.demo import demo_config
 from virtcap.logs import LEVELS, setup_logging
@@ -54,6 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--log.level", dest="log_level", choices=tuple(LEVELS), default="info")
     serve.add_argument("--log.format", dest="log_format", choices=("logfmt", "json"), default="logfmt")
+
+    add_claim_commands(commands)
     return parser
 
 
@@ -98,6 +101,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_audit(args)
         if args.command == "serve":
             return run_serve(args)
+        if args.command == "claim":
+            return run_claim(args)
     except ConfigError as error:
         for line in str(error).splitlines():
             print(f"virtcap: configuration error: {line}", file=sys.stderr)

@@ -101,10 +101,11 @@ OPENAPI: dict[str, Any] = {
                 },
                 "responses": {
                     "201": _json({"$ref": "#/components/schemas/Claim"}, "The claim is held."),
-                    "400": _json(_ERROR, "The request is malformed or names an unknown hypervisor."),
+                    "400": _json(
+                        _ERROR, "The request is malformed, too large, or names an unknown hypervisor."
+                    ),
                     "401": _UNAUTHORIZED,
                     "409": _json(_ERROR, "The claim does not fit; every failing resource is given."),
-                    "413": _json(_ERROR, "The body is too large."),
                 },
             },
             "get": {

@@ -41,6 +41,7 @@ SHUTDOWN_GRACE_SECONDS = 10.0
 RENDER_GAP_SECONDS = 0.5
 """At most two renders a second: a large fleet changes all the time, scrapes need not see each."""
 _VERIFIED_CACHE_LIMIT = 1024
+MAX_REQUEST_BYTES = 64 * 1024
 
 
 class MetricsCache:
@@ -130,7 +131,7 @@ class Exporter:
 
 
 def build_app(exporter: Exporter) -> web.Application:
-    app = web.Application(middlewares=[_auth_middleware(exporter)], client_max_size=64 * 1024)
+    app = web.Application(middlewares=[_auth_middleware(exporter)], client_max_size=MAX_REQUEST_BYTES)
     app["exporter"] = exporter
     app["claims"] = exporter.claims
     app["store"] = exporter.store
@@ -159,6 +160,9 @@ def _auth_middleware(exporter: Exporter) -> Middleware:
             if request.match_info.http_exception is not None:
                 return await handler(request)  # no such route or method: 404 or 405 as it is
             if not await exporter.writers.allows(header):
+                # read the (bounded) body anyway, so that the client sees the 401, not a reset
+                with contextlib.suppress(Exception):
+                    await request.content.read(MAX_REQUEST_BYTES)
                 return _unauthorized("virtcap claims")
         elif exporter.readers is not None and not await exporter.readers.allows(header):
             return _unauthorized("virtcap")

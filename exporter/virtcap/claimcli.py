@@ -1,0 +1,90 @@
+"""`virtcap claim create|list|delete`: the claims API of a running exporter, for operators."""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import ssl
+import sys
+import urllib.error
+import urllib.request
+from typing import Any
+
+PASSWORD_VARIABLE = "VIRTCAP_PASSWORD"
+
+
+def add_claim_commands(commands: Any) -> None:
+    claim = commands.add_parser("claim", help="create, list or delete claims on a running exporter")
+    actions = claim.add_subparsers(dest="action", required=True, metavar="ACTION")
+    create = actions.add_parser("create", help="claim capacity for a build in flight")
+    list_ = actions.add_parser("list", help="the pending claims")
+    delete = actions.add_parser("delete", help="release a claim")
+    for parser in (create, list_, delete):
+        parser.add_argument(
+            "--url", default="http://localhost:10463", help="the exporter (default: %(default)s)"
+        )
+        parser.add_argument("--user", help=f"basic auth user; the password is read from ${PASSWORD_VARIABLE}")
+        parser.add_argument("--ca-file", help="CA certificate to verify an HTTPS exporter with")
+    create.add_argument("--hypervisor", required=True, help="a configured hypervisor, or 'any'")
+    create.add_argument("--vcpu", type=int, default=0)
+    create.add_argument("--pcpu", type=int, default=0)
+    create.add_argument("--memory", default="0", help="bytes or with an IEC suffix, such as 4GiB")
+    create.add_argument("--disk", default="0", help="bytes or with an IEC suffix, such as 40GiB")
+    create.add_argument("--ttl", help="how long to hold the claim, such as 15m (default: the exporter's)")
+    create.add_argument(
+        "--domain-uuid", help="the UUID the domain will have: its appearance releases the claim"
+    )
+    create.add_argument("--owner", default="", help="free text: who or what holds the claim")
+    delete.add_argument("claim_id")
+
+
+def run_claim(args: argparse.Namespace) -> int:
+    """Prints the server's JSON answer; exit 0 on success, 1 when the server refused."""
+    base = args.url.rstrip("/") + "/api/v1/claims"
+    if args.action == "create":
+        body: dict[str, Any] = {
+            "hypervisor": args.hypervisor,
+            "vcpu": args.vcpu,
+            "pcpu": args.pcpu,
+            "memory": args.memory,
+            "disk": args.disk,
+            "owner": args.owner,
+        }
+        if args.ttl:
+            body["ttl"] = args.ttl
+        if args.domain_uuid:
+            body["domain_uuid"] = args.domain_uuid
+        return _call(args, "POST", base, body)
+    if args.action == "delete":
+        return _call(args, "DELETE", f"{base}/{args.claim_id}")
+    return _call(args, "GET", base)
+
+
+def _call(args: argparse.Namespace, method: str, url: str, body: dict[str, Any] | None = None) -> int:
+    headers = {"Accept": "application/json"}
+    data = None
+    if body is not None:
+        data = json.dumps(body).encode()
+        headers["Content-Type"] = "application/json"
+    if args.user:
+        password = os.environ.get(PASSWORD_VARIABLE, "")
+        headers["Authorization"] = "Basic " + base64.b64encode(f"{args.user}:{password}".encode()).decode()
+    context = ssl.create_default_context(cafile=args.ca_file) if args.ca_file else None
+    request = urllib.request.Request(url, data=data, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=30, context=context) as response:
+            print(json.dumps(json.load(response), indent=2))
+            return 0
+    except urllib.error.HTTPError as error:
+        text = error.read().decode(errors="replace")
+        try:
+            print(json.dumps(json.loads(text), indent=2), file=sys.stderr)
+        except json.JSONDecodeError:
+            print(f"virtcap: {method} {url}: HTTP {error.code}: {text.strip()}", file=sys.stderr)
+        return 1
+    except (urllib.error.URLError, OSError) as error:
+        reason = getattr(error, "reason", error)
+        print(f"virtcap: cannot reach {args.url}: {reason}", file=sys.stderr)
+        return 1
