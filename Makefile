@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint typecheck unit bench system-deps clean
+.PHONY: demo test lint typecheck unit bench generate system-deps clean
 
 system-deps:
 	@bash scripts/install-system-deps.sh
@@ -31,6 +31,11 @@ unit: $(BIN)/virtcap
 	$(BIN)/pytest
 
 test: system-deps $(BIN)/virtcap lint typecheck unit
+
+# The committed rule files are generated from the Jsonnet mixin; a test fails when they drift.
+generate: system-deps
+	jsonnet -S -J alerts alerts/alerts.jsonnet > alerts/virtcap-alerts.yaml
+	jsonnet -S -J alerts alerts/rules.jsonnet > alerts/virtcap-rules.yaml
 
 bench: $(BIN)/virtcap
 	$(BIN)/python bench/scrape_latency.py

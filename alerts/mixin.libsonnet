@@ -1,0 +1,226 @@
+// The virtcap monitoring mixin: recording rules and alerts for overcommit and headroom.
+// Import it and override _config to fit your fleet:
+//   (import 'mixin.libsonnet') + { _config+:: { selector: 'job="libvirt-capacity"' } }
+{
+  _config+:: {
+    // Which series are virtcap's.
+    selector: 'job="virtcap"',
+    // A hypervisor is nearly exhausted above this share of its limit (used / limit).
+    nearlyExhaustedRatio: 0.90,
+    // The host really uses this share of its memory: the danger of memory overcommit.
+    memoryPressureRatio: 0.95,
+    // Fewer schedulable instances of a flavor in the whole fleet than this is low headroom.
+    flavorHeadroomMinimum: 5,
+    // Forecast: free capacity below this share of the limit and trending to 0 within the horizon.
+    forecastFreeRatio: 0.20,
+    forecastWindow: '6h',
+    forecastHorizonSeconds: 7 * 24 * 3600,
+    // An audit older than this is stale (keep it above a few audit intervals).
+    auditStaleSeconds: 600,
+    // How long each condition must hold before the alert fires.
+    'for': {
+      overcommitted: '15m',
+      nearlyExhausted: '30m',
+      memoryPressure: '10m',
+      fleetHostFailure: '30m',
+      flavorHeadroom: '30m',
+      forecast: '1h',
+      auditFailing: '10m',
+      auditStale: '10m',
+      exporterDown: '5m',
+    },
+    severity: {
+      overcommitted: 'warning',
+      nearlyExhausted: 'warning',
+      memoryPressure: 'critical',
+      fleetHostFailure: 'warning',
+      flavorHeadroom: 'warning',
+      forecast: 'warning',
+      auditFailing: 'warning',
+      auditStale: 'warning',
+      exporterDown: 'critical',
+    },
+    runbookURL: 'https://github.com/virtcap/virtcap/blob/main/alerts/RUNBOOK.md',
+  },
+
+  local config = self._config,
+  local runbook(alert) = '%s#%s' % [config.runbookURL, std.asciiLower(alert)],
+  local alert(name, key, expr, summary, description, labels={}) = {
+    alert: name,
+    expr: expr,
+    'for': config['for'][key],
+    labels: { severity: config.severity[key] } + labels,
+    annotations: {
+      summary: summary,
+      description: description,
+      runbook_url: runbook(name),
+    },
+  },
+
+  prometheusRules+:: {
+    groups+: [
+      {
+        name: 'virtcap.rules',
+        rules: [
+          {
+            record: 'resource:hypervisor_resource_%s:sum' % quantity,
+            expr: 'sum by (resource, unit) (hypervisor_resource_%s{%s})' % [quantity, config.selector],
+          }
+          for quantity in ['total', 'reserved', 'limit', 'used', 'free', 'claimed', 'actual_usage']
+        ] + [
+          {
+            record: 'resource:hypervisor_resource_limit:max',
+            expr: 'max by (resource, unit) (hypervisor_resource_limit{%s})' % config.selector,
+          },
+          {
+            // hypervisors that offer the resource at all: the N+1 test is meaningless below two
+            record: 'resource:hypervisor_resource_offered:count',
+            expr: 'count by (resource, unit) (hypervisor_resource_limit{%s} > 0)' % config.selector,
+          },
+          {
+            record: 'resource:hypervisor_resource_utilization:ratio',
+            expr: 'resource:hypervisor_resource_used:sum / resource:hypervisor_resource_limit:sum',
+          },
+          {
+            record: 'resource:hypervisor_resource_effective_overcommit:ratio',
+            expr: |||
+              resource:hypervisor_resource_used:sum
+                / (resource:hypervisor_resource_total:sum - resource:hypervisor_resource_reserved:sum)
+            |||,
+          },
+          {
+            record: 'hypervisor_resource:hypervisor_resource_utilization:ratio',
+            expr: 'hypervisor_resource_used{%(s)s} / hypervisor_resource_limit{%(s)s}' % { s: config.selector },
+          },
+          {
+            record: 'hypervisor_resource:hypervisor_resource_effective_overcommit:ratio',
+            expr: |||
+              hypervisor_resource_used{%(s)s}
+                / (hypervisor_resource_total{%(s)s} - hypervisor_resource_reserved{%(s)s})
+            ||| % { s: config.selector },
+          },
+          {
+            record: 'flavor:hypervisor_schedulable_instances:sum',
+            expr: 'sum by (flavor) (hypervisor_schedulable_instances{%s})' % config.selector,
+          },
+          {
+            record: 'state:hypervisor_domains:sum',
+            expr: 'sum by (state) (hypervisor_domains{%s})' % config.selector,
+          },
+          {
+            record: ':hypervisor_up:sum',
+            expr: 'sum(hypervisor_up{%s})' % config.selector,
+          },
+          {
+            record: ':hypervisor_up:count',
+            expr: 'count(hypervisor_up{%s})' % config.selector,
+          },
+        ],
+      },
+    ],
+  },
+
+  prometheusAlerts+:: {
+    groups+: [
+      {
+        name: 'virtcap.alerts',
+        rules: [
+          alert(
+            'HypervisorResourceOvercommitted',
+            'overcommitted',
+            |||
+              hypervisor_resource_used{%(s)s} / hypervisor_resource_limit{%(s)s} > 1
+            ||| % { s: config.selector },
+            'A hypervisor is allocated beyond its allocation-ratio policy.',
+            '{{ $labels.hypervisor }} has allocated (with pending claims) {{ $value | humanizePercentage }} of its {{ $labels.resource }} limit, (total - reserved) x allocation ratio.',
+          ),
+          alert(
+            'HypervisorResourceNearlyExhausted',
+            'nearlyExhausted',
+            |||
+              (hypervisor_resource_used{%(s)s} / hypervisor_resource_limit{%(s)s}) > %(r)g
+                and hypervisor_resource_used{%(s)s} <= hypervisor_resource_limit{%(s)s}
+            ||| % { s: config.selector, r: config.nearlyExhaustedRatio },
+            'A hypervisor has almost none of a resource left to allocate.',
+            '{{ $labels.hypervisor }} has allocated {{ $value | humanizePercentage }} of its {{ $labels.resource }} limit.',
+          ),
+          alert(
+            'HypervisorMemoryPressure',
+            'memoryPressure',
+            |||
+              hypervisor_resource_actual_usage{%(s)s, resource="memory"}
+                / hypervisor_resource_total{%(s)s, resource="memory"} > %(r)g
+            ||| % { s: config.selector, r: config.memoryPressureRatio },
+            'A hypervisor is running out of physical memory.',
+            '{{ $labels.hypervisor }} really uses {{ $value | humanizePercentage }} of its physical memory: its guests may be swapped or killed.',
+          ),
+          alert(
+            'HypervisorFleetCannotTolerateHostFailure',
+            'fleetHostFailure',
+            |||
+              (
+                resource:hypervisor_resource_used:sum
+                  - (resource:hypervisor_resource_limit:sum - resource:hypervisor_resource_limit:max)
+              ) > 0
+              and resource:hypervisor_resource_offered:count > 1
+            |||,
+            'The fleet cannot re-home its instances if its largest hypervisor fails.',
+            'The fleet has allocated {{ $value | humanize1024 }} {{ $labels.unit }} of {{ $labels.resource }} more than it could hold without its largest hypervisor.',
+          ),
+          alert(
+            'HypervisorFlavorHeadroomLow',
+            'flavorHeadroom',
+            |||
+              flavor:hypervisor_schedulable_instances:sum < %(n)s
+            ||| % { n: config.flavorHeadroomMinimum },
+            'Few more instances of a flavor fit in the fleet.',
+            'Only {{ $value }} more instances of flavor {{ $labels.flavor }} fit in the whole fleet.',
+          ),
+          alert(
+            'HypervisorCapacityExhaustionForecast',
+            'forecast',
+            |||
+              (hypervisor_resource_free{%(s)s} / hypervisor_resource_limit{%(s)s}) < %(r)g
+                and hypervisor_resource_free{%(s)s} > 0
+                and predict_linear(hypervisor_resource_free{%(s)s}[%(w)s], %(h)s) < 0
+            ||| % {
+              s: config.selector,
+              r: config.forecastFreeRatio,
+              w: config.forecastWindow,
+              h: config.forecastHorizonSeconds,
+            },
+            'A hypervisor is forecast to run out of a resource.',
+            '{{ $labels.hypervisor }} has {{ $value | humanizePercentage }} of its {{ $labels.resource }} limit free and, at the rate of the last %s, will have none left within %s.' % [config.forecastWindow, '%dd' % (config.forecastHorizonSeconds / 86400)],
+          ),
+          alert(
+            'HypervisorAuditFailing',
+            'auditFailing',
+            |||
+              hypervisor_up{%(s)s} == 0
+            ||| % { s: config.selector },
+            'virtcap cannot audit a hypervisor.',
+            'virtcap has not been able to audit {{ $labels.hypervisor }} (instance {{ $labels.instance }}): its capacity is unknown.',
+          ),
+          alert(
+            'HypervisorAuditStale',
+            'auditStale',
+            |||
+              time() - hypervisor_audit_timestamp_seconds{%(s)s} > %(t)s
+            ||| % { s: config.selector, t: config.auditStaleSeconds },
+            'The capacity data of a hypervisor is old.',
+            'The last successful audit of {{ $labels.hypervisor }} was {{ $value | humanizeDuration }} ago.',
+          ),
+          alert(
+            'VirtcapExporterDown',
+            'exporterDown',
+            |||
+              up{%(s)s} == 0
+            ||| % { s: config.selector },
+            'Prometheus cannot scrape virtcap.',
+            'Prometheus has failed to scrape virtcap at {{ $labels.instance }}: the capacity of its hypervisors is not monitored.',
+          ),
+        ],
+      },
+    ],
+  },
+}
