@@ -184,6 +184,7 @@ def test_schedulable_is_the_minimum_over_requested_resources() -> None:
     facts = host(domains=(domain(vcpus=15, memory=30 * GIB),))
     result = host_capacity(facts, policy(), flavors={"m1.small": SMALL})
     assert result.schedulable == {"m1.small": 16}
+    assert result.bottlenecks == {"m1.small": R.MEMORY}
 
 
 def test_an_instance_never_overcommits_against_itself() -> None:
@@ -192,6 +193,7 @@ def test_an_instance_never_overcommits_against_itself() -> None:
     result = host_capacity(host(cpus=4), policy(ratios={R.VCPU: 16.0}), flavors={"big": big})
     assert result.resources[R.VCPU].free == 64
     assert result.schedulable == {"big": 0}
+    assert result.bottlenecks == {"big": R.VCPU}
     # nor memory beyond total - reserved, whatever the memory ratio
     fat = {R.VCPU: 1, R.MEMORY: 64 * GIB}
     result = host_capacity(host(memory=64 * GIB), policy(ratios={R.MEMORY: 1.5}), flavors={"fat": fat})

@@ -133,6 +133,11 @@ def build_families(hypervisors: Iterable[HypervisorView]) -> list[Metric]:
         "How many more instances of the flavor fit on the hypervisor.",
         labels=["hypervisor", "flavor"],
     )
+    bottleneck = GaugeMetricFamily(
+        "hypervisor_flavor_bottleneck",
+        "1 for the resource that limits how many more instances of the flavor fit on the hypervisor.",
+        labels=["hypervisor", "flavor", "resource"],
+    )
     domains = GaugeMetricFamily(
         "hypervisor_domains", "Defined domains by state.", labels=["hypervisor", "state"]
     )
@@ -193,6 +198,9 @@ def build_families(hypervisors: Iterable[HypervisorView]) -> list[Metric]:
             domains.add_metric([name, state.value], capacity.domains_by_state[state])
         for flavor, count in capacity.schedulable.items():
             schedulable.add_metric([name, flavor], count)
+            limiting = capacity.bottlenecks.get(flavor)
+            if limiting is not None:
+                bottleneck.add_metric([name, flavor, limiting.value], 1)
         for resource in RESOURCES:
             rc = capacity.resources.get(resource)
             if rc is None:
@@ -216,6 +224,7 @@ def build_families(hypervisors: Iterable[HypervisorView]) -> list[Metric]:
         allocated,
         claimed,
         schedulable,
+        bottleneck,
         domains,
         problems,
         duration,

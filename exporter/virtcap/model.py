@@ -124,6 +124,8 @@ class HostCapacity:
     domains_by_state: Mapping[DomainState, int]
     schedulable: Mapping[str, int]
     uncounted_hugepage_bytes: int = 0
+    bottlenecks: Mapping[str, Resource | None] = field(default_factory=dict)
+    """Per flavor, the resource that limits how many more instances fit."""
     """Hugepage-backed guest memory: tracked per NUMA cell by Nova, not as ordinary memory."""
 
 
@@ -208,28 +210,36 @@ def host_capacity(
         )
         for resource, total in host_totals(facts, policy).items()
     }
-    schedulable = {
-        name: schedulable_instances(resources, request) for name, request in (flavors or {}).items()
-    }
-    return HostCapacity(resources, domains_by_state, schedulable, hugepage_bytes)
+    fits = {name: flavor_fit(resources, request) for name, request in (flavors or {}).items()}
+    schedulable = {name: count for name, (count, _) in fits.items()}
+    bottlenecks = {name: resource for name, (_, resource) in fits.items()}
+    return HostCapacity(resources, domains_by_state, schedulable, hugepage_bytes, bottlenecks)
 
 
 def schedulable_instances(resources: Mapping[Resource, ResourceCapacity], request: Amounts) -> int:
-    """How many more instances of a flavor fit: min over requested resources of floor(free / request).
+    return flavor_fit(resources, request)[0]
 
+
+def flavor_fit(resources: Mapping[Resource, ResourceCapacity], request: Amounts) -> tuple[int, Resource | None]:
+    """How many more instances of a flavor fit, and the resource that limits them.
+
+    The count is the minimum over requested resources of floor(free / request), never below 0.
     An instance never overcommits against itself: a request larger than total - reserved fits 0
     times whatever the ratio (Nova's "does not have N MB usable ram before overcommit").
     A resource without a known total is unlimited, as in Nova's claim test.
     """
-    fits: list[int] = []
+    best: tuple[int, Resource | None] = (0, None)
+    first = True
     for resource, amount in request.items():
         if amount <= 0 or resource not in resources:
             continue
         capacity = resources[resource]
         if amount > capacity.usable:
-            return 0
-        fits.append(max(capacity.free // amount, 0))
-    return min(fits) if fits else 0
+            return 0, resource
+        fits = max(capacity.free // amount, 0)
+        if first or fits < best[0]:
+            best, first = (fits, resource), False
+    return best
 
 
 # Nova's claim test words and units: "Free memory 1024.00 MiB < requested 2048 MiB".

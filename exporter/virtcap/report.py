@@ -42,6 +42,7 @@ def hypervisor_document(snapshot: HypervisorSnapshot) -> dict[str, Any]:
         domains={state.value: capacity.domains_by_state[state] for state in DomainState},
         resources={resource.value: resource_document(rc) for resource, rc in capacity.resources.items()},
         schedulable=dict(capacity.schedulable),
+        bottlenecks={flavor: r.value if r else None for flavor, r in capacity.bottlenecks.items()},
         memory_actual_source=facts.memory_in_use_source,
         hugepage_memory_bytes=capacity.uncounted_hugepage_bytes,
         problems=list(facts.problems),
