@@ -32,10 +32,12 @@ unit: $(BIN)/virtcap
 
 test: system-deps $(BIN)/virtcap lint typecheck unit
 
-# The committed rule files are generated from the Jsonnet mixin; a test fails when they drift.
+# The committed rule files and dashboards are generated from Jsonnet; a test fails when they drift.
 generate: system-deps
 	jsonnet -S -J alerts alerts/alerts.jsonnet > alerts/virtcap-alerts.yaml
 	jsonnet -S -J alerts alerts/rules.jsonnet > alerts/virtcap-rules.yaml
+	rm -f dashboards/generated/*.json
+	jsonnet -J dashboards -J alerts -m dashboards/generated dashboards/dashboards.jsonnet > /dev/null
 
 bench: $(BIN)/virtcap
 	$(BIN)/python bench/scrape_latency.py

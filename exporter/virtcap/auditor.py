@@ -35,6 +35,7 @@ FIRST_RETRY_SECONDS = 1.0
 JITTER = 0.1
 """Each interval is stretched or shrunk by up to 10% so that a fleet does not audit in lockstep."""
 CLOSE_WAIT_SECONDS = 2.0
+FIRST_CPU_WINDOW_SECONDS = 0.2
 
 
 class HypervisorAuditor:
@@ -164,9 +165,15 @@ class HypervisorAuditor:
 
     def _audit_blocking(self) -> HostFacts:
         conn = self._connection()
+        # Busy CPUs are a rate: the first audit takes its own two samples, later ones use the last.
+        window = FIRST_CPU_WINDOW_SECONDS if self._previous_cpu is None else 0.0
         try:
             return audit_host(
-                conn, self.hypervisor.uri, self.hypervisor.disk, previous_cpu=self._previous_cpu
+                conn,
+                self.hypervisor.uri,
+                self.hypervisor.disk,
+                previous_cpu=self._previous_cpu,
+                cpu_window=window,
             )
         except AuditError:
             self._conn_broken = True

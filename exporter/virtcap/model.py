@@ -220,7 +220,9 @@ def schedulable_instances(resources: Mapping[Resource, ResourceCapacity], reques
     return flavor_fit(resources, request)[0]
 
 
-def flavor_fit(resources: Mapping[Resource, ResourceCapacity], request: Amounts) -> tuple[int, Resource | None]:
+def flavor_fit(
+    resources: Mapping[Resource, ResourceCapacity], request: Amounts
+) -> tuple[int, Resource | None]:
     """How many more instances of a flavor fit, and the resource that limits them.
 
     The count is the minimum over requested resources of floor(free / request), never below 0.
