@@ -95,7 +95,7 @@ def test_dashboard_lint(name: str) -> None:
         assert panel["datasource"] == DATASOURCE, where
         assert panel["fieldConfig"]["defaults"].get("unit"), where
         assert panel["targets"], where
-        assert 0 <= panel["gridPos"]["x"] and panel["gridPos"]["x"] + panel["gridPos"]["w"] <= 24, where
+        assert panel["gridPos"]["x"] >= 0 and panel["gridPos"]["x"] + panel["gridPos"]["w"] <= 24, where
         for other in panels[i + 1 :]:
             assert not _overlaps(panel["gridPos"], other["gridPos"]), (where, other["title"])
         for target in panel["targets"]:
