@@ -37,11 +37,11 @@ class Prometheus:
 
 
 @contextmanager
-def running_prometheus(config: str, directory: Path) -> Iterator[Prometheus]:
+def running_prometheus(config: str, directory: Path, port: int | None = None) -> Iterator[Prometheus]:
     binary = shutil.which("prometheus")
     if binary is None:
         pytest.fail("the Debian package prometheus is needed (`make test` installs it)")
-    port = free_port()
+    port = port or free_port()
     config_path = directory / "prometheus.yml"
     config_path.write_text(config)
     log = directory / "prometheus.log"

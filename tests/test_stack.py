@@ -1,0 +1,214 @@
+"""The compose stack without a Docker engine: the compose files validated by docker-compose, and
+the same Prometheus, Alertmanager and rule files run with the Debian binaries against
+`virtcap serve --demo`."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import tempfile
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.prometheus import running_prometheus
+from tests.serving import free_port, running_server, wait_for
+from tests.test_alerts import FOR_KEYS, jsonnet
+
+ROOT = Path(__file__).resolve().parent.parent
+COMPOSE = ROOT / "docker-compose.yml"
+OVERRIDE = ROOT / "docker-compose.libvirt.yml"
+
+
+def compose(*files: Path) -> subprocess.CompletedProcess[str]:
+    if shutil.which("docker-compose") is None:
+        pytest.fail("the Debian package docker-compose is needed (`make test` installs it)")
+    arguments = [argument for path in files for argument in ("-f", str(path))]
+    return subprocess.run(
+        ["docker-compose", *arguments, "config"], capture_output=True, text=True, check=False, cwd=ROOT
+    )
+
+
+def test_docker_compose_config_accepts_the_stack_and_the_libvirt_override() -> None:
+    for files in ((COMPOSE,), (COMPOSE, OVERRIDE)):
+        result = compose(*files)
+        assert result.returncode == 0, result.stderr
+
+
+def bind_mounts(service: dict[str, Any]) -> dict[str, Path]:
+    """Target to source of a service's bind mounts, in either syntax docker-compose prints."""
+    mounts = {}
+    for volume in service.get("volumes", []):
+        if isinstance(volume, dict):
+            if volume.get("type") == "bind":
+                mounts[volume["target"]] = Path(volume["source"])
+        else:
+            source, target = volume.split(":")[:2]
+            if source.startswith("/"):
+                mounts[target] = Path(source)
+    return mounts
+
+
+def test_every_image_is_pinned_and_every_mounted_file_exists() -> None:
+    for files in ((COMPOSE,), (COMPOSE, OVERRIDE)):
+        stack = yaml.safe_load(compose(*files).stdout)
+        for name, service in stack["services"].items():
+            image = service["image"]
+            assert re.fullmatch(r"[\w./-]+:v?\d+\.\d+\.\d+", image), (name, image)
+            assert "healthcheck" in service, name
+            for dependency in service.get("depends_on", {}).values():
+                assert dependency["condition"] == "service_healthy", name
+            for source in bind_mounts(service).values():
+                if source.is_relative_to(ROOT):
+                    assert source.exists(), (name, source)
+
+
+def test_grafana_is_provisioned_with_the_dashboards_and_their_datasource() -> None:
+    stack = yaml.safe_load(compose(COMPOSE).stdout)
+    grafana = stack["services"]["grafana"]
+    mounts = bind_mounts(grafana)
+    provider = yaml.safe_load((mounts["/etc/grafana/provisioning"] / "dashboards/virtcap.yaml").read_text())
+    path = provider["providers"][0]["options"]["path"]
+    assert mounts[path] == ROOT / "dashboards/generated" and list(mounts[path].glob("*.json"))
+    datasource = yaml.safe_load(
+        (mounts["/etc/grafana/provisioning"] / "datasources/virtcap.yaml").read_text()
+    )
+    uid = datasource["datasources"][0]["uid"]
+    assert datasource["datasources"][0]["url"] == "http://prometheus:9090"
+    for dashboard in mounts[path].glob("*.json"):
+        variables = json.loads(dashboard.read_text())["templating"]["list"]
+        assert next(v for v in variables if v["name"] == "datasource")["current"]["value"] == uid
+    home = grafana["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
+    assert home.startswith(path) and (mounts[path] / Path(home).name).exists()
+    assert "GRAFANA_ADMIN_PASSWORD" in COMPOSE.read_text()
+
+
+def test_the_image_runs_unprivileged_with_a_healthcheck() -> None:
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert dockerfile.count("\nFROM ") + dockerfile.startswith("FROM ") >= 2  # multi-stage
+    assert re.search(r"^USER virtcap$", dockerfile, re.M)
+    assert "HEALTHCHECK" in dockerfile and "/-/healthy" in dockerfile
+    assert 'CMD ["serve", "--demo"]' in dockerfile
+    froms = re.findall(r"^FROM (\S+)", dockerfile, re.M)
+    assert all(re.fullmatch(r"[\w./-]+:\d+\.\d+\.\d+[\w.-]*", image) for image in froms), froms
+
+
+def _alertmanager_alerts(url: str) -> list[dict[str, Any]]:
+    with urllib.request.urlopen(f"{url}/api/v2/alerts", timeout=5) as response:
+        alerts: list[dict[str, Any]] = json.load(response)
+        return alerts
+
+
+def test_the_stack_end_to_end_with_the_debian_binaries() -> None:
+    """virtcap serve --demo, prometheus with deploy/prometheus/prometheus.yml (targets and rule
+    paths rewritten to this machine; `for` shortened through the mixin's _config so the test does
+    not wait 15 minutes), and prometheus-alertmanager with alerts/alertmanager.yml."""
+    alertmanager_binary = shutil.which("prometheus-alertmanager")
+    if alertmanager_binary is None:
+        pytest.fail("the Debian package prometheus-alertmanager is needed (`make test` installs it)")
+    scratch = Path(tempfile.mkdtemp(prefix="virtcap-stack-"))
+    processes: list[subprocess.Popen[bytes]] = []
+    try:
+        short = {"for": dict.fromkeys(FOR_KEYS, "0s")}
+        (scratch / "virtcap-rules.yaml").write_text(jsonnet("rules.jsonnet", short))
+        (scratch / "virtcap-alerts.yaml").write_text(jsonnet("alerts.jsonnet", short))
+
+        alertmanager_port = free_port()
+        alertmanager_url = f"http://127.0.0.1:{alertmanager_port}"
+        with (scratch / "alertmanager.log").open("wb") as log:
+            alertmanager = subprocess.Popen(
+                [
+                    alertmanager_binary,
+                    f"--config.file={ROOT / 'alerts/alertmanager.yml'}",
+                    f"--storage.path={scratch / 'alertmanager'}",
+                    f"--web.listen-address=127.0.0.1:{alertmanager_port}",
+                    "--cluster.listen-address=",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        processes.append(alertmanager)
+        wait_for(lambda: _healthy(alertmanager_url), 30, interval=0.2, what="alertmanager")
+
+        with running_server(["--demo"], scratch) as server:
+            prometheus_port = free_port()
+            config = (ROOT / "deploy/prometheus/prometheus.yml").read_text()
+            rewritten = (
+                config.replace("virtcap:10463", server.base_url.removeprefix("http://"))
+                .replace("alertmanager:9093", f"127.0.0.1:{alertmanager_port}")
+                .replace("localhost:9090", f"127.0.0.1:{prometheus_port}")
+                .replace("/etc/prometheus/rules", str(scratch))
+                .replace("scrape_interval: 15s", "scrape_interval: 1s")
+                .replace("evaluation_interval: 15s", "evaluation_interval: 1s")
+            )
+            assert rewritten.count(str(scratch)) == 2
+            with running_prometheus(rewritten, scratch, port=prometheus_port) as prometheus:
+
+                def targets_up() -> bool:
+                    targets = prometheus.api("targets")["activeTargets"]
+                    return {t["labels"]["job"] for t in targets if t["health"] == "up"} == {
+                        "virtcap",
+                        "prometheus",
+                    }
+
+                wait_for(targets_up, 30, interval=0.25, what="every target up")
+                wait_for(
+                    lambda: prometheus.query("resource:hypervisor_resource_limit:sum"),
+                    20,
+                    what="recording rules",
+                )
+                assert {
+                    r["metric"]["resource"] for r in prometheus.query("resource:hypervisor_resource_used:sum")
+                } == {
+                    "vcpu",
+                    "pcpu",
+                    "memory",
+                    "disk",
+                }
+
+                def overcommit_in_alertmanager() -> list[dict[str, Any]]:
+                    return [
+                        a
+                        for a in _alertmanager_alerts(alertmanager_url)
+                        if a["labels"]["alertname"] == "HypervisorResourceOvercommitted"
+                    ]
+
+                wait_for(
+                    overcommit_in_alertmanager, 30, interval=0.5, what="the overcommit alert in Alertmanager"
+                )
+                (alert,) = overcommit_in_alertmanager()
+                assert alert["labels"] == {
+                    "alertname": "HypervisorResourceOvercommitted",
+                    "hypervisor": "compute-02",
+                    "instance": server.base_url.removeprefix("http://"),
+                    "job": "virtcap",
+                    "resource": "vcpu",
+                    "severity": "warning",
+                    "unit": "cpus",
+                }
+                assert alert["status"]["state"] == "active"
+                assert alert["annotations"]["runbook_url"].endswith("#hypervisorresourceovercommitted")
+    finally:
+        for process in processes:
+            process.terminate()
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        shutil.rmtree(scratch)
+    assert all(process.poll() is not None for process in processes)
+    assert not scratch.exists()
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/-/healthy", timeout=1) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False
