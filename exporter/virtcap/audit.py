@@ -103,9 +103,8 @@ def audit_host(
     except libvirt.libvirtError as error:
         raise AuditError(f"cannot read node information: {error.get_error_message()}") from None
     if cpu_window > 0 and previous_cpu is None:
-        previous_cpu = _cpu_times(conn)
+        previous_cpu = read_cpu_times(conn)
         time.sleep(cpu_window)
-    cpu_times = _cpu_times(conn)
     storage = _storage(conn, uri, disk, problems)
     # The test driver answers virDomainGetBlockInfo with made-up constants (about 1 TiB for any
     # disk): only its storage pools' volumes are real data.
@@ -120,6 +119,7 @@ def audit_host(
         if facts is not None:
             domains.append(facts)
     memory_in_use, memory_source = _memory_in_use(conn, uri, domains)
+    cpu_times = read_cpu_times(conn)
     return HostFacts(
         hostname=_hostname(conn),
         hypervisor_type=hypervisor_type,
@@ -174,7 +174,7 @@ def _online_cpus(conn: Any) -> frozenset[int] | None:
     return frozenset(cpu for cpu, is_online in enumerate(online) if is_online)
 
 
-def _cpu_times(conn: Any) -> CpuTimes | None:
+def read_cpu_times(conn: Any) -> CpuTimes | None:
     try:
         stats = conn.getCPUStats(libvirt.VIR_NODE_CPU_STATS_ALL_CPUS)
     except libvirt.libvirtError:

@@ -18,7 +18,14 @@ from typing import Any
 
 import libvirt
 
-from virtcap.audit import AuditError, audit_host, open_read_only, read_cpu_identity, redact_uri
+from virtcap.audit import (
+    AuditError,
+    audit_host,
+    open_read_only,
+    read_cpu_identity,
+    read_cpu_times,
+    redact_uri,
+)
 from virtcap.claims import ClaimLedger
 from virtcap.config import AuditSettings, Hypervisor
 from virtcap.facts import CpuTimes, HostFacts
@@ -35,7 +42,6 @@ FIRST_RETRY_SECONDS = 1.0
 JITTER = 0.1
 """Each interval is stretched or shrunk by up to 10% so that a fleet does not audit in lockstep."""
 CLOSE_WAIT_SECONDS = 2.0
-FIRST_CPU_WINDOW_SECONDS = 0.2
 
 
 class HypervisorAuditor:
@@ -165,15 +171,9 @@ class HypervisorAuditor:
 
     def _audit_blocking(self) -> HostFacts:
         conn = self._connection()
-        # Busy CPUs are a rate: the first audit takes its own two samples, later ones use the last.
-        window = FIRST_CPU_WINDOW_SECONDS if self._previous_cpu is None else 0.0
         try:
             return audit_host(
-                conn,
-                self.hypervisor.uri,
-                self.hypervisor.disk,
-                previous_cpu=self._previous_cpu,
-                cpu_window=window,
+                conn, self.hypervisor.uri, self.hypervisor.disk, previous_cpu=self._previous_cpu
             )
         except AuditError:
             self._conn_broken = True
@@ -186,6 +186,8 @@ class HypervisorAuditor:
         if self._conn is None:
             conn = open_read_only(self.hypervisor.uri)
             self._watch(conn)
+            # Busy CPUs are a rate: this first sample lets the first audit tell them already.
+            self._previous_cpu = read_cpu_times(conn)
             self._conn, self._conn_broken = conn, False
             self._identity_pending = True
             log.info("connected", extra={"hypervisor": self.name, "uri": self.uri_for_humans})
