@@ -39,8 +39,10 @@ generate: system-deps
 	rm -f dashboards/generated/*.json
 	jsonnet -J dashboards -J alerts -m dashboards/generated dashboards/dashboards.jsonnet > /dev/null
 
-bench: $(BIN)/virtcap
-	$(BIN)/python bench/scrape_latency.py
+# Side by side with the Debian prometheus-libvirt-exporter; the real-libvirtd figure needs root.
+bench: system-deps $(BIN)/virtcap
+	@dpkg-query -W prometheus-libvirt-exporter >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus-libvirt-exporter
+	$(BIN)/python bench/run.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis exporter/*.egg-info

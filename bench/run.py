@@ -1,0 +1,443 @@
+"""virtcap at fleet scale, next to prometheus-libvirt-exporter (`make bench`). Prints Markdown.
+
+    python bench/run.py [--runs 3] [--quick]
+
+1. Scrape latency of /metrics for one hypervisor of 50, 500 and 2,000 domains: virtcap next to
+   prometheus-libvirt-exporter (which talks to libvirt on every scrape) on the same node file.
+2. /metrics latency for 100 hypervisors x 100 domains (the exporter's own target).
+3. A full audit cycle of `virtcap serve` and its peak RSS for 10, 100 and 1,000 hypervisors of 50
+   domains, next to the same libvirt calls in a bare loop (the floor).
+4. Event-to-metric latency: a domain defined on a real libvirtd, until its allocation is in /metrics.
+5. /metrics latency while one hypervisor of the fleet hangs, and what the peer does then.
+
+Each figure is the median of --runs runs, with half the range as the spread.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import platform
+import random
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import libvirt
+
+from virtcap import __version__
+from virtcap.fleetgen import RUNNING, SHUTOFF, HostSpec, random_domain, write_fleet
+
+PEER = "prometheus-libvirt-exporter"
+Table = list[tuple[str, ...]]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def make_hosts(directory: Path, hypervisors: int, domains: int, seed: int = 7) -> dict[str, Path]:
+    rng = random.Random(seed)
+    hosts = []
+    for h in range(hypervisors):
+        name = f"bench-{h:04d}"
+        specs = [random_domain(rng, name, i, RUNNING if i % 5 else SHUTOFF) for i in range(domains)]
+        hosts.append(HostSpec(name, 64, 512, 100, 0, domains=specs))
+    return write_fleet(hosts, directory)
+
+
+def write_config(directory: Path, uris: dict[str, str], interval: str = "1h", **audit: Any) -> Path:
+    config = {
+        "audit": {"interval": interval, "timeout": "60s", **audit},
+        "claims": {"database": ":memory:"},
+        "hypervisors": [{"name": name, "uri": uri} for name, uri in uris.items()],
+        "flavors": [
+            {"name": f"f{i}", "vcpu": 2**i, "memory": f"{2 ** (i + 1)}GiB", "disk": f"{10 * 2**i}GiB"}
+            for i in range(5)
+        ],
+    }
+    path = directory / f"virtcap-{len(uris)}.yaml"
+    path.write_text(json.dumps(config))
+    return path
+
+
+def get(port: int, path: str, timeout: float = 10) -> int:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        connection.request("GET", path)
+        return connection.getresponse().status
+    except OSError:
+        return 0
+    finally:
+        connection.close()
+
+
+def wait(condition: Callable[[], bool], timeout: float) -> float:
+    started = time.monotonic()
+    while not condition():
+        if time.monotonic() - started > timeout:
+            raise SystemExit(f"timed out after {timeout}s")
+        time.sleep(0.01)
+    return time.monotonic() - started
+
+
+@contextmanager
+def process(command: list[str]) -> Iterator[subprocess.Popen[bytes]]:
+    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield child
+    finally:
+        child.send_signal(signal.SIGTERM)
+        try:
+            child.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+
+
+@contextmanager
+def virtcap(config: Path) -> Iterator[tuple[int, subprocess.Popen[bytes], float]]:
+    """A running `virtcap serve`, and how long it took from start to ready."""
+    port = free_port()
+    command = [sys.executable, "-m", "virtcap", "serve", "--config", str(config)]
+    command += ["--web.listen-address", f"127.0.0.1:{port}", "--log.level", "error"]
+    started = time.monotonic()
+    with process(command) as child:
+        wait(lambda: get(port, "/-/ready") == 200, 600)
+        yield port, child, time.monotonic() - started
+
+
+@contextmanager
+def peer(uri: str) -> Iterator[int]:
+    port = free_port()
+    with process([PEER, f"--web.listen-address=127.0.0.1:{port}", f"--libvirt.uri={uri}"]):
+        wait(lambda: get(port, "/", timeout=2) in (200, 404), 30)
+        yield port
+
+
+def latencies(port: int, count: int, path: str = "/metrics") -> list[float]:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    result = []
+    for _ in range(count):
+        started = time.perf_counter()
+        connection.request("GET", path)
+        response = connection.getresponse()
+        response.read()
+        result.append(time.perf_counter() - started)
+    connection.close()
+    return result
+
+
+def throughput(port: int, clients: int, seconds: float) -> float:
+    done = [0] * clients
+    deadline = time.monotonic() + seconds
+
+    def client(index: int) -> None:
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        while time.monotonic() < deadline:
+            connection.request("GET", "/metrics")
+            connection.getresponse().read()
+            done[index] += 1
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return sum(done) / seconds
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(int(fraction * len(ordered)), len(ordered) - 1)]
+
+
+def cell(values: list[float], unit: str = "", digits: int = 2) -> str:
+    spread = (max(values) - min(values)) / 2
+    return f"{statistics.median(values):.{digits}f}{unit} ± {spread:.{digits}f}"
+
+
+def print_table(title: str, header: tuple[str, ...], rows: Table) -> None:
+    print(f"\n### {title}\n")
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+    sys.stdout.flush()
+
+
+def scrape_comparison(scratch: Path, runs: int, sizes: list[int]) -> None:
+    rows: Table = []
+    for domains in sizes:
+        path = make_hosts(scratch / f"single-{domains}", 1, domains)["bench-0000"]
+        uri = f"test://{path}"
+        ours: dict[str, list[float]] = {"p50": [], "p99": [], "rate": []}
+        theirs: dict[str, list[float]] = {"p50": [], "p99": [], "rate": []}
+        for _ in range(runs):
+            with virtcap(write_config(scratch, {"bench-0000": uri})) as (port, _child, _ready):
+                measured = latencies(port, 300)
+                ours["p50"].append(percentile(measured, 0.5) * 1000)
+                ours["p99"].append(percentile(measured, 0.99) * 1000)
+                ours["rate"].append(throughput(port, 4, 2.0))
+            with peer(uri) as port:
+                measured = latencies(port, 30 if domains >= 2000 else 100)
+                theirs["p50"].append(percentile(measured, 0.5) * 1000)
+                theirs["p99"].append(percentile(measured, 0.99) * 1000)
+                theirs["rate"].append(throughput(port, 4, 2.0))
+        ratio = [t / o for t, o in zip(theirs["p50"], ours["p50"], strict=True)]
+        rows.append(
+            (
+                str(domains),
+                cell(ours["p50"], " ms"),
+                cell(ours["p99"], " ms"),
+                cell(ours["rate"], "/s", 0),
+                cell(theirs["p50"], " ms"),
+                cell(theirs["p99"], " ms"),
+                cell(theirs["rate"], "/s", 0),
+                cell(ratio, "x", 1),
+            )
+        )
+    print_table(
+        f"Scrape latency, one hypervisor: virtcap next to {PEER} (same node file)",
+        (
+            "domains",
+            "virtcap p50",
+            "virtcap p99",
+            "virtcap req/s",
+            "peer p50",
+            "peer p99",
+            "peer req/s",
+            "peer/virtcap p50",
+        ),
+        rows,
+    )
+
+
+def scrape_at_scale(scratch: Path, runs: int, hypervisors: int, domains: int) -> None:
+    paths = make_hosts(scratch / f"fleet-{hypervisors}x{domains}", hypervisors, domains)
+    # audits every 5 s during the measurement: scrapes compete with audits and re-renders
+    config = write_config(scratch, {n: f"test://{p}" for n, p in paths.items()}, interval="5s")
+    p50s, p99s, maxima = [], [], []
+    for _ in range(runs):
+        with virtcap(config) as (port, _child, _ready):
+            latencies(port, 50)
+            measured = latencies(port, 2000)
+            p50s.append(percentile(measured, 0.5) * 1000)
+            p99s.append(percentile(measured, 0.99) * 1000)
+            maxima.append(max(measured) * 1000)
+    print_table(
+        f"virtcap /metrics, {hypervisors} hypervisors x {domains} domains, audits every 5 s",
+        ("p50", "p99", "max"),
+        [(cell(p50s, " ms"), cell(p99s, " ms"), cell(maxima, " ms"))],
+    )
+
+
+FLOOR = r"""
+import sys, time, libvirt, xml.etree.ElementTree as ET
+libvirt.registerErrorHandler(lambda *a: None, None)
+uris = sys.argv[1:]
+started = time.monotonic()
+for uri in uris:
+    conn = libvirt.openReadOnly(uri)
+    conn.getInfo(); conn.getType(); conn.getVersion(); conn.getLibVersion(); conn.getHostname()
+    conn.getCPUMap(); conn.getCPUStats(-1)
+    conn.storagePoolLookupByName("default").info()
+    for pool in conn.listAllStoragePools(libvirt.VIR_CONNECT_LIST_STORAGE_POOLS_ACTIVE):
+        pool.name(); pool.XMLDesc(0)
+        for volume in pool.listAllVolumes(0):
+            volume.info(); volume.path(); volume.name()
+    for domain in conn.listAllDomains(0):
+        domain.name(); domain.info(); ET.fromstring(domain.XMLDesc(0))
+    conn.close()
+print(time.monotonic() - started)
+"""
+
+
+def audit_cycle(scratch: Path, runs: int, sizes: list[int], domains: int) -> None:
+    rows: Table = []
+    for hypervisors in sizes:
+        paths = make_hosts(scratch / f"cycle-{hypervisors}", hypervisors, domains)
+        uris = {n: f"test://{p}" for n, p in paths.items()}
+        config = write_config(scratch, uris, concurrency=32)
+        cycles, rss, floors = [], [], []
+        for _ in range(runs):
+            floor = subprocess.run(
+                [sys.executable, "-c", FLOOR, *uris.values()], capture_output=True, text=True, check=True
+            )
+            floors.append(float(floor.stdout))
+            port = free_port()
+            command = [sys.executable, "-m", "virtcap", "serve", "--config", str(config)]
+            command += ["--web.listen-address", f"127.0.0.1:{port}", "--log.level", "error"]
+            with process(command) as child:
+                wait(lambda: get(port, "/-/healthy") == 200, 60)  # noqa: B023
+                listening = time.monotonic()
+                wait(lambda: get(port, "/-/ready") == 200, 600)  # noqa: B023
+                cycles.append(time.monotonic() - listening)
+                status = Path(f"/proc/{child.pid}/status").read_text()
+                peak = next(line for line in status.splitlines() if line.startswith("VmHWM:"))
+                rss.append(int(peak.split()[1]) / 1024)
+        ratio = [c / f for c, f in zip(cycles, floors, strict=True)]
+        rows.append(
+            (
+                f"{hypervisors} x {domains}",
+                cell(cycles, " s"),
+                cell(floors, " s"),
+                cell(ratio, "x", 2),
+                cell(rss, " MiB", 0),
+            )
+        )
+    print_table(
+        "Full audit cycle of `virtcap serve` (listening to ready) and peak RSS, "
+        "next to the raw libvirt calls in a bare loop",
+        ("fleet", "audit cycle", "bare-loop floor", "cycle/floor", "peak RSS"),
+        rows,
+    )
+
+
+GUEST = """<domain type='qemu'><name>{name}</name><uuid>{uuid}</uuid><memory unit='MiB'>64</memory>
+<vcpu>3</vcpu><os><type arch='x86_64' machine='pc'>hvm</type></os>
+<devices><emulator>/usr/bin/qemu-system-x86_64</emulator></devices></domain>"""
+
+
+def event_latency(scratch: Path, runs: int) -> None:
+    try:
+        admin: Any = libvirt.open("qemu:///system")
+    except libvirt.libvirtError as error:
+        print_table("Event-to-metric latency", ("result",), [(f"not measured: no libvirtd ({error})",)])
+        return
+    config = write_config(scratch, {"local": "qemu:///system"})
+    samples = []
+    with virtcap(config) as (port, _child, _ready):
+
+        def shutoff_vcpus() -> float:
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            connection.request("GET", "/metrics")
+            text = connection.getresponse().read().decode()
+            connection.close()
+            key = 'hypervisor_resource_allocated{hypervisor="local",resource="vcpu",state="shutoff",unit="cpus"}'
+            return next(float(line.split()[-1]) for line in text.splitlines() if line.startswith(key))
+
+        for _ in range(max(runs, 5)):
+            before = shutoff_vcpus()
+            name = f"virtcap-bench-{uuid.uuid4().hex[:8]}"
+            started = time.monotonic()
+            domain = admin.defineXML(GUEST.format(name=name, uuid=uuid.uuid4()))
+            try:
+                wait(lambda: shutoff_vcpus() == before + 3, 10)  # noqa: B023
+                samples.append(time.monotonic() - started)
+            finally:
+                domain.undefine()
+            wait(lambda: shutoff_vcpus() == before, 10)  # noqa: B023
+    admin.close()
+    print_table(
+        "Event-to-metric latency: a domain defined on a real libvirtd until its allocation is in /metrics",
+        ("samples", "median", "max"),
+        [(str(len(samples)), cell(samples, " s"), f"{max(samples):.2f} s")],
+    )
+
+
+@contextmanager
+def silent_listener() -> Iterator[int]:
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(server.accept()[0])
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield server.getsockname()[1]
+    finally:
+        stop.set()
+        thread.join(2)
+        for connection in held:
+            connection.close()
+        server.close()
+
+
+def hung_hypervisor(scratch: Path, runs: int) -> None:
+    paths = make_hosts(scratch / "hung", 10, 50)
+    rows: Table = []
+    with silent_listener() as port_of_hung:
+        hung_uri = f"qemu+tcp://127.0.0.1:{port_of_hung}/system"
+        uris = {n: f"test://{p}" for n, p in paths.items()} | {"hung": hung_uri}
+        config = write_config(scratch, uris, interval="2s", timeout="1s")
+        p50s, p99s = [], []
+        for _ in range(runs):
+            with virtcap(config) as (port, _child, _ready):
+                time.sleep(3)  # the hung one has timed out at least once
+                measured = latencies(port, 1000)
+                p50s.append(percentile(measured, 0.5) * 1000)
+                p99s.append(percentile(measured, 0.99) * 1000)
+        rows.append(("virtcap: 10 healthy + 1 hung", cell(p50s, " ms"), cell(p99s, " ms")))
+        peer_times = []
+        for _ in range(runs):
+            with peer(hung_uri) as port:
+                started = time.monotonic()
+                status = get(port, "/metrics", timeout=10)
+                peer_times.append(time.monotonic() - started)
+        outcome = "no answer within 10 s" if all(t >= 9.9 for t in peer_times) else f"status {status}"
+        rows.append((f"{PEER} on the hung one", cell(peer_times, " s"), outcome))
+    print_table(
+        "/metrics while one hypervisor hangs (accepts, never answers)", ("exporter", "p50", "p99"), rows
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="smaller fleets, one run: a smoke test")
+    args = parser.parse_args()
+    if shutil.which(PEER) is None:
+        raise SystemExit(f"{PEER} is not installed: `apt-get install {PEER}` (make bench does)")
+    runs = 1 if args.quick else args.runs
+    peer_version = subprocess.run(
+        ["dpkg-query", "-W", "-f=${Version}", PEER], capture_output=True, text=True, check=False
+    ).stdout
+    versions = (
+        f"Python {platform.python_version()}, libvirt {libvirt.getVersion()}, {PEER} {peer_version or '?'}"
+    )
+    print(f"virtcap {__version__}, {versions}")
+    print(f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}")
+    print(f"each figure: median of {runs} runs ± half the range")
+    with tempfile.TemporaryDirectory(prefix="virtcap-bench-") as directory:
+        scratch = Path(directory)
+        scrape_comparison(scratch, runs, [50, 500] if args.quick else [50, 500, 2000])
+        scrape_at_scale(scratch, runs, 20 if args.quick else 100, 100)
+        audit_cycle(scratch, runs, [10, 100] if args.quick else [10, 100, 1000], 50)
+        event_latency(scratch, runs)
+        hung_hypervisor(scratch, runs)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
