@@ -330,7 +330,10 @@ def event_latency(scratch: Path, runs: int) -> None:
             connection.request("GET", "/metrics")
             text = connection.getresponse().read().decode()
             connection.close()
-            key = 'hypervisor_resource_allocated{hypervisor="local",resource="vcpu",state="shutoff",unit="cpus"}'
+            key = (
+                'hypervisor_resource_allocated{hypervisor="local",resource="vcpu",'
+                'state="shutoff",unit="cpus"}'
+            )
             return next(float(line.split()[-1]) for line in text.splitlines() if line.startswith(key))
 
         for _ in range(max(runs, 5)):
