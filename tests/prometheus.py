@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.serving import free_port, wait_for
+from tests.serving import free_port, stop_process, wait_for
 
 
 @dataclass
@@ -62,12 +62,7 @@ def running_prometheus(config: str, directory: Path, port: int | None = None) ->
         wait_for(lambda: _ready(prometheus), 30, what="prometheus readiness")
         yield prometheus
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process)
 
 
 def _ready(prometheus: Prometheus) -> bool:

@@ -60,6 +60,16 @@ class Server:
         return self.log.read_text(errors="replace")
 
 
+def stop_process(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL if it is still there after 20 s."""
+    process.terminate()
+    try:
+        process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
 def parse_samples(text: str) -> Samples:
     samples: Samples = {}
     for family in text_string_to_metric_families(text):

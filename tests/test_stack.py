@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from tests.prometheus import running_prometheus
-from tests.serving import free_port, running_server, wait_for
+from tests.serving import free_port, running_server, stop_process, wait_for
 from tests.test_alerts import FOR_KEYS, jsonnet
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -195,12 +195,7 @@ def test_the_stack_end_to_end_with_the_debian_binaries() -> None:
                 assert alert["annotations"]["runbook_url"].endswith("#hypervisorresourceovercommitted")
     finally:
         for process in processes:
-            process.terminate()
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            stop_process(process)
         shutil.rmtree(scratch)
     assert all(process.poll() is not None for process in processes)
     assert not scratch.exists()

@@ -20,7 +20,7 @@ from virtcap.claims import (
     UnknownHypervisorError,
 )
 from virtcap.config import ClaimSettings, Duration, Size, explain_validation_error
-from virtcap.model import RESOURCES, Resource
+from virtcap.model import RESOURCES, amounts
 from virtcap.openapi import OPENAPI
 from virtcap.report import fleet_document
 from virtcap.store import SnapshotStore
@@ -94,12 +94,7 @@ async def create_claim(request: web.Request) -> web.Response:
         raise _error(web.HTTPBadRequest, f"ttl: at most {settings.max_ttl:g}s (claims.max_ttl), got {ttl:g}s")
     claim_request = ClaimRequest(
         hypervisor=body.hypervisor,
-        amounts={
-            Resource.VCPU: body.vcpu,
-            Resource.PCPU: body.pcpu,
-            Resource.MEMORY: body.memory,
-            Resource.DISK: body.disk,
-        },
+        amounts=amounts(vcpu=body.vcpu, pcpu=body.pcpu, memory=body.memory, disk=body.disk),
         ttl=ttl,
         domain_uuid=str(body.domain_uuid) if body.domain_uuid is not None else None,
         owner=body.owner,

@@ -17,7 +17,7 @@ import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 from pydantic_core import ErrorDetails
 
-from virtcap.model import NOVA_ALLOCATION_RATIOS, NOVA_RESERVED, Amounts, HostPolicy, Resource
+from virtcap.model import NOVA_ALLOCATION_RATIOS, NOVA_RESERVED, Amounts, HostPolicy, Resource, amounts
 from virtcap.units import format_cpu_set, parse_cpu_set, parse_duration, parse_size
 
 LOCAL_URI = "qemu:///system"
@@ -234,12 +234,7 @@ def build_config(parsed: ConfigFile, source: str) -> Config:
     flavors = tuple(
         Flavor(
             name=f.name,
-            request={
-                Resource.VCPU: f.vcpu,
-                Resource.PCPU: f.pcpu,
-                Resource.MEMORY: f.memory,
-                Resource.DISK: f.disk,
-            },
+            request=amounts(vcpu=f.vcpu, pcpu=f.pcpu, memory=f.memory, disk=f.disk),
         )
         for f in parsed.flavors
     )

@@ -67,6 +67,10 @@ Amounts = Mapping[Resource, int]
 """An amount per resource (cpus or bytes): a domain's allocation, a flavor's request, a claim."""
 
 
+def amounts(vcpu: int = 0, pcpu: int = 0, memory: int = 0, disk: int = 0) -> dict[Resource, int]:
+    return {Resource.VCPU: vcpu, Resource.PCPU: pcpu, Resource.MEMORY: memory, Resource.DISK: disk}
+
+
 @dataclass(frozen=True, slots=True)
 class ResourceCapacity:
     resource: Resource
