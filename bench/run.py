@@ -419,6 +419,9 @@ def main() -> int:
     )
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="smaller fleets, one run: a smoke test")
+    parser.add_argument(
+        "--only", choices=("scrape", "scale", "cycle", "events", "hung"), help="run one measurement only"
+    )
     args = parser.parse_args()
     if shutil.which(PEER) is None:
         raise SystemExit(f"{PEER} is not installed: `apt-get install {PEER}` (make bench does)")
@@ -434,11 +437,16 @@ def main() -> int:
     print(f"each figure: median of {runs} runs ± half the range")
     with tempfile.TemporaryDirectory(prefix="virtcap-bench-") as directory:
         scratch = Path(directory)
-        scrape_comparison(scratch, runs, [50, 500] if args.quick else [50, 500, 2000])
-        scrape_at_scale(scratch, runs, 20 if args.quick else 100, 100)
-        audit_cycle(scratch, runs, [10, 100] if args.quick else [10, 100, 1000], 50)
-        event_latency(scratch, runs)
-        hung_hypervisor(scratch, runs)
+        measurements: dict[str, Callable[[], None]] = {
+            "scrape": lambda: scrape_comparison(scratch, runs, [50, 500] if args.quick else [50, 500, 2000]),
+            "scale": lambda: scrape_at_scale(scratch, runs, 20 if args.quick else 100, 100),
+            "cycle": lambda: audit_cycle(scratch, runs, [10, 100] if args.quick else [10, 100, 1000], 50),
+            "events": lambda: event_latency(scratch, runs),
+            "hung": lambda: hung_hypervisor(scratch, runs),
+        }
+        for name, measure in measurements.items():
+            if args.only in (None, name):
+                measure()
     return 0
 
 

@@ -201,7 +201,8 @@ class HypervisorAuditor:
             threading.Thread(target=_close_quietly, args=(old,), daemon=True).start()
         if self._conn is None:
             conn = open_read_only(self.hypervisor.uri)
-            self._watch(conn)
+            if conn.getType() != IN_PROCESS_DRIVER:  # nothing outside can change an in-process one
+                self._watch(conn)
             # Busy CPUs are a rate: this first sample lets the first audit tell them already.
             self._previous_cpu = read_cpu_times(conn)
             self._conn, self._conn_broken = conn, False
