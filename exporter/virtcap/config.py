@@ -87,9 +87,6 @@ class DiskSource(_Section):
             raise ValueError(f"expected an absolute path, got {self.path!r}")
         return self
 
-    def describe(self) -> str:
-        return f"pool {self.pool}" if self.pool is not None else f"path {self.path}"
-
 
 class PolicySection(_Section):
     """The keys of `defaults`, each of which a hypervisor may override."""

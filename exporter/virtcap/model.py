@@ -220,10 +220,6 @@ def host_capacity(
     return HostCapacity(resources, domains_by_state, schedulable, hugepage_bytes, bottlenecks)
 
 
-def schedulable_instances(resources: Mapping[Resource, ResourceCapacity], request: Amounts) -> int:
-    return flavor_fit(resources, request)[0]
-
-
 def flavor_fit(
     resources: Mapping[Resource, ResourceCapacity], request: Amounts
 ) -> tuple[int, Resource | None]:
