@@ -68,6 +68,8 @@ class DomainDefinition:
     uuid: str
     vcpus: int
     memory_bytes: int
+    current_memory_bytes: int
+    """The balloon target (`<currentMemory>`); the full memory when the definition has none."""
     hugepages: bool
     vcpu_pins: tuple[frozenset[int] | None, ...]
     disks: tuple[DiskReference, ...]
@@ -90,11 +92,16 @@ def parse_domain_xml(xml: str) -> DomainDefinition:
         # Metadata is free-form: a broken flavor is ignored, the definition itself still counts.
         problems.append(f"domain {name}: {error}; accounted from its definition instead")
         nova_flavor = None
+    memory_bytes = _memory_bytes(root.find("memory"))
+    current_memory = root.find("currentMemory")
     return DomainDefinition(
         name=name,
         uuid=root.findtext("uuid", default="").strip(),
         vcpus=vcpus,
-        memory_bytes=_memory_bytes(root.find("memory")),
+        memory_bytes=memory_bytes,
+        current_memory_bytes=(
+            memory_bytes if current_memory is None else _memory_bytes(current_memory, "currentMemory")
+        ),
         hugepages=root.find("memoryBacking/hugepages") is not None,
         vcpu_pins=_vcpu_pins(root, vcpus),
         disks=tuple(_disk_reference(disk) for disk in root.iterfind("devices/disk")),
@@ -118,13 +125,13 @@ def _whole_number(element: ET.Element | None, what: str) -> int:
         raise DomainXMLError(f"<{what}> is not a whole number: {text!r}") from None
 
 
-def _memory_bytes(element: ET.Element | None) -> int:
+def _memory_bytes(element: ET.Element | None, tag: str = "memory") -> int:
     if element is None:
-        raise DomainXMLError("domain XML has no <memory>")
+        raise DomainXMLError(f"domain XML has no <{tag}>")
     unit = element.get("unit", "KiB").lower()
     if unit not in _MEMORY_UNITS:
-        raise DomainXMLError(f"unknown memory unit {unit!r}")
-    return _whole_number(element, "memory") * _MEMORY_UNITS[unit]
+        raise DomainXMLError(f"unknown {tag} unit {unit!r}")
+    return _whole_number(element, tag) * _MEMORY_UNITS[unit]
 
 
 def _vcpu_pins(root: ET.Element, vcpus: int) -> tuple[frozenset[int] | None, ...]:
