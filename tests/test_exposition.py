@@ -7,10 +7,13 @@ import time
 from pathlib import Path
 
 import pytest
+from prometheus_client.core import Metric
 
 from tests.serving import Samples, parse_samples, series, value
+from virtcap import exposition as exposition_module
 from virtcap.config import parse_config
-from virtcap.exposition import render, views
+from virtcap.demo import demo_config
+from virtcap.exposition import FragmentCache, HypervisorView, render, views
 from virtcap.facts import CpuIdentity
 from virtcap.oneshot import audit_fleet_once
 from virtcap.snapshot import HypervisorSnapshot
@@ -141,3 +144,49 @@ def test_a_failing_hypervisor_keeps_up_0_and_drops_stale_data(store: SnapshotSto
         assert not series(stale, "hypervisor_info", hypervisor="default")
     finally:
         state.latest = latest
+
+
+def test_the_fragment_cache_renders_what_a_whole_render_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kept per-hypervisor fragments, joined, are byte for byte the whole fleet rendered at once,
+    through every kind of change; and only what changed is rendered again."""
+    store = SnapshotStore()
+    config = demo_config()
+    store.track([h.name for h in config.hypervisors])
+    for snapshot in asyncio.run(audit_fleet_once(config, cpu_window=0.0)):
+        store.record(snapshot, "success" if snapshot.up else "failure")
+    rendered: list[str] = []
+    whole_fleet = exposition_module.build_families
+
+    def counting(hypervisors: tuple[HypervisorView, ...]) -> list[Metric]:
+        rendered.extend(view.name for view in hypervisors)
+        return whole_fleet(hypervisors)
+
+    monkeypatch.setattr(exposition_module, "build_families", counting)
+    cache = FragmentCache()
+    now = time.time()
+
+    def same_as_whole(pending: dict[str, int] | None = None, at: float = now) -> list[str]:
+        rendered.clear()
+        fleet = views(store, at, 600, pending)
+        body = cache.render(fleet, {"created": 3})
+        changed = list(rendered)
+        assert body == render(fleet, {"created": 3})
+        return changed
+
+    names = list(store.hypervisors)
+    assert same_as_whole() == names
+    assert b'hypervisor_resource_limit{hypervisor="compute-06"' in cache.render(views(store, now, 600))
+    assert same_as_whole() == []
+    first, second = names[0], names[1]
+    store.set_identity(first, CpuIdentity(model="EPYC", arch="x86_64"))
+    assert same_as_whole() == [first]
+    assert same_as_whole(pending={second: 2}) == [second]
+    failed = HypervisorSnapshot(name=second, up=False, error="boom", facts=None, capacity=None, taken_at=now)
+    store.record(failed, "failure")
+    assert same_as_whole() == [second]
+    store.track(names[1:])
+    assert same_as_whole() == []
+    store.track(names)
+    assert same_as_whole() == [first]
+    audited = [name for name in names if store.hypervisors[name].last_good is not None]
+    assert same_as_whole(at=now + 3600) == audited  # their data turned stale

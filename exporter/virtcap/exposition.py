@@ -6,6 +6,7 @@ so the series of a removed domain or hypervisor simply stop being produced.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
@@ -80,6 +81,85 @@ def render(hypervisors: Iterable[HypervisorView], claim_outcomes: Mapping[str, i
     registry = CollectorRegistry(auto_describe=False)
     registry.register(FleetCollector(hypervisors, claim_outcomes))
     return generate_latest(registry)
+
+
+class FragmentCache:
+    """The fleet's exposition, re-rendering only the hypervisors whose view changed.
+
+    A hypervisor's samples are rendered by prometheus-client on their own and kept, split by
+    family; a render joins every family's header with each hypervisor's kept samples, in fleet
+    order, which is exactly what rendering the whole fleet at once produces. A fleet of a
+    thousand hypervisors then costs one hypervisor's rendering per audit, not the fleet's: a long
+    render holds the interpreter lock, and every audit thread coming back from libvirt waits for it.
+
+    Not thread-safe: one render at a time.
+    """
+
+    def __init__(self) -> None:
+        self._headers = _family_chunks(_generate(build_families(())))
+        self._fragments: dict[str, tuple[HypervisorView, list[str]]] = {}
+
+    def render(
+        self, hypervisors: Iterable[HypervisorView], claim_outcomes: Mapping[str, int] | None = None
+    ) -> bytes:
+        fragments = {}
+        for view in hypervisors:
+            kept = self._fragments.get(view.name)
+            if kept is None or not _same_view(kept[0], view):
+                text = _generate(build_families((view,)))
+                kept = (view, [_samples_only(chunk) for chunk in _family_chunks(text)])
+            fragments[view.name] = kept
+        self._fragments = fragments  # removed hypervisors are forgotten
+        parts = []
+        for index, header in enumerate(self._headers):
+            parts.append(header)
+            parts.extend(samples[index] for _view, samples in fragments.values())
+        body = "".join(parts).encode()
+        if claim_outcomes is not None:
+            body += _generate(exporter_families(claim_outcomes)).encode()
+        return body
+
+
+def _same_view(kept: HypervisorView, view: HypervisorView) -> bool:
+    """Equal views render equally; the snapshot is compared by identity (it is immutable and
+    comparing it field by field would cost as much as rendering it)."""
+    return (
+        kept.data is view.data
+        and kept.up == view.up
+        and kept.last_success == view.last_success
+        and kept.last_duration == view.last_duration
+        and kept.identity == view.identity
+        and kept.audits == view.audits
+        and kept.pending_claims == view.pending_claims
+    )
+
+
+class _Families(Collector):
+    def __init__(self, families: Iterable[Metric]) -> None:
+        self.families = families
+
+    def collect(self) -> Iterable[Metric]:
+        return self.families
+
+
+def _generate(families: Iterable[Metric]) -> str:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Families(families))
+    return generate_latest(registry).decode()
+
+
+_FAMILY_START = re.compile(r"^(?=# HELP )", re.MULTILINE)
+
+
+def _family_chunks(text: str) -> list[str]:
+    """The text format's families, each from its `# HELP` line on. A label value cannot hold a
+    raw newline (it is escaped), so a line starting with `# HELP` always opens a family."""
+    return [chunk for chunk in _FAMILY_START.split(text) if chunk]
+
+
+def _samples_only(chunk: str) -> str:
+    """A family's chunk without its `# HELP` and `# TYPE` lines."""
+    return chunk.split("\n", 2)[2]
 
 
 def exporter_families(claim_outcomes: Mapping[str, int]) -> list[Metric]:

@@ -30,7 +30,7 @@ from virtcap.auditor import FleetAuditor
 from virtcap.claims import ClaimDatabase, ClaimLedger
 from virtcap.config import Config, ConfigError
 from virtcap.events import register_libvirt_event_loop
-from virtcap.exposition import render, views
+from virtcap.exposition import FragmentCache, render, views
 from virtcap.store import SnapshotStore
 from virtcap.webconfig import WebConfig
 
@@ -56,6 +56,7 @@ class MetricsCache:
         self.version = -1
         """The store version the body shows."""
         self._gzipped: bytes | None = None
+        self._fragments = FragmentCache()
         self.rendered = asyncio.Event()
 
     def gzipped(self) -> bytes:
@@ -69,7 +70,7 @@ class MetricsCache:
             version = self.store.version
             started = time.monotonic()
             snapshot = views(self.store, time.time(), self.stale_after, self.claims.pending())
-            body = await asyncio.to_thread(render, snapshot, dict(self.claims.outcomes))
+            body = await asyncio.to_thread(self._fragments.render, snapshot, dict(self.claims.outcomes))
             self.body, self.version, self._gzipped = body, version, None
             self.rendered.set()
             # Rendering a large fleet takes a while: never spend more than a third of the time on it.
