@@ -82,39 +82,49 @@ def parse_domain_xml(xml: str) -> DomainDefinition:
         root = ET.fromstring(xml)
     except ET.ParseError as error:
         raise DomainXMLError(f"unreadable domain XML: {error}") from None
-    name = _required_text(root, "name")
-    vcpu_element = root.find("vcpu")
+    # One pass over the top-level elements: a thousand hypervisors' audits parse every domain of
+    # the fleet, and each find() walks the children again.
+    top: dict[str, ET.Element] = {}
+    for child in root:
+        top.setdefault(child.tag, child)
+    name = _required_text(top.get("name"), "name")
+    vcpu_element = top.get("vcpu")
     vcpus = _whole_number(vcpu_element, "vcpu") if vcpu_element is not None else 1
     problems: list[str] = []
     try:
-        nova_flavor = _nova_flavor(root)
+        nova_flavor = _nova_flavor(top.get("metadata"))
     except DomainXMLError as error:
         # Metadata is free-form: a broken flavor is ignored, the definition itself still counts.
         problems.append(f"domain {name}: {error}; accounted from its definition instead")
         nova_flavor = None
-    memory_bytes = _memory_bytes(root.find("memory"))
-    current_memory = root.find("currentMemory")
+    memory_bytes = _memory_bytes(top.get("memory"))
+    current_memory = top.get("currentMemory")
+    backing = top.get("memoryBacking")
+    tuning = top.get("cputune")
+    devices = top.get("devices")
+    uuid = top.get("uuid")
+    disk_elements = devices.iterfind("disk") if devices is not None else ()
     return DomainDefinition(
         name=name,
-        uuid=root.findtext("uuid", default="").strip(),
+        uuid=(uuid.text or "").strip() if uuid is not None else "",
         vcpus=vcpus,
         memory_bytes=memory_bytes,
         current_memory_bytes=(
             memory_bytes if current_memory is None else _memory_bytes(current_memory, "currentMemory")
         ),
-        hugepages=root.find("memoryBacking/hugepages") is not None,
-        vcpu_pins=_vcpu_pins(root, vcpus),
-        disks=tuple(_disk_reference(disk) for disk in root.iterfind("devices/disk")),
+        hugepages=backing is not None and backing.find("hugepages") is not None,
+        vcpu_pins=_vcpu_pins(vcpu_element, tuning, vcpus),
+        disks=tuple(_disk_reference(disk) for disk in disk_elements),
         nova_flavor=nova_flavor,
         problems=tuple(problems),
     )
 
 
-def _required_text(root: ET.Element, path: str) -> str:
-    text = root.findtext(path)
-    if text is None or not text.strip():
-        raise DomainXMLError(f"domain XML has no <{path}>")
-    return text.strip()
+def _required_text(element: ET.Element | None, tag: str) -> str:
+    text = (element.text or "").strip() if element is not None else ""
+    if not text:
+        raise DomainXMLError(f"domain XML has no <{tag}>")
+    return text
 
 
 def _whole_number(element: ET.Element | None, what: str) -> int:
@@ -134,12 +144,13 @@ def _memory_bytes(element: ET.Element | None, tag: str = "memory") -> int:
     return _whole_number(element, tag) * _MEMORY_UNITS[unit]
 
 
-def _vcpu_pins(root: ET.Element, vcpus: int) -> tuple[frozenset[int] | None, ...]:
+def _vcpu_pins(
+    vcpu: ET.Element | None, tuning: ET.Element | None, vcpus: int
+) -> tuple[frozenset[int] | None, ...]:
     """A `<vcpupin>` wins over the domain-wide `<vcpu cpuset=...>`, as in libvirt."""
-    default_spec = root.find("vcpu")
-    default = _cpuset_or_none(default_spec.get("cpuset") if default_spec is not None else None)
+    default = _cpuset_or_none(vcpu.get("cpuset") if vcpu is not None else None)
     pins: list[frozenset[int] | None] = [default] * vcpus
-    for pin in root.iterfind("cputune/vcpupin"):
+    for pin in tuning.iterfind("vcpupin") if tuning is not None else ():
         index = int(pin.get("vcpu", "-1"))
         if 0 <= index < vcpus:
             pins[index] = _cpuset_or_none(pin.get("cpuset"))
@@ -175,8 +186,8 @@ def _disk_reference(disk: ET.Element) -> DiskReference:
     return DiskReference(target=target, device=device, kind=kind, path=path)
 
 
-def _nova_flavor(root: ET.Element) -> NovaFlavor | None:
-    flavor = root.find(f"metadata/{_NOVA}instance/{_NOVA}flavor")
+def _nova_flavor(metadata: ET.Element | None) -> NovaFlavor | None:
+    flavor = metadata.find(f"{_NOVA}instance/{_NOVA}flavor") if metadata is not None else None
     if flavor is None:
         return None
 
