@@ -155,3 +155,32 @@ def test_libvirt_errors_are_not_printed(capfd: pytest.CaptureFixture[str]) -> No
     with pytest.raises(libvirt.libvirtError):
         libvirt.openReadOnly("test:///nonexistent-file-for-virtcap.xml").close()
     assert "libvirt:" not in capfd.readouterr().err
+
+
+class _WithoutBulkStats:
+    """A real test-driver connection that answers virConnectGetAllDomainStats as drivers without
+    it do (older remote daemons, some hypervisor drivers): with libvirt's own "not supported"."""
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+
+    def getAllDomainStats(self, _stats: int, _flags: int) -> Any:  # noqa: N802 - libvirt's name
+        return self._conn.getMemoryStats(libvirt.VIR_NODE_MEMORY_STATS_ALL_CELLS)  # not supported here
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+
+def test_drivers_without_bulk_domain_stats_are_audited_domain_by_domain(mixed: HostFacts) -> None:
+    conn: Any = open_read_only(f"test://{MIXED}")
+    try:
+        with pytest.raises(libvirt.libvirtError) as unsupported:
+            _WithoutBulkStats(conn).getAllDomainStats(0, 0)
+        assert unsupported.value.get_error_code() == libvirt.VIR_ERR_NO_SUPPORT
+        fallback = audit_host(_WithoutBulkStats(conn), f"test://{MIXED}", DiskSource(pool="default"))
+    finally:
+        conn.close()
+    assert [(d.name, d.state, d.current_memory_bytes) for d in fallback.domains] == [
+        (d.name, d.state, d.current_memory_bytes) for d in mixed.domains
+    ]
+    assert fallback.domains == mixed.domains

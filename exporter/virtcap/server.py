@@ -74,10 +74,23 @@ class MetricsCache:
             self.body, self.version, self._gzipped = body, version, None
             self.rendered.set()
             # Rendering a large fleet takes a while: never spend more than a third of the time on it.
-            await asyncio.sleep(max(RENDER_GAP_SECONDS, 2 * (time.monotonic() - started)))
+            await self._pause(version, max(RENDER_GAP_SECONDS, 2 * (time.monotonic() - started)))
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self._until_next_stale()):
                     await self.store.changed.wait()
+
+    async def _pause(self, rendered_version: int, gap: float) -> None:
+        """The gap between renders, cut short by the first complete picture of the fleet: /-/ready
+        waits for it, and a small fleet is audited well within one gap."""
+        ready_since = self.store.ready_since
+        if ready_since is not None and rendered_version < ready_since:
+            return
+        if ready_since is not None:
+            await asyncio.sleep(gap)
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(gap):
+                await self.store.all_audited.wait()
 
     def _until_next_stale(self) -> float | None:
         """Data of a down hypervisor must vanish when it turns stale, even if nothing else changes."""

@@ -37,6 +37,8 @@ class SnapshotStore:
         self.ready_since: int | None = None
         """The version at which every hypervisor had been audited once (or had failed)."""
         self.changed = asyncio.Event()
+        self.all_audited = asyncio.Event()
+        """Set once, with `ready_since`."""
         self._never_audited: set[str] = set()
 
     def track(self, names: list[str]) -> None:
@@ -86,4 +88,5 @@ class SnapshotStore:
         self.version += 1
         if self.ready_since is None and self.ready:
             self.ready_since = self.version
+            self.all_audited.set()
         self.changed.set()
