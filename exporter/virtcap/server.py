@@ -299,9 +299,6 @@ async def serve(
         readers=BasicAuth(web_config.users) if web_config.users else None,
         writers=BasicAuth(_writer_hashes(config)),
     )
-    await fleet.apply(config.hypervisors, config.audit, config.flavor_requests)
-    renderer = asyncio.create_task(cache.run(), name="render-metrics")
-
     runner = web.AppRunner(build_app(exporter), handle_signals=False, shutdown_timeout=SHUTDOWN_GRACE_SECONDS)
     await runner.setup()
     site = web.TCPSite(runner, host, port, ssl_context=web_config.ssl_context, reuse_address=True)
@@ -309,11 +306,14 @@ async def serve(
         await site.start()
     except OSError as error:
         await runner.cleanup()
-        await fleet.stop()
         await claims.stop()
         raise ConfigError(
             f"--web.listen-address: cannot listen on {listen_address}: {error.strerror}"
         ) from None
+    # Listening first: a taken port fails before a thousand hypervisors are connected to, and
+    # /-/healthy answers while the first audits run (/-/ready tells when they are done).
+    await fleet.apply(config.hypervisors, config.audit, config.flavor_requests)
+    renderer = asyncio.create_task(cache.run(), name="render-metrics")
     scheme = "https" if web_config.ssl_context else "http"
     log.info(
         "listening",
