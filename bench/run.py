@@ -9,6 +9,8 @@
    domains, next to the same libvirt calls in a bare loop (the floor).
 4. Event-to-metric latency: a domain defined on a real libvirtd, until its allocation is in /metrics.
 5. /metrics latency while one hypervisor of the fleet hangs, and what the peer does then.
+6. The GIL convoy that shapes the audit: libvirt calls in a bare loop, alone and next to a thread
+   running Python.
 
 Each figure is the median of --runs runs, with half the range as the spread.
 """
@@ -39,6 +41,7 @@ from typing import Any
 import libvirt
 
 from virtcap import __version__
+from virtcap.audit import version_string
 from virtcap.fleetgen import RUNNING, SHUTOFF, HostSpec, random_domain, write_fleet
 
 PEER = "prometheus-libvirt-exporter"
@@ -317,6 +320,44 @@ def audit_cycle(scratch: Path, runs: int, sizes: list[int], domains: int) -> Non
     )
 
 
+CONVOY = r"""
+import sys, threading, time, libvirt
+libvirt.registerErrorHandler(lambda *a: None, None)
+if sys.argv[1] == "busy":
+    def spin():
+        while True:
+            sum(range(1000))
+    threading.Thread(target=spin, daemon=True).start()
+started = time.monotonic()
+for uri in sys.argv[2:]:
+    conn = libvirt.openReadOnly(uri)
+    for domain in conn.listAllDomains(0):
+        domain.info(); domain.XMLDesc(0)
+    conn.close()
+print(time.monotonic() - started)
+"""
+
+
+def gil_convoy(scratch: Path, runs: int, hypervisors: int) -> None:
+    """Why the audit counts its libvirt calls: each one releases the GIL, and the thread coming
+    back waits up to the 5 ms switch interval while another thread runs Python."""
+    uris = [f"test://{p}" for p in make_hosts(scratch / "convoy", hypervisors, 50).values()]
+    rows: Table = []
+    for neighbour in ("alone", "busy"):
+        command = [sys.executable, "-c", CONVOY, neighbour, *uris]
+        times = [
+            float(subprocess.run(command, capture_output=True, text=True, check=True).stdout)
+            for _ in range(runs)
+        ]
+        label = "alone" if neighbour == "alone" else "next to one thread running Python"
+        rows.append((label, cell(times, " s")))
+    print_table(
+        f"GIL convoy: {hypervisors} test-driver hypervisors x 50 domains, info + XMLDesc a domain",
+        ("loop", "time"),
+        rows,
+    )
+
+
 GUEST = """<domain type='qemu'><name>{name}</name><uuid>{uuid}</uuid><memory unit='MiB'>64</memory>
 <vcpu>3</vcpu><os><type arch='x86_64' machine='pc'>hvm</type></os>
 <devices><emulator>/usr/bin/qemu-system-x86_64</emulator></devices></domain>"""
@@ -427,7 +468,9 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="smaller fleets, one run: a smoke test")
     parser.add_argument(
-        "--only", choices=("scrape", "scale", "cycle", "events", "hung"), help="run one measurement only"
+        "--only",
+        choices=("scrape", "scale", "cycle", "events", "hung", "convoy"),
+        help="run one measurement only",
     )
     args = parser.parse_args()
     if shutil.which(PEER) is None:
@@ -437,7 +480,8 @@ def main() -> int:
         ["dpkg-query", "-W", "-f=${Version}", PEER], capture_output=True, text=True, check=False
     ).stdout
     versions = (
-        f"Python {platform.python_version()}, libvirt {libvirt.getVersion()}, {PEER} {peer_version or '?'}"
+        f"Python {platform.python_version()}, libvirt {version_string(libvirt.getVersion())}, "
+        f"{PEER} {peer_version or '?'}"
     )
     print(f"virtcap {__version__}, {versions}")
     print(f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}")
@@ -450,6 +494,7 @@ def main() -> int:
             "cycle": lambda: audit_cycle(scratch, runs, [10, 100] if args.quick else [10, 100, 1000], 50),
             "events": lambda: event_latency(scratch, runs),
             "hung": lambda: hung_hypervisor(scratch, runs),
+            "convoy": lambda: gil_convoy(scratch, runs, 10 if args.quick else 20),
         }
         for name, measure in measurements.items():
             if args.only in (None, name):
