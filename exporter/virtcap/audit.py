@@ -282,7 +282,6 @@ def _audit_domain(domain: Any, state_code: int | None, volumes: _VolumeIndex) ->
         raise DomainUnreadableError(f"{_label(domain)}: {error}; left out of the accounting") from None
     label = f"domain {definition.name}"
     state = state_from_libvirt(state_code)
-    # The live definition's <currentMemory> is the balloon target: what virDomainGetInfo reports.
     active = state_code in _ACTIVE_STATE_CODES
     problems = list(definition.problems)
     disks = tuple(_disk_facts(domain, reference, volumes, problems, label) for reference in definition.disks)
@@ -292,6 +291,8 @@ def _audit_domain(domain: Any, state_code: int | None, volumes: _VolumeIndex) ->
         state=state,
         vcpus=definition.vcpus,
         memory_bytes=definition.memory_bytes,
+        # The live definition's <currentMemory> is the balloon target, what virDomainGetInfo
+        # reports: read from the XML, it costs no call of its own.
         current_memory_bytes=definition.current_memory_bytes if active else None,
         hugepages=definition.hugepages,
         vcpu_pins=definition.vcpu_pins,
