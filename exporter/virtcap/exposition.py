@@ -7,8 +7,8 @@ so the series of a removed domain or hypervisor simply stop being produced.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
@@ -30,8 +30,9 @@ class HypervisorView:
 
     name: str
     up: bool
-    data: HypervisorSnapshot | None
-    """The snapshot whose resources are shown: the latest good one while it is not stale."""
+    data: HypervisorSnapshot | None = field(compare=False)
+    """The snapshot whose resources are shown: the latest good one while it is not stale. Left out
+    of equality: snapshots are immutable, so comparing them by identity is enough and far cheaper."""
     last_success: float | None
     last_duration: float | None
     identity: CpuIdentity | None
@@ -62,25 +63,29 @@ def views(
     return tuple(result)
 
 
-class FleetCollector(Collector):
-    def __init__(
-        self, hypervisors: Iterable[HypervisorView], claim_outcomes: Mapping[str, int] | None
-    ) -> None:
-        self.hypervisors = tuple(hypervisors)
-        self.claim_outcomes = claim_outcomes
+class FamiliesCollector(Collector):
+    """Ready-built families, for prometheus-client's text rendering."""
 
-    def collect(self) -> Iterator[Metric]:
-        yield from build_families(self.hypervisors)
-        if self.claim_outcomes is not None:
-            yield from exporter_families(self.claim_outcomes)
+    def __init__(self, families: Iterable[Metric]) -> None:
+        self.families = families
+
+    def collect(self) -> Iterable[Metric]:
+        return self.families
+
+
+def _generate(families: Iterable[Metric]) -> bytes:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(FamiliesCollector(families))
+    return generate_latest(registry)
 
 
 def render(hypervisors: Iterable[HypervisorView], claim_outcomes: Mapping[str, int] | None = None) -> bytes:
     """The exposition; the exporter's own families (build info, claim outcomes) come with
     `claim_outcomes`, and are left out of a single target's /probe."""
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(FleetCollector(hypervisors, claim_outcomes))
-    return generate_latest(registry)
+    families = build_families(hypervisors)
+    if claim_outcomes is not None:
+        families += exporter_families(claim_outcomes)
+    return _generate(families)
 
 
 class FragmentCache:
@@ -96,7 +101,7 @@ class FragmentCache:
     """
 
     def __init__(self) -> None:
-        self._headers = _family_chunks(_generate(build_families(())))
+        self._headers = _family_chunks(_generate(build_families(())).decode())
         self._fragments: dict[str, tuple[HypervisorView, list[str]]] = {}
 
     def render(
@@ -105,8 +110,9 @@ class FragmentCache:
         fragments = {}
         for view in hypervisors:
             kept = self._fragments.get(view.name)
-            if kept is None or not _same_view(kept[0], view):
-                text = _generate(build_families((view,)))
+            # Equal views render equally; `data` is compared by identity (see HypervisorView).
+            if kept is None or kept[0] != view or kept[0].data is not view.data:
+                text = _generate(build_families((view,))).decode()
                 kept = (view, [_samples_only(chunk) for chunk in _family_chunks(text)])
             fragments[view.name] = kept
         self._fragments = fragments  # removed hypervisors are forgotten
@@ -116,36 +122,8 @@ class FragmentCache:
             parts.extend(samples[index] for _view, samples in fragments.values())
         body = "".join(parts).encode()
         if claim_outcomes is not None:
-            body += _generate(exporter_families(claim_outcomes)).encode()
+            body += _generate(exporter_families(claim_outcomes))
         return body
-
-
-def _same_view(kept: HypervisorView, view: HypervisorView) -> bool:
-    """Equal views render equally; the snapshot is compared by identity (it is immutable and
-    comparing it field by field would cost as much as rendering it)."""
-    return (
-        kept.data is view.data
-        and kept.up == view.up
-        and kept.last_success == view.last_success
-        and kept.last_duration == view.last_duration
-        and kept.identity == view.identity
-        and kept.audits == view.audits
-        and kept.pending_claims == view.pending_claims
-    )
-
-
-class _Families(Collector):
-    def __init__(self, families: Iterable[Metric]) -> None:
-        self.families = families
-
-    def collect(self) -> Iterable[Metric]:
-        return self.families
-
-
-def _generate(families: Iterable[Metric]) -> str:
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Families(families))
-    return generate_latest(registry).decode()
 
 
 _FAMILY_START = re.compile(r"^(?=# HELP )", re.MULTILINE)
