@@ -1,12 +1,11 @@
-"""The audit against a real libvirtd with tiny QEMU guests (TCG), checked against virsh."""
+"""The audit against the session's private libvirtd with tiny QEMU guests (TCG), checked against
+virsh."""
 
 from __future__ import annotations
 
 import asyncio
 import re
-import shutil
 import subprocess
-import tempfile
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,6 +21,8 @@ from virtcap.facts import DomainState
 from virtcap.model import Resource
 from virtcap.oneshot import audit_fleet_once
 from virtcap.snapshot import HypervisorSnapshot
+
+pytestmark = pytest.mark.libvirtd
 
 MIB = 1024**2
 KIB = 1024
@@ -89,9 +90,8 @@ class Fleet:
 def guests(libvirtd: Libvirtd) -> Iterator[Fleet]:
     """Three guests (running, paused, shut off) with disks in a transient directory pool."""
     prefix = f"virtcap-test-{uuid.uuid4().hex[:6]}"
-    # Not under pytest's private temporary folder: QEMU runs as another user and must reach it.
-    pool_path = Path(tempfile.mkdtemp(prefix=f"{prefix}-", dir="/var/tmp"))
-    pool_path.chmod(0o755)
+    # libvirt creates the volumes, and QEMU opens them, as the daemon's user.
+    pool_path = libvirtd.owned_directory(f"{prefix}-")
     conn: Any = libvirt.open(libvirtd.uri)
     pool = conn.storagePoolCreateXML(
         f"<pool type='dir'><name>{prefix}</name><target><path>{pool_path}</path></target></pool>", 0
@@ -116,20 +116,19 @@ def guests(libvirtd: Libvirtd) -> Iterator[Fleet]:
             if domain.isActive():
                 domain.destroy()
             domain.undefine()
+        for volume in pool.listAllVolumes(0):
+            volume.delete(0)
         pool.destroy()
         conn.close()
-        shutil.rmtree(pool_path, ignore_errors=True)
 
 
-def virsh(*args: str) -> str:
-    return subprocess.run(
-        ["virsh", "-c", "qemu:///system", *args], capture_output=True, text=True, check=True
-    ).stdout
+def virsh(uri: str, *args: str) -> str:
+    return subprocess.run(["virsh", "-c", uri, *args], capture_output=True, text=True, check=True).stdout
 
 
-def virsh_fields(*args: str) -> dict[str, str]:
+def virsh_fields(uri: str, *args: str) -> dict[str, str]:
     fields = {}
-    for line in virsh(*args).splitlines():
+    for line in virsh(uri, *args).splitlines():
         key, _, value = line.partition(":")
         fields[key.strip()] = value.strip()
     return fields
@@ -150,11 +149,11 @@ flavors:
     return result
 
 
-def test_node_matches_virsh_nodeinfo(snapshot: HypervisorSnapshot) -> None:
+def test_node_matches_virsh_nodeinfo(snapshot: HypervisorSnapshot, guests: Fleet) -> None:
     assert snapshot.up, snapshot.error
     facts = snapshot.facts
     assert facts is not None
-    nodeinfo = virsh_fields("nodeinfo")
+    nodeinfo = virsh_fields(guests.uri, "nodeinfo")
     assert facts.cpus == int(nodeinfo["CPU(s)"])
     memory_kib = int(nodeinfo["Memory size"].split()[0])
     assert facts.memory_bytes == memory_kib // 1024 * MIB  # virNodeGetInfo's MiB, as Nova reads it
@@ -168,7 +167,7 @@ def test_domains_match_virsh_dominfo(snapshot: HypervisorSnapshot, guests: Fleet
     for guest in GUESTS:
         name = f"{guests.prefix}-{guest.name}"
         facts = ours[name]
-        dominfo = virsh_fields("dominfo", name)
+        dominfo = virsh_fields(guests.uri, "dominfo", name)
         assert facts.state is guest.state
         assert (
             dominfo["State"] == {"running": "running", "paused": "paused", "shutoff": "shut off"}[guest.state]
@@ -176,10 +175,14 @@ def test_domains_match_virsh_dominfo(snapshot: HypervisorSnapshot, guests: Fleet
         assert facts.memory_bytes == int(dominfo["Max memory"].split()[0]) * KIB
         assert int(dominfo["CPU(s)"]) == guest.current_vcpus
         # the maximum, not the current count: hot-plug can raise it
-        assert facts.vcpus == int(virsh("vcpucount", name, "--maximum", "--config").strip()) == guest.vcpus
+        assert (
+            facts.vcpus
+            == int(virsh(guests.uri, "vcpucount", name, "--maximum", "--config").strip())
+            == guest.vcpus
+        )
         root = next(d for d in facts.disks if d.target == "vda")
         assert root.local
-        capacity = int(virsh_fields("domblkinfo", name, "vda")["Capacity"])
+        capacity = int(virsh_fields(guests.uri, "domblkinfo", name, "vda")["Capacity"])
         assert root.capacity_bytes == capacity == guest.disk_mib * MIB
         if guest.network_disk:
             network = next(d for d in facts.disks if d.target == "vdb")
@@ -197,7 +200,7 @@ def test_capacity_of_the_real_host(snapshot: HypervisorSnapshot, guests: Fleet) 
     assert resources[Resource.VCPU].allocated_by_state[DomainState.PAUSED] == 4
     assert resources[Resource.MEMORY].used == sum(g.memory_mib for g in GUESTS) * MIB
     assert resources[Resource.DISK].used == sum(g.disk_mib for g in GUESTS) * MIB
-    pool = virsh_fields("pool-info", guests.pool, "--bytes")
+    pool = virsh_fields(guests.uri, "pool-info", guests.pool, "--bytes")
     assert resources[Resource.DISK].total == int(pool["Capacity"])
     assert resources[Resource.VCPU].limit == snapshot.facts.cpus * 4
 

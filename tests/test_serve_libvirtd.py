@@ -1,4 +1,5 @@
-"""`virtcap serve` against a real libvirtd: lifecycle events, a hung daemon, a restarted one."""
+"""`virtcap serve` against the session's private libvirtd: lifecycle events, a hung daemon, a
+restarted one."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from tests.conftest import Libvirtd
 from tests.serving import Server, running_server, value, wait_for
 from tests.test_claims import HASH, WRITER, call, claim
 
+pytestmark = pytest.mark.libvirtd
+
 GUEST = """
 <domain type='qemu'>
   <name>{name}</name>
@@ -27,7 +30,7 @@ GUEST = """
 </domain>"""
 
 
-def config_file(directory: Path, interval: str, timeout: str = "2s") -> Path:
+def config_file(directory: Path, uri: str, interval: str, timeout: str = "2s") -> Path:
     path = directory / "virtcap.yaml"
     path.write_text(
         f"""
@@ -35,7 +38,7 @@ audit:
   {{interval: {interval}, timeout: {timeout}, keepalive_interval: 1s, keepalive_count: 2, stale_after: 1h}}
 claims: {{database: {directory / "claims.sqlite"}, writers: {{{WRITER[0]}: "{HASH}"}}}}
 hypervisors:
-  - {{name: local, uri: "qemu:///system"}}
+  - {{name: local, uri: "{uri}"}}
 """
     )
     return path
@@ -89,7 +92,7 @@ def define_and_undefine_are_seen_within_2s(server: Server, admin: Any, suffix: s
 
 def test_lifecycle_events_reach_metrics_within_2s(libvirtd: Libvirtd, admin: Any, tmp_path: Path) -> None:
     # The interval is an hour: only the events can explain an update within 2 seconds.
-    with running_server(["--config", str(config_file(tmp_path, "1h"))], tmp_path) as server:
+    with running_server(["--config", str(config_file(tmp_path, libvirtd.uri, "1h"))], tmp_path) as server:
         assert up(server) == 1.0
         defined, undefined = define_and_undefine_are_seen_within_2s(server, admin, "a")
         assert defined < 2.0 and undefined < 2.0
@@ -98,7 +101,9 @@ def test_lifecycle_events_reach_metrics_within_2s(libvirtd: Libvirtd, admin: Any
 def test_a_hung_libvirtd_is_marked_down_while_metrics_keep_answering(
     libvirtd: Libvirtd, tmp_path: Path
 ) -> None:
-    with running_server(["--config", str(config_file(tmp_path, "2s", timeout="2s"))], tmp_path) as server:
+    with running_server(
+        ["--config", str(config_file(tmp_path, libvirtd.uri, "2s", timeout="2s"))], tmp_path
+    ) as server:
         assert up(server) == 1.0
         baseline_threads = server.threads()
         libvirtd.pause()
@@ -132,7 +137,7 @@ def test_a_hung_libvirtd_is_marked_down_while_metrics_keep_answering(
 
 
 def test_a_restarted_libvirtd_is_reconnected(libvirtd: Libvirtd, admin: Any, tmp_path: Path) -> None:
-    with running_server(["--config", str(config_file(tmp_path, "2s"))], tmp_path) as server:
+    with running_server(["--config", str(config_file(tmp_path, libvirtd.uri, "2s"))], tmp_path) as server:
         assert up(server) == 1.0
         libvirtd.kill()
         wait_for(lambda: up(server) == 0.0, 5, interval=0.1, what="down after SIGKILL")
@@ -152,7 +157,7 @@ def test_a_restarted_libvirtd_is_reconnected(libvirtd: Libvirtd, admin: Any, tmp
 def test_a_claim_is_reconciled_when_its_domain_is_defined(
     libvirtd: Libvirtd, admin: Any, tmp_path: Path
 ) -> None:
-    with running_server(["--config", str(config_file(tmp_path, "1h"))], tmp_path) as server:
+    with running_server(["--config", str(config_file(tmp_path, libvirtd.uri, "1h"))], tmp_path) as server:
         vcpu = {"hypervisor": "local", "resource": "vcpu", "unit": "cpus"}
         before = value(server.samples(), "hypervisor_resource_used", **vcpu) or 0.0
         domain_uuid = str(uuid.uuid4())
