@@ -28,10 +28,12 @@ from virtcap.audit import (
 )
 from virtcap.claims import ClaimLedger
 from virtcap.config import AuditSettings, Hypervisor
+from virtcap.events import hand_to_loop
 from virtcap.facts import CpuIdentity, CpuTimes, HostFacts
 from virtcap.model import Amounts
 from virtcap.snapshot import HypervisorSnapshot
 from virtcap.store import SnapshotStore
+from virtcap.supervise import Supervisor
 from virtcap.threads import run_in_daemon_thread
 
 log = logging.getLogger("virtcap.auditor")
@@ -53,9 +55,11 @@ class HypervisorAuditor:
         flavors: Mapping[str, Amounts],
         store: SnapshotStore,
         slots: asyncio.Semaphore,
+        supervisor: Supervisor,
         claims: ClaimLedger | None = None,
     ) -> None:
         self.hypervisor = hypervisor
+        self.supervisor = supervisor
         self.claims = claims
         self.settings = settings
         self.flavors = flavors
@@ -64,12 +68,13 @@ class HypervisorAuditor:
         self.uri_for_humans = redact_uri(hypervisor.uri)
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
         self._in_flight: asyncio.Future[HostFacts] | None = None
         self._previous_cpu: CpuTimes | None = None
         self._retry_delay = 0.0
         # The connection is used by one audit thread at a time; the loop only flags it broken.
         self._conn: Any = None
+        self._lifecycle_callback: int | None = None
+        """The id of the lifecycle callback registered on `_conn`, deregistered with it."""
         self._conn_broken = False
         self._identity_pending = False
         self._identity: CpuIdentity | None = None
@@ -80,8 +85,18 @@ class HypervisorAuditor:
     def name(self) -> str:
         return self.hypervisor.name
 
+    @property
+    def task_name(self) -> str:
+        return f"audit-{self.name}"
+
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name=f"audit-{self.name}")
+        self.supervisor.start(
+            self.task_name, "audit", self._run, context={"hypervisor": self.name}, on_failure=self._crashed
+        )
+
+    def _crashed(self, error: BaseException) -> None:
+        """A bug, not the hypervisor's fault: shown as a failed audit until the restart succeeds."""
+        self._record_failure(f"internal error: {type(error).__name__}: {error}", "failure")
 
     def poke(self) -> None:
         """Re-audit soon: something changed on the hypervisor."""
@@ -93,14 +108,12 @@ class HypervisorAuditor:
 
     async def stop(self) -> None:
         self._stopped = True
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await self.supervisor.stop(self.task_name)
         conn, self._conn = self._conn, None
+        callback, self._lifecycle_callback = self._lifecycle_callback, None
         if conn is not None and not self.hung:
             # close() talks to the daemon: never let a hung one hold up the shutdown.
-            closing = run_in_daemon_thread(lambda: _close_quietly(conn), name=f"close-{self.name}")
+            closing = run_in_daemon_thread(lambda: _release(conn, callback), name=f"close-{self.name}")
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(CLOSE_WAIT_SECONDS):
                     await closing
@@ -190,7 +203,7 @@ class HypervisorAuditor:
         connection: nothing outside can change it, so no connection is kept between audits."""
         if self._identity is None:
             self._identity = read_cpu_identity(conn)  # cheap on this driver
-            self._loop.call_soon_threadsafe(self.store.set_identity, self.name, self._identity)
+            hand_to_loop(self._loop, self.store.set_identity, self.name, self._identity)
         self._identity_pending = False
         self._conn = None
         _close_quietly(conn)
@@ -198,11 +211,13 @@ class HypervisorAuditor:
     def _connection(self) -> Any:
         if self._conn is not None and self._conn_broken:
             old, self._conn = self._conn, None
-            threading.Thread(target=_close_quietly, args=(old,), daemon=True).start()
+            callback, self._lifecycle_callback = self._lifecycle_callback, None
+            # Its callbacks hold a reference to it: deregistered, the old connection can be freed.
+            threading.Thread(target=_release, args=(old, callback), daemon=True).start()
         if self._conn is None:
             conn = open_read_only(self.hypervisor.uri)
             if conn.getType() != IN_PROCESS_DRIVER:  # nothing outside can change an in-process one
-                self._watch(conn)
+                self._lifecycle_callback = self._watch(conn)
             # Busy CPUs are a rate: this first sample lets the first audit tell them already.
             self._previous_cpu = read_cpu_times(conn)
             self._conn, self._conn_broken = conn, False
@@ -212,8 +227,9 @@ class HypervisorAuditor:
                 self._announced = True
         return self._conn
 
-    def _watch(self, conn: Any) -> None:
-        """Keepalive (so that a hung daemon ends our calls), close and lifecycle callbacks.
+    def _watch(self, conn: Any) -> int | None:
+        """Keepalive (so that a hung daemon ends our calls), close and lifecycle callbacks; the
+        lifecycle callback's id, to deregister it with the connection.
 
         Drivers without them (the test driver has no keepalive) simply go without.
         """
@@ -221,14 +237,21 @@ class HypervisorAuditor:
             conn.setKeepAlive(int(self.settings.keepalive_interval), self.settings.keepalive_count)
         with contextlib.suppress(libvirt.libvirtError):
             conn.registerCloseCallback(self._on_closed, None)
-        with contextlib.suppress(libvirt.libvirtError):
-            conn.domainEventRegisterAny(None, libvirt.VIR_DOMAIN_EVENT_ID_LIFECYCLE, self._on_lifecycle, None)
+        try:
+            callback: int = conn.domainEventRegisterAny(
+                None, libvirt.VIR_DOMAIN_EVENT_ID_LIFECYCLE, self._on_lifecycle, None
+            )
+        except libvirt.libvirtError:
+            return None
+        return callback
+
+    # libvirt's event thread runs these two: they only hand the news to the asyncio loop.
 
     def _on_closed(self, _conn: Any, reason: int, _opaque: object) -> None:
-        self._loop.call_soon_threadsafe(self._connection_lost, reason)
+        hand_to_loop(self._loop, self._connection_lost, reason)
 
     def _on_lifecycle(self, _conn: Any, _domain: Any, _event: int, _detail: int, _opaque: object) -> None:
-        self._loop.call_soon_threadsafe(self.poke)
+        hand_to_loop(self._loop, self.poke)
 
     def _connection_lost(self, reason: int) -> None:
         self._conn_broken = True
@@ -250,7 +273,7 @@ class HypervisorAuditor:
             except libvirt.libvirtError:
                 return
             self._identity = identity
-            self._loop.call_soon_threadsafe(self.store.set_identity, self.name, identity)
+            hand_to_loop(self._loop, self.store.set_identity, self.name, identity)
 
         threading.Thread(target=read, name=f"identity-{self.name}", daemon=True).start()
 
@@ -258,6 +281,18 @@ class HypervisorAuditor:
 def _close_quietly(conn: Any) -> None:
     with contextlib.suppress(libvirt.libvirtError):
         conn.close()
+
+
+def _release(conn: Any, lifecycle_callback: int | None) -> None:
+    """Deregister a connection's callbacks and close it. On a broken connection the daemon cannot
+    be told, but libvirt drops its own reference to each callback (and so to the connection)
+    before it tries."""
+    if lifecycle_callback is not None:
+        with contextlib.suppress(libvirt.libvirtError):
+            conn.domainEventDeregisterAny(lifecycle_callback)
+    with contextlib.suppress(libvirt.libvirtError):
+        conn.unregisterCloseCallback()
+    _close_quietly(conn)
 
 
 def _consume_outcome(future: asyncio.Future[Any]) -> None:
@@ -269,8 +304,11 @@ def _consume_outcome(future: asyncio.Future[Any]) -> None:
 class FleetAuditor:
     """One auditor per configured hypervisor, sharing a bound on concurrent audits."""
 
-    def __init__(self, store: SnapshotStore, claims: ClaimLedger | None = None) -> None:
+    def __init__(
+        self, store: SnapshotStore, supervisor: Supervisor, claims: ClaimLedger | None = None
+    ) -> None:
         self.store = store
+        self.supervisor = supervisor
         self.claims = claims
         self.auditors: dict[str, HypervisorAuditor] = {}
         self._settings: AuditSettings | None = None
@@ -294,7 +332,9 @@ class FleetAuditor:
             if name in self.auditors:
                 self.auditors[name].flavors = flavors
                 continue
-            auditor = HypervisorAuditor(hypervisor, settings, flavors, self.store, self._slots, self.claims)
+            auditor = HypervisorAuditor(
+                hypervisor, settings, flavors, self.store, self._slots, self.supervisor, self.claims
+            )
             self.auditors[name] = auditor
             auditor.start()
 

@@ -1,79 +1,65 @@
-"""libvirt's event loop on asyncio: libvirtaio, made safe for calls from worker threads.
+"""libvirt's event loop: its own default implementation, run by one dedicated thread.
 
-libvirt needs an event loop for keepalive, close callbacks and domain lifecycle events.
-libvirtaio runs it on the asyncio loop, but its handle and timer functions touch the loop
-directly (`add_reader`, `ensure_future`), which is only safe from the loop's own thread, while
-libvirt calls them from whichever thread opens a connection or sends a request: our audit
-threads. The shim below runs each of them on the loop and waits for it when called from
-another thread, so libvirt still gets its watch and timer numbers synchronously.
+libvirt needs an event loop for keepalive, close callbacks and domain lifecycle events. Running
+it on the asyncio loop (libvirtaio) deadlocks: an audit thread calls into libvirt, which takes the
+connection's lock and then asks the event loop to update a watch, waiting for the asyncio thread;
+meanwhile the asyncio thread dispatches an event of that connection (a reset peer, a keepalive)
+and waits for the same lock. Nothing then runs, not even SIGTERM's handler.
+
+Here no such cycle can form, by construction:
+- the event thread runs only libvirt's own loop (virEventRunDefaultImpl), whose watch and timer
+  functions lock a mutex private to the loop and wake its poll() through a pipe, so a caller in
+  any thread never waits for the event thread to run;
+- the callbacks libvirt invokes on the event thread only hand work to asyncio with
+  call_soon_threadsafe, which never blocks;
+- the asyncio loop never calls libvirt: every libvirt call runs in a worker thread.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
+import contextlib
+import logging
 import threading
+import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import libvirt
-import libvirtaio
 
-_T = TypeVar("_T")
+log = logging.getLogger("virtcap.events")
 
-# How often a waiting thread checks that the loop still runs.
-_LOOP_POLL_SECONDS = 1.0
-
-
-_registered: dict[str, Any] = {}
+_ERROR_PAUSE_SECONDS = 0.1
+_started = threading.Lock()
+_thread: threading.Thread | None = None
 
 
-def register_libvirt_event_loop(loop: asyncio.AbstractEventLoop) -> libvirtaio.virEventAsyncIOImpl:
-    """Register before the first connection is opened. libvirt takes one event loop per
-    process, for the life of the process: a second call must pass the same asyncio loop."""
-    if "impl" in _registered:
-        if _registered["loop"] is not loop:
-            raise RuntimeError("libvirt's event loop is already registered on another asyncio loop")
-        impl: libvirtaio.virEventAsyncIOImpl = _registered["impl"]
-        return impl
-    impl = libvirtaio.virEventAsyncIOImpl(loop=loop)
-    loop_thread = threading.get_ident()
+def start_libvirt_event_thread() -> threading.Thread:
+    """Register libvirt's default event loop and run it in a daemon thread; call before the first
+    connection is opened. libvirt keeps one event implementation for the life of the process, so
+    later calls return the thread already running."""
+    global _thread  # noqa: PLW0603  (one event loop per process: libvirt's own rule)
+    with _started:
+        if _thread is None:
+            libvirt.virEventRegisterDefaultImpl()
+            _thread = threading.Thread(target=_run_forever, name="libvirt-events", daemon=True)
+            _thread.start()
+        return _thread
 
-    def on_loop(function: Callable[..., _T]) -> Callable[..., _T]:
-        def call(*args: Any) -> _T:
-            if threading.get_ident() == loop_thread:
-                return function(*args)
-            done: concurrent.futures.Future[_T] = concurrent.futures.Future()
 
-            def run() -> None:
-                if not done.set_running_or_notify_cancel():
-                    return  # the calling thread gave up waiting and ran it itself
-                try:
-                    done.set_result(function(*args))
-                except BaseException as error:  # handed back to libvirt's thread
-                    done.set_exception(error)
+def _run_forever() -> None:
+    while True:
+        try:
+            libvirt.virEventRunDefaultImpl()
+        except libvirt.libvirtError as error:  # one failed iteration; the loop itself goes on
+            log.warning("libvirt event loop iteration failed", extra={"error": error.get_error_message()})
+            time.sleep(_ERROR_PAUSE_SECONDS)
 
-            try:
-                loop.call_soon_threadsafe(run)
-            except RuntimeError:  # the loop is closed: nothing else can run it
-                return function(*args)
-            while True:
-                try:
-                    return done.result(timeout=_LOOP_POLL_SECONDS)
-                except concurrent.futures.TimeoutError:
-                    # A stopped loop (shutdown) will never run it: run it here instead.
-                    if not loop.is_running() and done.cancel():
-                        return function(*args)
 
-        return call
+def hand_to_loop(loop: asyncio.AbstractEventLoop, callback: Callable[..., Any], *args: Any) -> None:
+    """Run `callback(*args)` on the asyncio loop, from a libvirt callback on the event thread.
 
-    libvirt.virEventRegisterImpl(
-        on_loop(impl._add_handle),
-        on_loop(impl._update_handle),
-        on_loop(impl._remove_handle),
-        on_loop(impl._add_timeout),
-        on_loop(impl._update_timeout),
-        on_loop(impl._remove_timeout),
-    )
-    _registered.update(impl=impl, loop=loop)
-    return impl
+    Never blocks. A loop that has closed (shutdown) has nobody left to tell.
+    """
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(callback, *args)

@@ -79,12 +79,24 @@ def _generate(families: Iterable[Metric]) -> bytes:
     return generate_latest(registry)
 
 
-def render(hypervisors: Iterable[HypervisorView], claim_outcomes: Mapping[str, int] | None = None) -> bytes:
-    """The exposition; the exporter's own families (build info, claim outcomes) come with
-    `claim_outcomes`, and are left out of a single target's /probe."""
+@dataclass(frozen=True, slots=True)
+class TaskHealth:
+    """The supervised background tasks, by kind (audit, render, expire-claims)."""
+
+    failures: Mapping[str, int]
+    dead: Mapping[str, int]
+
+
+def render(
+    hypervisors: Iterable[HypervisorView],
+    claim_outcomes: Mapping[str, int] | None = None,
+    tasks: TaskHealth | None = None,
+) -> bytes:
+    """The exposition; the exporter's own families (build info, claim outcomes, task health) come
+    with `claim_outcomes`, and are left out of a single target's /probe."""
     families = build_families(hypervisors)
     if claim_outcomes is not None:
-        families += exporter_families(claim_outcomes)
+        families += exporter_families(claim_outcomes, tasks)
     return _generate(families)
 
 
@@ -105,7 +117,10 @@ class FragmentCache:
         self._fragments: dict[str, tuple[HypervisorView, list[str]]] = {}
 
     def render(
-        self, hypervisors: Iterable[HypervisorView], claim_outcomes: Mapping[str, int] | None = None
+        self,
+        hypervisors: Iterable[HypervisorView],
+        claim_outcomes: Mapping[str, int] | None = None,
+        tasks: TaskHealth | None = None,
     ) -> bytes:
         fragments = {}
         for view in hypervisors:
@@ -122,7 +137,7 @@ class FragmentCache:
             parts.extend(samples[index] for _view, samples in fragments.values())
         body = "".join(parts).encode()
         if claim_outcomes is not None:
-            body += _generate(exporter_families(claim_outcomes))
+            body += _generate(exporter_families(claim_outcomes, tasks))
         return body
 
 
@@ -140,7 +155,7 @@ def _samples_only(chunk: str) -> str:
     return chunk.split("\n", 2)[2]
 
 
-def exporter_families(claim_outcomes: Mapping[str, int]) -> list[Metric]:
+def exporter_families(claim_outcomes: Mapping[str, int], tasks: TaskHealth | None = None) -> list[Metric]:
     info = GaugeMetricFamily("virtcap_build_info", "virtcap's version, value 1.", labels=["version"])
     info.add_metric([__version__], 1)
     claims = CounterMetricFamily(
@@ -151,7 +166,22 @@ def exporter_families(claim_outcomes: Mapping[str, int]) -> list[Metric]:
     )
     for outcome in CLAIM_OUTCOMES:
         claims.add_metric([outcome], claim_outcomes.get(outcome, 0))
-    return [info, claims]
+    failures = CounterMetricFamily(
+        "virtcap_task_failures",
+        "Crashes of the exporter's background tasks by kind (audit, render, expire-claims); each is "
+        "logged and the task restarted with backoff.",
+        labels=["task"],
+    )
+    dead = GaugeMetricFamily(
+        "virtcap_tasks_dead",
+        "Background tasks of the kind waiting for a restart after a crash; /-/healthy fails meanwhile.",
+        labels=["task"],
+    )
+    if tasks is not None:
+        for kind in sorted(set(tasks.failures) | set(tasks.dead)):
+            failures.add_metric([kind], tasks.failures.get(kind, 0))
+            dead.add_metric([kind], tasks.dead.get(kind, 0))
+    return [info, claims, failures, dead]
 
 
 _RESOURCE_GAUGES = {

@@ -7,11 +7,9 @@ and every scrape is served the cached bytes, gzipped when asked.
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
+import concurrent.futures
 import contextlib
 import gzip
-import hashlib
 import html
 import logging
 import signal
@@ -19,7 +17,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import bcrypt
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -27,11 +24,13 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from virtcap import __version__
 from virtcap.api import add_routes
 from virtcap.auditor import FleetAuditor
+from virtcap.auth import BasicAuth
 from virtcap.claims import ClaimDatabase, ClaimLedger
 from virtcap.config import Config, ConfigError
-from virtcap.events import register_libvirt_event_loop
-from virtcap.exposition import FragmentCache, render, views
+from virtcap.events import start_libvirt_event_thread
+from virtcap.exposition import FragmentCache, TaskHealth, render, views
 from virtcap.store import SnapshotStore
+from virtcap.supervise import Supervisor
 from virtcap.webconfig import WebConfig
 
 log = logging.getLogger("virtcap.server")
@@ -41,22 +40,27 @@ SHUTDOWN_GRACE_SECONDS = 10.0
 RENDER_GAP_SECONDS = 0.5
 """At most two renders a second (fewer for a fleet that takes long to render): a large fleet
 changes all the time, and scrapes need not see every change."""
-_VERIFIED_CACHE_LIMIT = 1024
 MAX_REQUEST_BYTES = 64 * 1024
 
 
 class MetricsCache:
     """The fleet's exposition, rendered once per change and served to every scrape."""
 
-    def __init__(self, store: SnapshotStore, stale_after: float, claims: ClaimLedger) -> None:
+    def __init__(
+        self, store: SnapshotStore, stale_after: float, claims: ClaimLedger, supervisor: Supervisor
+    ) -> None:
         self.store = store
         self.claims = claims
+        self.supervisor = supervisor
         self.stale_after = stale_after
         self.body = b""
         self.version = -1
         """The store version the body shows."""
         self._gzipped: bytes | None = None
         self._fragments = FragmentCache()
+        # Its own thread: renders never queue behind other work of the default pool, and the
+        # fragment cache is rendered by one thread at a time.
+        self._renderer = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="render")
         self.rendered = asyncio.Event()
 
     def gzipped(self) -> bytes:
@@ -70,7 +74,10 @@ class MetricsCache:
             version = self.store.version
             started = time.monotonic()
             snapshot = views(self.store, time.time(), self.stale_after, self.claims.pending())
-            body = await asyncio.to_thread(self._fragments.render, snapshot, dict(self.claims.outcomes))
+            tasks = TaskHealth(dict(self.supervisor.failures), self.supervisor.dead_by_kind())
+            body = await asyncio.get_running_loop().run_in_executor(
+                self._renderer, self._fragments.render, snapshot, dict(self.claims.outcomes), tasks
+            )
             self.body, self.version, self._gzipped = body, version, None
             self.rendered.set()
             # Rendering a large fleet takes a while: never spend more than a third of the time on it.
@@ -105,39 +112,11 @@ class MetricsCache:
         return max(min(deadlines) - now, 0.0) + 0.01 if deadlines else None
 
 
-class BasicAuth:
-    """bcrypt is slow by design: checks run in a thread, and verified credentials are remembered
-    (as a digest) so that a scraper pays for bcrypt once, not on every scrape."""
-
-    def __init__(self, users: dict[str, bytes]) -> None:
-        self.users = users
-        self._verified: set[bytes] = set()
-
-    async def allows(self, header: str | None) -> bool:
-        if header is None or not header.startswith("Basic "):
-            return False
-        try:
-            user, _, password = base64.b64decode(header[6:], validate=True).decode().partition(":")
-        except (binascii.Error, UnicodeDecodeError):
-            return False
-        hashed = self.users.get(user)
-        if hashed is None:
-            return False
-        key = hashlib.sha256(b"\0".join((user.encode(), password.encode(), hashed))).digest()
-        if key in self._verified:
-            return True
-        if not await asyncio.to_thread(bcrypt.checkpw, password.encode(), hashed):
-            return False
-        if len(self._verified) >= _VERIFIED_CACHE_LIMIT:
-            self._verified.clear()
-        self._verified.add(key)
-        return True
-
-
 @dataclass
 class Exporter:
     config: Config
     store: SnapshotStore
+    supervisor: Supervisor
     fleet: FleetAuditor
     cache: MetricsCache
     claims: ClaimLedger
@@ -223,7 +202,12 @@ async def probe(request: web.Request) -> web.Response:
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
-async def healthy(_request: web.Request) -> web.Response:
+async def healthy(request: web.Request) -> web.Response:
+    """Healthy unless a background task crashed and waits for its restart."""
+    dead = _exporter(request).supervisor.dead()
+    if dead:
+        lines = "".join(f"{name}: {error}\n" for name, error in sorted(dead.items()))
+        return web.Response(status=503, text=f"Unhealthy: background tasks restarting after a crash\n{lines}")
     return web.Response(text="OK\n")
 
 
@@ -284,15 +268,17 @@ async def serve(
 ) -> int:
     host, port = parse_listen_address(listen_address)
     loop = asyncio.get_running_loop()
-    register_libvirt_event_loop(loop)
+    start_libvirt_event_thread()
     store = SnapshotStore()
+    supervisor = Supervisor(changed=store.touch)
     claims = ClaimLedger(config.claims, store, ClaimDatabase(config.claims.database))
     await claims.start()
-    fleet = FleetAuditor(store, claims)
-    cache = MetricsCache(store, config.audit.staleness_bound, claims)
+    fleet = FleetAuditor(store, supervisor, claims)
+    cache = MetricsCache(store, config.audit.staleness_bound, claims, supervisor)
     exporter = Exporter(
         config,
         store,
+        supervisor,
         fleet,
         cache,
         claims,
@@ -313,7 +299,7 @@ async def serve(
     # Listening first: a taken port fails before a thousand hypervisors are connected to, and
     # /-/healthy answers while the first audits run (/-/ready tells when they are done).
     await fleet.apply(config.hypervisors, config.audit, config.flavor_requests)
-    renderer = asyncio.create_task(cache.run(), name="render-metrics")
+    supervisor.start("render-metrics", "render", cache.run)
     scheme = "https" if web_config.ssl_context else "http"
     log.info(
         "listening",
@@ -323,30 +309,68 @@ async def serve(
     stopping = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stopping.set)
-    if reload_config is not None:
-        loop.add_signal_handler(
-            signal.SIGHUP, lambda: asyncio.ensure_future(_reload(exporter, reload_config))
-        )
+    reloads = ConfigReloads(exporter, reload_config) if reload_config is not None else None
+    if reloads is not None:
+        loop.add_signal_handler(signal.SIGHUP, reloads.request)
     await stopping.wait()
 
     log.info("shutting down")
+    if reloads is not None:
+        await reloads.stop()
     await fleet.stop()
+    await supervisor.stop_all()
     await claims.stop()
-    renderer.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await renderer
     await runner.cleanup()
     return 0
 
 
-async def _reload(exporter: Exporter, reload_config: Callable[[], Config]) -> None:
-    try:
-        config = reload_config()
-    except ConfigError as error:
-        log.error("configuration not reloaded", extra={"error": str(error)})
-        return
-    exporter.config = config
-    exporter.cache.stale_after = config.audit.staleness_bound
-    exporter.writers = BasicAuth(_writer_hashes(config))
-    await exporter.fleet.apply(config.hypervisors, config.audit, config.flavor_requests)
-    log.info("configuration reloaded", extra={"hypervisors": len(config.hypervisors)})
+class ConfigReloads:
+    """SIGHUP: read the file again, off the event loop, one reload at a time.
+
+    The file is parsed in a thread (a large or hostile file must not stall scrapes); a file that
+    cannot be used, for any reason, is logged and the running configuration kept whole.
+    """
+
+    def __init__(self, exporter: Exporter, reload_config: Callable[[], Config]) -> None:
+        self.exporter = exporter
+        self.reload_config = reload_config
+        self._wanted = asyncio.Event()
+        self._task = asyncio.create_task(self._serve(), name="reload-config")
+
+    def request(self) -> None:
+        self._wanted.set()
+
+    async def stop(self) -> None:
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+
+    async def _serve(self) -> None:
+        while True:
+            await self._wanted.wait()
+            self._wanted.clear()  # signals during a reload: one more reload after it
+            try:
+                await self._reload()
+            except Exception:  # never let a bad reload end reloading for good
+                log.exception("configuration not reloaded")
+
+    async def _reload(self) -> None:
+        exporter = self.exporter
+        try:
+            config = await asyncio.to_thread(self.reload_config)
+        except ConfigError as error:
+            log.error("configuration not reloaded", extra={"error": str(error)})
+            return
+        running_database = exporter.claims.database.path
+        if config.claims.database != running_database:
+            log.warning(
+                "claims.database changed: takes effect at the next start",
+                extra={"running": running_database, "configured": config.claims.database},
+            )
+        exporter.claims.settings = config.claims.model_copy(update={"database": running_database})
+        exporter.config = config
+        exporter.cache.stale_after = config.audit.staleness_bound
+        exporter.writers = BasicAuth(_writer_hashes(config))
+        await exporter.fleet.apply(config.hypervisors, config.audit, config.flavor_requests)
+        exporter.store.touch()
+        log.info("configuration reloaded", extra={"hypervisors": len(config.hypervisors)})
