@@ -38,7 +38,19 @@ class Server:
     def get(
         self, path: str, timeout: float = 5.0, headers: dict[str, str] | None = None
     ) -> tuple[int, bytes]:
-        request = urllib.request.Request(self.base_url + path, headers=headers or {})
+        return self.request("GET", path, timeout=timeout, headers=headers)
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: bytes | None = None,
+        timeout: float = 5.0,
+        headers: dict[str, str] | None = None,
+    ) -> tuple[int, bytes]:
+        request = urllib.request.Request(
+            self.base_url + path, data=body, headers=headers or {}, method=method
+        )
         try:
             with urllib.request.urlopen(request, timeout=timeout, context=self.ssl_context) as response:
                 return response.status, response.read()
