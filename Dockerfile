@@ -23,4 +23,6 @@ EXPOSE 10463
 HEALTHCHECK --interval=15s --timeout=3s --start-period=10s --retries=3 \
     CMD ["python", "-c", "import sys, urllib.request; sys.exit(urllib.request.urlopen('http://127.0.0.1:10463/-/healthy', timeout=2).status != 200)"]
 ENTRYPOINT ["virtcap"]
-CMD ["serve", "--demo"]
+# Inside the container every interface: the published port reaches the exporter through the
+# container's own address, which the demo's default of 127.0.0.1 would refuse.
+CMD ["serve", "--demo", "--web.listen-address", ":10463"]

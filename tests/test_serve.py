@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import gzip
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.serving import parse_samples, running_server, series, value, wait_for
+from tests.serving import parse_samples, running_server, series, stop_process, value, wait_for
 from virtcap.config import parse_config
 from virtcap.demo import DEMO_DIR
+from virtcap.server import DEFAULT_PORT
 
 MIXED = Path(__file__).parent / "fixtures" / "mixed-node.xml"
 REQUIRED_FAMILIES = {
@@ -93,23 +95,7 @@ def test_bad_requests_get_4xx(tmp_path: Path) -> None:
         ):
             status, _ = server.get(path)
             assert 400 <= status < 500, path
-        request = subprocess.run(
-            [
-                "curl",
-                "-s",
-                "-o",
-                "/dev/null",
-                "-w",
-                "%{http_code}",
-                "-X",
-                "POST",
-                server.base_url + "/metrics",
-            ],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        assert request.stdout == "405"
+        assert server.request("POST", "/metrics")[0] == 405
 
 
 def test_a_hypervisor_removed_by_a_reload_loses_its_series(tmp_path: Path) -> None:
@@ -187,6 +173,34 @@ def test_the_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
         )
         assert result.returncode == 2
         assert "cannot listen on" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_the_demo_without_an_address_listens_on_loopback_only(tmp_path: Path) -> None:
+    """The demo takes claims from the well-known writer demo/demo: no other machine may reach it.
+
+    127.0.0.2 stands in for the machine's other addresses: a socket bound to every interface
+    answers there, one bound to 127.0.0.1 does not.
+    """
+    log = tmp_path / "virtcap.log"
+    with log.open("wb") as output:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "virtcap", "serve", "--demo"], stdout=output, stderr=subprocess.STDOUT
+        )
+    try:
+        wait_for(
+            lambda: process.poll() is not None or "listening" in log.read_text(), 30, what="listening or exit"
+        )
+        text = log.read_text()
+        if process.poll() is not None:
+            # Another program holds the default port: the refusal still names the address tried.
+            assert f"cannot listen on 127.0.0.1:{DEFAULT_PORT}" in text, text
+            return
+        assert f"http://127.0.0.1:{DEFAULT_PORT}" in text, text
+        socket.create_connection(("127.0.0.1", DEFAULT_PORT), timeout=5).close()
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.2", DEFAULT_PORT), timeout=5).close()
+    finally:
+        stop_process(process)
 
 
 def test_demo_config_keeps_its_promises() -> None:

@@ -68,6 +68,14 @@ def test_every_image_is_pinned_and_every_mounted_file_exists() -> None:
                     assert source.exists(), (name, source)
 
 
+def test_the_stack_passes_the_exporter_its_listen_address() -> None:
+    """`serve --demo` alone listens on 127.0.0.1, out of reach of the published port."""
+    demo = yaml.safe_load(compose(COMPOSE).stdout)["services"]["virtcap"]["command"]
+    assert demo == ["serve", "--demo", "--web.listen-address", ":10463"], demo
+    real = yaml.safe_load(compose(COMPOSE, OVERRIDE).stdout)["services"]["virtcap"]["command"]
+    assert "--demo" not in real, real  # a configuration's default is every interface already
+
+
 def test_grafana_is_provisioned_with_the_dashboards_and_their_datasource() -> None:
     stack = yaml.safe_load(compose(COMPOSE).stdout)
     grafana = stack["services"]["grafana"]
@@ -93,7 +101,8 @@ def test_the_image_runs_unprivileged_with_a_healthcheck() -> None:
     assert dockerfile.count("\nFROM ") + dockerfile.startswith("FROM ") >= 2  # multi-stage
     assert re.search(r"^USER virtcap$", dockerfile, re.M)
     assert "HEALTHCHECK" in dockerfile and "/-/healthy" in dockerfile
-    assert 'CMD ["serve", "--demo"]' in dockerfile
+    # the demo alone would listen on 127.0.0.1, which the published port does not reach
+    assert 'CMD ["serve", "--demo", "--web.listen-address", ":10463"]' in dockerfile
     froms = re.findall(r"^FROM (\S+)", dockerfile, re.M)
     assert all(re.fullmatch(r"[\w./-]+:\d+\.\d+\.\d+[\w.-]*", image) for image in froms), froms
 

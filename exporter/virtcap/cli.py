@@ -23,6 +23,8 @@ from virtcap.server import DEFAULT_PORT, parse_listen_address, serve
 from virtcap.webconfig import load_web_config
 
 EXIT_USAGE = 2
+# The demo accepts claims from the well-known writer demo/demo: not for other machines to reach.
+DEMO_LISTEN_ADDRESS = f"127.0.0.1:{DEFAULT_PORT}"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -43,9 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--web.listen-address",
         dest="listen_address",
-        default=f":{DEFAULT_PORT}",
         metavar="HOST:PORT",
-        help=f"address to listen on (default: :{DEFAULT_PORT})",
+        help=f"address to listen on (default: :{DEFAULT_PORT}; with --demo, {DEMO_LISTEN_ADDRESS})",
     )
     serve.add_argument(
         "--web.config.file",
@@ -85,13 +86,20 @@ def run_audit(args: argparse.Namespace) -> int:
     return 0
 
 
+def listen_address(args: argparse.Namespace) -> str:
+    if args.listen_address is not None:
+        return str(args.listen_address)
+    return DEMO_LISTEN_ADDRESS if args.demo else f":{DEFAULT_PORT}"
+
+
 def run_serve(args: argparse.Namespace) -> int:
     config = fleet_config(args)
     web_config = load_web_config(args.web_config_file)
-    parse_listen_address(args.listen_address)
+    address = listen_address(args)
+    parse_listen_address(address)
     setup_logging(args.log_level, args.log_format)
     reload_config = None if args.demo else (lambda: load_config(args.config))
-    return asyncio.run(serve(config, args.listen_address, web_config, reload_config))
+    return asyncio.run(serve(config, address, web_config, reload_config))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
