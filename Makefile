@@ -39,9 +39,10 @@ generate: system-deps
 	rm -f dashboards/generated/*.json
 	jsonnet -J dashboards -J alerts -m dashboards/generated dashboards/dashboards.jsonnet > /dev/null
 
-# Side by side with the Debian prometheus-libvirt-exporter; the real-libvirtd figure needs root.
+# Side by side with the Debian prometheus-libvirt-exporter; the real-libvirtd figure needs root and
+# the system libvirtd (the tests only ever start a private one).
 bench: system-deps $(BIN)/virtcap
-	@dpkg-query -W prometheus-libvirt-exporter >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus-libvirt-exporter
+	@dpkg-query -W prometheus-libvirt-exporter libvirt-daemon-system >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus-libvirt-exporter libvirt-daemon-system
 	$(BIN)/python bench/run.py
 
 clean:

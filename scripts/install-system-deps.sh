@@ -3,13 +3,19 @@
 # when every package is already there (so `make test` stays fast on a prepared machine).
 set -euo pipefail
 
+# Everything `make demo` and `make test` run beyond a Debian 12 minbase with git and make: that
+# image has no curl, no openssl, no CA certificates.
 packages=(
-    # build of libvirt-python and the virtualenv
-    python3 python3-venv python3-dev gcc pkg-config libvirt-dev
-    # a real hypervisor for the tests: libvirtd with the QEMU driver (TCG), its client tools
-    libvirt-daemon-system libvirt-clients qemu-system-x86 qemu-utils
+    # build of libvirt-python and the virtualenv; pip reaches PyPI over TLS
+    python3 python3-venv python3-dev gcc pkg-config libvirt-dev ca-certificates
+    # a real hypervisor for the tests: libvirtd with the QEMU driver (TCG), virsh, qemu-img. The
+    # tests start their own private libvirtd in session mode, as nobody through setpriv: no
+    # system daemon is needed
+    libvirt-daemon libvirt-clients qemu-system-x86 qemu-utils util-linux
     # the monitoring stack the rules, dashboards and compose files are tested with
     prometheus prometheus-alertmanager jsonnet docker-compose
+    # the test certificates of the TLS tests
+    openssl
 )
 
 missing=()
