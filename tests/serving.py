@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import socket
 import ssl
@@ -116,12 +117,27 @@ def running_server(
     log_dir: Path,
     ssl_context: ssl.SSLContext | None = None,
     headers: dict[str, str] | None = None,
+    open_files_soft_limit: int | None = None,
 ) -> Iterator[Server]:
+    """`virtcap serve` on a free loopback port; `open_files_soft_limit` starts it with that soft
+    RLIMIT_NOFILE (the hard limit unchanged), as a default systemd or login session would."""
     port = free_port()
     log = log_dir / f"virtcap-{port}.log"
     command = [sys.executable, "-m", "virtcap", "serve", "--web.listen-address", f"127.0.0.1:{port}", *args]
+
+    def limit_open_files() -> None:
+        if open_files_soft_limit is not None:
+            _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (open_files_soft_limit, hard))
+
     with log.open("wb") as output:
-        process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=os.environ.copy())
+        process = subprocess.Popen(
+            command,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            env=os.environ.copy(),
+            preexec_fn=limit_open_files,  # noqa: PLW1509  (only setrlimit: safe in the child)
+        )
     scheme = "https" if ssl_context is not None else "http"
     server = Server(process, f"{scheme}://127.0.0.1:{port}", log, ssl_context)
     try:

@@ -15,11 +15,13 @@ from typing import NoReturn
 from virtcap import __version__
 from virtcap.claimcli import add_claim_commands, run_claim
 from virtcap.config import Config, ConfigError, load_config
+from virtcap.connections import ConnectionLimits
 from virtcap.demo import demo_config
 from virtcap.logs import LEVELS, setup_logging
 from virtcap.oneshot import audit_fleet_once
 from virtcap.report import fleet_document, render_tables
 from virtcap.server import DEFAULT_PORT, parse_listen_address, serve
+from virtcap.units import parse_duration
 from virtcap.webconfig import load_web_config
 
 EXIT_USAGE = 2
@@ -54,11 +56,50 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="exporter-toolkit web configuration: TLS, client certificates, basic auth",
     )
+    defaults = ConnectionLimits()
+    serve.add_argument(
+        "--web.max-connections",
+        dest="max_connections",
+        type=_positive_int,
+        default=defaults.max_connections,
+        metavar="N",
+        help=f"most client connections at once; at the limit the longest-idle one is closed "
+        f"(default: {defaults.max_connections})",
+    )
+    serve.add_argument(
+        "--web.read-timeout",
+        dest="read_timeout",
+        type=_duration,
+        default=defaults.read_timeout,
+        metavar="DURATION",
+        help=f"a request's head must arrive within it (default: {defaults.read_timeout:g}s)",
+    )
+    serve.add_argument(
+        "--web.idle-timeout",
+        dest="idle_timeout",
+        type=_duration,
+        default=defaults.idle_timeout,
+        metavar="DURATION",
+        help=f"keep-alive connections idle this long are closed (default: {defaults.idle_timeout:g}s)",
+    )
     serve.add_argument("--log.level", dest="log_level", choices=tuple(LEVELS), default="info")
     serve.add_argument("--log.format", dest="log_format", choices=("logfmt", "json"), default="logfmt")
 
     add_claim_commands(commands)
     return parser
+
+
+def _positive_int(text: str) -> int:
+    if not text.isdigit() or not 0 < int(text) <= 1_000_000:
+        raise argparse.ArgumentTypeError(f"expected a whole number from 1 to 1000000, got {text!r}")
+    return int(text)
+
+
+def _duration(text: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def _add_fleet_source(parser: argparse.ArgumentParser) -> None:
@@ -99,7 +140,8 @@ def run_serve(args: argparse.Namespace) -> int:
     parse_listen_address(address)
     setup_logging(args.log_level, args.log_format)
     reload_config = None if args.demo else (lambda: load_config(args.config))
-    return asyncio.run(serve(config, address, web_config, reload_config))
+    limits = ConnectionLimits(args.max_connections, args.read_timeout, args.idle_timeout)
+    return asyncio.run(serve(config, address, web_config, reload_config, limits))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

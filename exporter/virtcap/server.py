@@ -27,6 +27,7 @@ from virtcap.auditor import FleetAuditor
 from virtcap.auth import BasicAuth
 from virtcap.claims import ClaimDatabase, ClaimLedger
 from virtcap.config import Config, ConfigError
+from virtcap.connections import ConnectionGuard, ConnectionLimits, GuardedSite, raise_open_file_limit
 from virtcap.events import start_libvirt_event_thread
 from virtcap.exposition import FragmentCache, TaskHealth, render, views
 from virtcap.store import SnapshotStore
@@ -41,6 +42,8 @@ RENDER_GAP_SECONDS = 0.5
 """At most two renders a second (fewer for a fleet that takes long to render): a large fleet
 changes all the time, and scrapes need not see every change."""
 MAX_REQUEST_BYTES = 64 * 1024
+_SPARE_FILES = 256
+"""Open files beyond clients and libvirt connections: logs, the claims database, libraries."""
 
 
 class MetricsCache:
@@ -124,10 +127,14 @@ class Exporter:
     """Who may read (every path) when the web config has basic_auth_users; None: anyone."""
     writers: BasicAuth
     """Who may create and delete claims (claims.writers): always required, whatever readers is."""
+    connections: ConnectionGuard | None = None
 
 
 def build_app(exporter: Exporter) -> web.Application:
-    app = web.Application(middlewares=[_auth_middleware(exporter)], client_max_size=MAX_REQUEST_BYTES)
+    middlewares = [_auth_middleware(exporter)]
+    if exporter.connections is not None:  # outermost: a request is busy from its head on
+        middlewares.insert(0, exporter.connections.middleware())
+    app = web.Application(middlewares=middlewares, client_max_size=MAX_REQUEST_BYTES)
     app["exporter"] = exporter
     app["claims"] = exporter.claims
     app["store"] = exporter.store
@@ -156,9 +163,12 @@ def _auth_middleware(exporter: Exporter) -> Middleware:
             if request.match_info.http_exception is not None:
                 return await handler(request)  # no such route or method: 404 or 405 as it is
             if not await exporter.writers.allows(header):
-                # read the (bounded) body anyway, so that the client sees the 401, not a reset
+                # read the (bounded) body anyway, so that the client sees the 401, not a reset;
+                # a body that stalls gets the 401 all the same
+                limits = exporter.connections.limits if exporter.connections else ConnectionLimits()
                 with contextlib.suppress(Exception):
-                    await request.content.read(MAX_REQUEST_BYTES)
+                    async with asyncio.timeout(limits.read_timeout):
+                        await request.content.read(MAX_REQUEST_BYTES)
                 return _unauthorized("virtcap claims")
         elif exporter.readers is not None and not await exporter.readers.allows(header):
             return _unauthorized("virtcap")
@@ -265,9 +275,13 @@ async def serve(
     listen_address: str,
     web_config: WebConfig,
     reload_config: Callable[[], Config] | None = None,
+    limits: ConnectionLimits | None = None,
 ) -> int:
     host, port = parse_listen_address(listen_address)
+    limits = limits or ConnectionLimits()
+    raise_open_file_limit(limits.max_connections + 4 * len(config.hypervisors) + _SPARE_FILES)
     loop = asyncio.get_running_loop()
+    loop.set_exception_handler(_log_loop_error)
     start_libvirt_event_thread()
     store = SnapshotStore()
     supervisor = Supervisor(changed=store.touch)
@@ -284,10 +298,12 @@ async def serve(
         claims,
         readers=BasicAuth(web_config.users) if web_config.users else None,
         writers=BasicAuth(_writer_hashes(config)),
+        connections=ConnectionGuard(limits),
     )
     runner = web.AppRunner(build_app(exporter), handle_signals=False, shutdown_timeout=SHUTDOWN_GRACE_SECONDS)
     await runner.setup()
-    site = web.TCPSite(runner, host, port, ssl_context=web_config.ssl_context, reuse_address=True)
+    assert exporter.connections is not None
+    site = GuardedSite(runner, host, port, exporter.connections, ssl_context=web_config.ssl_context)
     try:
         await site.start()
     except OSError as error:
@@ -300,6 +316,7 @@ async def serve(
     # /-/healthy answers while the first audits run (/-/ready tells when they are done).
     await fleet.apply(config.hypervisors, config.audit, config.flavor_requests)
     supervisor.start("render-metrics", "render", cache.run)
+    supervisor.start("connection-sweeper", "connections", exporter.connections.sweep_forever)
     scheme = "https" if web_config.ssl_context else "http"
     log.info(
         "listening",
@@ -322,6 +339,16 @@ async def serve(
     await claims.stop()
     await runner.cleanup()
     return 0
+
+
+def _log_loop_error(_loop: asyncio.AbstractEventLoop, context: dict[str, object]) -> None:
+    """asyncio's own errors as one line each: out of file descriptors, asyncio logs a traceback
+    for every failed accept(), thousands a second."""
+    error = context.get("exception")
+    log.error(
+        str(context.get("message", "event loop error")),
+        extra={"error": f"{type(error).__name__}: {error}" if error is not None else ""},
+    )
 
 
 class ConfigReloads:
