@@ -3,17 +3,28 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
 import libvirt
 import pytest
 
-from virtcap.audit import AuditError, audit_host, open_read_only, read_cpu_identity, redact_uri
+from tests.factories import storageless_fleet
+from virtcap.audit import (
+    AuditError,
+    audit_host,
+    open_read_only,
+    read_cpu_identity,
+    read_cpu_times,
+    redact_uri,
+)
 from virtcap.config import DiskSource, parse_config
 from virtcap.facts import DomainState, HostFacts
-from virtcap.model import Resource, host_capacity
+from virtcap.model import HostPolicy, Resource, host_capacity
 from virtcap.oneshot import audit_fleet_once
+from virtcap.report import fleet_document, render_tables
+from virtcap.snapshot import HypervisorSnapshot
 
 FIXTURES = Path(__file__).parent / "fixtures"
 MIXED = FIXTURES / "mixed-node.xml"
@@ -114,6 +125,77 @@ def test_a_missing_pool_is_a_problem_not_a_failure() -> None:
         conn.close()
     assert facts.storage is None
     assert any("storage pool nope" in p for p in facts.problems)
+
+
+@pytest.fixture(scope="module")
+def storageless(tmp_path_factory: pytest.TempPathFactory) -> HypervisorSnapshot:
+    (snapshot,) = asyncio.run(audit_fleet_once(storageless_fleet(tmp_path_factory.mktemp("fresh"))))
+    return snapshot
+
+
+def test_without_storage_the_json_report_keeps_disk_allocations_and_no_limit(
+    storageless: HypervisorSnapshot,
+) -> None:
+    # Through JSON and back, as `virtcap audit --format json` prints it.
+    (document,) = json.loads(json.dumps(fleet_document([storageless])))["hypervisors"]
+    disk = document["resources"]["disk"]
+    unknown = ("total", "reserved", "limit", "free", "utilization", "effective_overcommit", "actual")
+    assert {key: disk[key] for key in unknown} == dict.fromkeys(unknown)
+    # 40 GiB file of `on` (its rbd disk is not local) + 500 GiB volume of the shut off `off`
+    assert disk["used_by_state"] == {"running": 40 * GIB, "paused": 0, "shutoff": 500 * GIB, "other": 0}
+    assert (disk["used"], disk["claimed"]) == (540 * GIB, 0)
+    # memory: 32 GiB - 512 MiB - 3 GiB = 28.5 GiB free; d1.huge's 100 TiB of disk limits nothing
+    assert document["schedulable"] == {"m1.small": 14, "d1.huge": 28}
+    assert document["bottlenecks"] == {"m1.small": "memory", "d1.huge": "memory"}
+    assert any("storage pool instances" in problem for problem in document["problems"])
+
+
+def test_without_storage_the_table_shows_unknown_amounts_as_dashes(storageless: HypervisorSnapshot) -> None:
+    rows = {line.split()[0]: line.split() for line in render_tables([storageless]).splitlines()}
+    # resource, total, reserved, ratio, limit, used (a number and its unit), free, actual, bar
+    assert rows["disk"] == ["disk", "-", "-", "1", "-", "540.0", "GiB", "-", "-", "-"]
+
+
+def test_the_test_drivers_constant_cpu_times_are_not_an_idle_host() -> None:
+    """Its node CPU times are the same made-up numbers on every call: two samples of them say
+    nothing about the host, so busy CPUs are unknown, not 0."""
+    conn: Any = open_read_only(f"test://{MIXED}")
+    try:
+        every_cpu = libvirt.VIR_NODE_CPU_STATS_ALL_CPUS
+        assert conn.getCPUStats(every_cpu) == conn.getCPUStats(every_cpu)
+        assert read_cpu_times(conn) is None
+        facts = audit_host(conn, f"test://{MIXED}", DiskSource(pool="default"), cpu_window=0.01)
+    finally:
+        conn.close()
+    assert (facts.cpu_times, facts.busy_cpus) == (None, None)
+    assert host_capacity(facts, HostPolicy()).resources[Resource.VCPU].actual is None
+
+
+def _nova_memory_in_use() -> int:
+    """MemTotal - (MemFree + Buffers + Cached) from /proc/meminfo, in bytes, read here on its own."""
+    fields = {}
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        name, value = line.split(":", 1)
+        fields[name] = int(value.split()[0]) * 1024
+    return fields["MemTotal"] - (fields["MemFree"] + fields["Buffers"] + fields["Cached"])
+
+
+def test_the_local_hosts_memory_in_use_is_novas_meminfo_figure() -> None:
+    # A test-driver hypervisor lives in this process, so on this machine: audited under a local
+    # URI, its host memory figure is this machine's. Memory moves between the reads: the audit's
+    # figure must lie between the one before and the one after, within a few MiB. psutil's,
+    # lower by SReclaimable (tens to hundreds of MiB), does not.
+    conn: Any = open_read_only(f"test://{MIXED}")
+    try:
+        before = _nova_memory_in_use()
+        facts = audit_host(conn, "qemu:///system", DiskSource(pool="default"))
+        after = _nova_memory_in_use()
+    finally:
+        conn.close()
+    assert facts.memory_in_use_source == "host"
+    assert facts.memory_in_use_bytes is not None
+    slack = 8 * MIB
+    assert min(before, after) - slack <= facts.memory_in_use_bytes <= max(before, after) + slack
 
 
 def test_cpu_identity_is_read_on_demand() -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.core import Metric
 
+from tests.factories import storageless_fleet
 from tests.serving import Samples, parse_samples, series, value
 from virtcap import exposition as exposition_module
 from virtcap.config import parse_config
@@ -87,6 +88,7 @@ def test_every_family_with_its_labels(store: SnapshotStore) -> None:
         "arch": "x86_64",
     }
     # used = allocated over counted states + claimed; free = limit - used, for every series
+    unlimited = []
     for (name, key), used in list(samples.items()):
         if name != "hypervisor_resource_used":
             continue
@@ -95,8 +97,42 @@ def test_every_family_with_its_labels(store: SnapshotStore) -> None:
         claimed = value(samples, "hypervisor_resource_claimed", **labels) or 0
         assert used == allocated + claimed
         limit = value(samples, "hypervisor_resource_limit", **labels)
-        assert limit is not None
+        if limit is None:  # the total could not be read: nothing to subtract from
+            unlimited.append((labels["hypervisor"], labels["resource"]))
+            assert value(samples, "hypervisor_resource_free", **labels) is None
+            continue
         assert value(samples, "hypervisor_resource_free", **labels) == limit - used
+    assert unlimited == [("default", "disk")]  # test:///default has no pool named `default`
+
+
+def test_unknown_amounts_have_no_series_and_allocations_still_do(tmp_path: Path) -> None:
+    # The storage of instance disks is not found and the test driver measures no CPU time: no
+    # series at all for what is unknown, never a 0 that reads as "full" or "idle".
+    store = SnapshotStore()
+    store.track(["fresh"])
+    (snapshot,) = asyncio.run(audit_fleet_once(storageless_fleet(tmp_path), cpu_window=0.01))
+    store.record(snapshot, "success")
+    samples = exposition(store)
+    disk = {"hypervisor": "fresh", "resource": "disk", "unit": "bytes"}
+    for family in ("total", "reserved", "limit", "free", "actual_usage"):
+        assert value(samples, f"hypervisor_resource_{family}", **disk) is None, family
+    assert value(samples, "hypervisor_resource_used", **disk) == 540 * GIB
+    assert value(samples, "hypervisor_resource_claimed", **disk) == 0
+    assert series(samples, "hypervisor_resource_allocated", **disk) == {
+        frozenset({**disk, "state": "running"}.items()): 40 * GIB,
+        frozenset({**disk, "state": "paused"}.items()): 0,
+        frozenset({**disk, "state": "shutoff"}.items()): 500 * GIB,
+        frozenset({**disk, "state": "other"}.items()): 0,
+    }
+    vcpu = {"hypervisor": "fresh", "resource": "vcpu", "unit": "cpus"}
+    assert value(samples, "hypervisor_resource_actual_usage", **vcpu) is None
+    assert value(samples, "hypervisor_resource_limit", **vcpu) == 32
+    # memory (28.5 GiB free) decides; 100 TiB of disk asked for limits nothing
+    assert value(samples, "hypervisor_schedulable_instances", hypervisor="fresh", flavor="d1.huge") == 28
+    assert series(samples, "hypervisor_flavor_bottleneck", hypervisor="fresh") == {
+        frozenset({"hypervisor": "fresh", "flavor": flavor, "resource": "memory"}.items()): 1
+        for flavor in ("m1.small", "d1.huge")
+    }
 
 
 def test_no_label_is_owned_by_the_target_or_a_total() -> None:

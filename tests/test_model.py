@@ -164,9 +164,34 @@ def test_actual_usage_comes_from_the_host() -> None:
     assert capacity[R.PCPU].actual is None
 
 
-def test_without_storage_disk_is_not_accounted() -> None:
-    result = host_capacity(host(disk=None), policy())
-    assert R.DISK not in result.resources
+def test_without_storage_disk_allocations_are_still_accounted_but_nothing_limits_them() -> None:
+    # ACCOUNTING.md, "When a total is unknown": no inventory, so no reserved, limit or free (never
+    # 0, which would read as a full host), while what the domains hold is still known.
+    facts = host(
+        disk=None,
+        domains=(
+            domain("on", disks=(local_disk(40 * GIB),)),
+            domain("off", S.SHUTOFF, disks=(local_disk(10 * 1024 * GIB),)),
+        ),
+    )
+    result = host_capacity(facts, policy(reserved={R.DISK: 10 * GIB}), claimed={R.DISK: 5 * GIB})
+    disk = result.resources[R.DISK]
+    assert (disk.total, disk.reserved, disk.usable, disk.limit, disk.free) == (None, None, None, None, None)
+    assert (disk.utilization, disk.effective_overcommit, disk.actual) == (None, None, None)
+    assert disk.allocated_by_state[S.SHUTOFF] == 10 * 1024 * GIB
+    assert (disk.claimed, disk.used) == (5 * GIB, 40 * GIB + 10 * 1024 * GIB + 5 * GIB)
+
+
+def test_an_unknown_disk_total_limits_neither_claims_nor_flavors() -> None:
+    # Far more disk allocated and asked for than any real storage holds: with its size unknown,
+    # Nova's old claim test (no limit, no check) lets it through, and memory stays the bottleneck.
+    huge = {R.VCPU: 1, R.MEMORY: 1 * GIB, R.DISK: 100 * 1024 * GIB}
+    facts = host(disk=None, domains=(domain(memory=1 * GIB, disks=(local_disk(500 * 1024 * GIB),)),))
+    result = host_capacity(facts, policy(), flavors={"m1.small": SMALL, "d1.huge": huge})
+    assert claim_test(result.resources, huge) == []
+    # memory: 64 GiB - 512 MiB - 1 GiB = 62.5 GiB free
+    assert result.schedulable == {"m1.small": 31, "d1.huge": 62}
+    assert result.bottlenecks == {"m1.small": R.MEMORY, "d1.huge": R.MEMORY}
 
 
 def test_claims_count_in_used() -> None:
@@ -203,7 +228,8 @@ def test_an_instance_never_overcommits_against_itself() -> None:
 def test_schedulable_is_never_negative_and_ignores_unknown_disk() -> None:
     overfull = host(cpus=2, disk=None, domains=(domain(vcpus=20),))
     result = host_capacity(overfull, policy(), flavors={"m1.small": SMALL})
-    assert result.resources[R.VCPU].free < 0
+    free = result.resources[R.VCPU].free
+    assert free is not None and free < 0
     assert result.schedulable == {"m1.small": 0}
     roomy = host_capacity(host(disk=None), policy(), flavors={"m1.small": SMALL})
     assert roomy.schedulable == {"m1.small": 31}  # memory-bound; disk unknown is unlimited
@@ -250,7 +276,7 @@ domains_strategy = st.lists(
 @given(
     cpus=st.integers(1, 256),
     memory_gib=st.integers(1, 4096),
-    disk_gib=st.integers(0, 100_000),
+    disk_gib=st.none() | st.integers(0, 100_000),
     domains=domains_strategy,
     vcpu_ratio=st.floats(0.1, 32.0),
     memory_ratio=st.floats(0.1, 4.0),
@@ -260,14 +286,15 @@ domains_strategy = st.lists(
 def test_invariants(
     cpus: int,
     memory_gib: int,
-    disk_gib: int,
+    disk_gib: int | None,
     domains: tuple[object, ...],
     vcpu_ratio: float,
     memory_ratio: float,
     reserved_mib: int,
     count_inactive: bool,
 ) -> None:
-    facts = host(cpus=cpus, memory=memory_gib * GIB, disk=disk_gib * GIB, domains=domains)  # type: ignore[arg-type]
+    disk = disk_gib * GIB if disk_gib is not None else None
+    facts = host(cpus=cpus, memory=memory_gib * GIB, disk=disk, domains=domains)  # type: ignore[arg-type]
     chosen = policy(
         ratios={R.VCPU: vcpu_ratio, R.MEMORY: memory_ratio},
         reserved={R.MEMORY: reserved_mib * MIB},
@@ -275,12 +302,17 @@ def test_invariants(
     )
     result = host_capacity(facts, chosen, flavors={"m1.small": SMALL})
     counted = chosen.counted_states
+    assert set(result.resources) == set(R)
     for capacity in result.resources.values():
+        assert capacity.used == sum(v for s, v in capacity.allocated_by_state.items() if s in counted)
+        if capacity.total is None:
+            assert (capacity.reserved, capacity.limit, capacity.free) == (None, None, None)
+            continue
+        assert capacity.reserved is not None and capacity.limit is not None
         assert capacity.free == capacity.limit - capacity.used
         assert capacity.limit == math.floor(
             max(capacity.total - capacity.reserved, 0) * capacity.allocation_ratio
         )
-        assert capacity.used == sum(v for s, v in capacity.allocated_by_state.items() if s in counted)
         assert capacity.limit >= 0
     assert sum(result.domains_by_state.values()) == len(domains)
     fits = result.schedulable["m1.small"]
@@ -290,5 +322,5 @@ def test_invariants(
         assert claim_test(result.resources, SMALL) == []
     else:
         assert claim_test(result.resources, SMALL) or any(
-            SMALL[r] > c.usable for r, c in result.resources.items() if r in SMALL
+            SMALL[r] > c.usable for r, c in result.resources.items() if r in SMALL and c.usable is not None
         )

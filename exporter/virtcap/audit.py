@@ -10,11 +10,11 @@ import os
 import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import libvirt
-import psutil
 
 from virtcap.config import DiskSource
 from virtcap.domain_xml import NON_LOCAL_DEVICES, DiskReference, DomainXMLError, parse_domain_xml
@@ -30,6 +30,12 @@ from virtcap.facts import (
 
 MIB = 1024**2
 KIB = 1024
+
+MEMINFO = Path("/proc/meminfo")
+
+# libvirt's test driver (virConnectGetType): an in-process fake whose node CPU times and block
+# info are made-up constants, not measurements.
+TEST_DRIVER = "TEST"
 
 # RUNNING, BLOCKED, PAUSED, SHUTDOWN (being shut down) and PMSUSPENDED guests hold memory;
 # SHUTOFF and CRASHED ones have no process, NOSTATE tells nothing.
@@ -108,7 +114,7 @@ def audit_host(
     storage = _storage(conn, uri, disk, problems)
     # The test driver answers virDomainGetBlockInfo with made-up constants (about 1 TiB for any
     # disk): only its storage pools' volumes are real data.
-    volumes = _VolumeIndex(conn, block_info_is_real=hypervisor_type != "TEST")
+    volumes = _VolumeIndex(conn, block_info_is_real=hypervisor_type != TEST_DRIVER)
     domains = []
     for domain, state_code in _list_domains(conn):
         try:
@@ -175,22 +181,40 @@ def _online_cpus(conn: Any) -> frozenset[int] | None:
 
 
 def read_cpu_times(conn: Any) -> CpuTimes | None:
+    """The host's cumulative busy CPU time, or None where the driver does not measure it.
+
+    A missing figure is unknown, never 0: two samples of a constant would report an idle host.
+    The test driver answers with constants, drivers without node statistics with an error, and
+    a driver that leaves out kernel or user time tells only part of the busy time.
+    """
     try:
+        if conn.getType() == TEST_DRIVER:
+            return None
         stats = conn.getCPUStats(libvirt.VIR_NODE_CPU_STATS_ALL_CPUS)
     except libvirt.libvirtError:
         return None
-    busy = int(stats.get("kernel", 0)) + int(stats.get("user", 0))
+    if "kernel" not in stats or "user" not in stats:
+        return None
+    busy = int(stats["kernel"]) + int(stats["user"])
     return CpuTimes(busy_ns=busy, sampled_at=time.monotonic())
 
 
 def _busy_cpus(previous: CpuTimes | None, current: CpuTimes | None) -> float | None:
-    """Average busy host CPUs between two samples: CPU-nanoseconds per wall-clock nanosecond."""
+    """Average busy host CPUs between two samples: CPU-nanoseconds per wall-clock nanosecond.
+
+    None without two samples in order, or when the counter went back (the host rebooted between
+    them): the rate is then unknown, not 0.
+    """
     if previous is None or current is None:
         return None
     elapsed = current.sampled_at - previous.sampled_at
-    if elapsed <= 0:
+    busy = current.busy_ns - previous.busy_ns
+    if elapsed <= 0 or busy < 0:
         return None
-    return max(current.busy_ns - previous.busy_ns, 0) / 1e9 / elapsed
+    return busy / 1e9 / elapsed
+
+
+_NO_DISK_TOTAL = "disk has no limit: its allocations are counted, its total is unknown"
 
 
 def _storage(conn: Any, uri: str, disk: DiskSource | None, problems: list[str]) -> StorageFacts | None:
@@ -201,20 +225,23 @@ def _storage(conn: Any, uri: str, disk: DiskSource | None, problems: list[str]) 
             pool = conn.storagePoolLookupByName(disk.pool)
             state, capacity, allocation, _available = pool.info()
         except libvirt.libvirtError as error:
-            problems.append(f"storage pool {disk.pool}: {error.get_error_message()}; disk is not accounted")
+            problems.append(f"storage pool {disk.pool}: {error.get_error_message()}; {_NO_DISK_TOTAL}")
             return None
         if state != libvirt.VIR_STORAGE_POOL_RUNNING:
-            problems.append(f"storage pool {disk.pool} is not active; disk is not accounted")
+            problems.append(f"storage pool {disk.pool} is not active; {_NO_DISK_TOTAL}")
             return None
         return StorageFacts(source=f"pool {disk.pool}", capacity_bytes=capacity, used_bytes=allocation)
     assert disk.path is not None
     if not is_local_uri(uri):
-        problems.append(f"disk path {disk.path} can only be read on the local host; configure a pool instead")
+        problems.append(
+            f"disk path {disk.path} can only be read on the local host; configure a pool instead; "
+            f"{_NO_DISK_TOTAL}"
+        )
         return None
     try:
         stat = os.statvfs(disk.path)
     except OSError as error:
-        problems.append(f"disk path {disk.path}: {error.strerror}; disk is not accounted")
+        problems.append(f"disk path {disk.path}: {error.strerror}; {_NO_DISK_TOTAL}")
         return None
     return StorageFacts(
         source=f"path {disk.path}",
@@ -230,9 +257,9 @@ def _memory_in_use(conn: Any, uri: str, domains: list[DomainFacts]) -> tuple[int
     stands in: a lower bound of what the host really uses, labelled as such.
     """
     if is_local_uri(uri):
-        memory = psutil.virtual_memory()
-        free = memory.free + getattr(memory, "buffers", 0) + getattr(memory, "cached", 0)
-        return int(memory.total - free), "host"
+        in_use = read_meminfo_in_use()
+        if in_use is not None:
+            return in_use, "host"
     try:
         stats = conn.getMemoryStats(libvirt.VIR_NODE_MEMORY_STATS_ALL_CELLS)
     except libvirt.libvirtError:
@@ -241,6 +268,28 @@ def _memory_in_use(conn: Any, uri: str, domains: list[DomainFacts]) -> tuple[int
         free = sum(int(stats.get(key, 0)) for key in ("free", "buffers", "cached"))
         return (int(stats["total"]) - free) * KIB, "host"
     return sum(d.current_memory_bytes or 0 for d in domains), "guests"
+
+
+def read_meminfo_in_use(path: Path = MEMINFO) -> int | None:
+    """MemTotal - (MemFree + Buffers + Cached) in bytes, with exactly those fields, as Nova's
+    libvirt driver reads them; None where the file cannot be read (not Linux).
+
+    Not psutil's figure: its `cached` adds SReclaimable, which makes memory in use hundreds of MiB
+    lower than Nova's, and than what libvirt's node statistics give for a remote host.
+    """
+    try:
+        text = path.read_text(encoding="ascii")
+    except OSError:
+        return None
+    wanted = {"MemTotal", "MemFree", "Buffers", "Cached"}
+    fields: dict[str, int] = {}
+    for line in text.splitlines():
+        name, _, rest = line.partition(":")
+        if name in wanted:
+            fields[name] = int(rest.split()[0]) * KIB  # "kB" in the file: KiB
+    if fields.keys() != wanted:
+        return None
+    return fields["MemTotal"] - (fields["MemFree"] + fields["Buffers"] + fields["Cached"])
 
 
 def _list_domains(conn: Any) -> list[tuple[Any, int | None]]:

@@ -294,13 +294,18 @@ def build_families(hypervisors: Iterable[HypervisorView]) -> list[Metric]:
             if rc is None:
                 continue
             labels = [name, resource.value, resource.unit]
-            gauges["total"].add_metric(labels, rc.total)
-            gauges["reserved"].add_metric(labels, rc.reserved)
-            gauges["limit"].add_metric(labels, rc.limit)
-            gauges["used"].add_metric(labels, rc.used)
-            gauges["free"].add_metric(labels, rc.free)
-            if rc.actual is not None:
-                gauges["actual_usage"].add_metric(labels, rc.actual)
+            # Unknown amounts (a total that could not be read, usage the driver cannot tell) get
+            # no series: a 0 would read as "nothing left" or "idle".
+            for key, amount in (
+                ("total", rc.total),
+                ("reserved", rc.reserved),
+                ("limit", rc.limit),
+                ("used", rc.used),
+                ("free", rc.free),
+                ("actual_usage", rc.actual),
+            ):
+                if amount is not None:
+                    gauges[key].add_metric(labels, amount)
             ratio.add_metric([name, resource.value], rc.allocation_ratio)
             claimed.add_metric(labels, rc.claimed)
             for state in DomainState:

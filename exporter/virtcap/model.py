@@ -2,7 +2,9 @@
 
 limit = floor((total - reserved) x allocation_ratio), used = allocations of counted domains plus
 pending claims (Placement's convention: reserved is not part of used), free = limit - used, which
-goes negative when allocations exceed the policy.
+goes negative when allocations exceed the policy. A resource whose total could not be read (no
+storage found for instance disks) has no inventory: its allocations are still counted, but it has
+no reserved amount, limit or free, and it limits no request.
 """
 
 from __future__ import annotations
@@ -74,8 +76,10 @@ def amounts(vcpu: int = 0, pcpu: int = 0, memory: int = 0, disk: int = 0) -> dic
 @dataclass(frozen=True, slots=True)
 class ResourceCapacity:
     resource: Resource
-    total: int
-    reserved: int
+    total: int | None
+    """None when it could not be read: Placement then has no inventory of the class."""
+    reserved: int | None
+    """None without an inventory: nothing is taken out of a limit that does not exist."""
     allocation_ratio: float
     allocated_by_state: Mapping[DomainState, int]
     counted_states: frozenset[DomainState]
@@ -87,14 +91,20 @@ class ResourceCapacity:
         return self.resource.unit
 
     @property
-    def usable(self) -> int:
-        """total - reserved, never below 0 (Placement refuses reserved > total)."""
+    def usable(self) -> int | None:
+        """total - reserved, never below 0 (Placement refuses reserved > total); None if unknown."""
+        if self.total is None or self.reserved is None:
+            return None
         return max(self.total - self.reserved, 0)
 
     @property
-    def limit(self) -> int:
+    def limit(self) -> int | None:
+        """None where the total is unknown: unlimited, never 0 (a 0 would read as "full")."""
+        usable = self.usable
+        if usable is None:
+            return None
         # Placement computes capacity in floating point and truncates it: int((t - r) * ratio).
-        return int(self.usable * self.allocation_ratio)
+        return int(usable * self.allocation_ratio)
 
     @property
     def allocated(self) -> int:
@@ -107,24 +117,27 @@ class ResourceCapacity:
         return self.allocated + self.claimed
 
     @property
-    def free(self) -> int:
-        return self.limit - self.used
+    def free(self) -> int | None:
+        limit = self.limit
+        return None if limit is None else limit - self.used
 
     @property
     def utilization(self) -> float | None:
-        """used / limit; None where the limit is 0 and the ratio means nothing."""
-        return self.used / self.limit if self.limit else None
+        """used / limit; None where the limit is 0 or unknown and the ratio means nothing."""
+        limit = self.limit
+        return self.used / limit if limit else None
 
     @property
     def effective_overcommit(self) -> float | None:
         """used / (total - reserved), to compare with the configured allocation ratio."""
-        return self.used / self.usable if self.usable else None
+        usable = self.usable
+        return self.used / usable if usable else None
 
 
 @dataclass(frozen=True, slots=True)
 class HostCapacity:
     resources: Mapping[Resource, ResourceCapacity]
-    """Resources whose total is known; a missing one (disk without storage) is unlimited."""
+    """Every resource; one whose total is unknown (disk without storage) has no limit."""
     domains_by_state: Mapping[DomainState, int]
     schedulable: Mapping[str, int]
     uncounted_hugepage_bytes: int = 0
@@ -158,8 +171,8 @@ def is_dedicated(domain: DomainFacts, dedicated_cpus: frozenset[int] | None) -> 
     return all(pin is not None and pin <= dedicated_cpus for pin in domain.vcpu_pins)
 
 
-def host_totals(facts: HostFacts, policy: HostPolicy) -> dict[Resource, int]:
-    """Physical totals. Disk is absent when no storage was found for instance disks."""
+def host_totals(facts: HostFacts, policy: HostPolicy) -> dict[Resource, int | None]:
+    """Physical totals. Disk is None when no storage was found for instance disks."""
     online = facts.online_cpus
     if policy.cpu_shared_set is not None:
         vcpu_total = len(policy.cpu_shared_set & online) if online is not None else len(policy.cpu_shared_set)
@@ -169,10 +182,12 @@ def host_totals(facts: HostFacts, policy: HostPolicy) -> dict[Resource, int]:
         vcpu_total = facts.cpus
     dedicated = policy.cpu_dedicated_set or frozenset()
     pcpu_total = len(dedicated & online) if online is not None else len(dedicated)
-    totals = {Resource.VCPU: vcpu_total, Resource.PCPU: pcpu_total, Resource.MEMORY: facts.memory_bytes}
-    if facts.storage is not None:
-        totals[Resource.DISK] = facts.storage.capacity_bytes
-    return totals
+    return {
+        Resource.VCPU: vcpu_total,
+        Resource.PCPU: pcpu_total,
+        Resource.MEMORY: facts.memory_bytes,
+        Resource.DISK: facts.storage.capacity_bytes if facts.storage is not None else None,
+    }
 
 
 def host_actual_usage(facts: HostFacts) -> dict[Resource, float | None]:
@@ -201,18 +216,19 @@ def host_capacity(
             hugepage_bytes += domain.memory_bytes
     actual = host_actual_usage(facts)
     claimed = claimed or {}
+    totals = host_totals(facts, policy)
     resources = {
         resource: ResourceCapacity(
             resource=resource,
             total=total,
-            reserved=policy.reserved.get(resource, 0),
+            reserved=policy.reserved.get(resource, 0) if total is not None else None,
             allocation_ratio=policy.allocation_ratios.get(resource, 1.0),
             allocated_by_state=allocated[resource],
             counted_states=policy.counted_states,
             claimed=claimed.get(resource, 0),
             actual=actual[resource],
         )
-        for resource, total in host_totals(facts, policy).items()
+        for resource, total in totals.items()
     }
     fits = {name: flavor_fit(resources, request) for name, request in (flavors or {}).items()}
     schedulable = {name: count for name, (count, _) in fits.items()}
@@ -228,17 +244,21 @@ def flavor_fit(
     The count is the minimum over requested resources of floor(free / request), never below 0.
     An instance never overcommits against itself: a request larger than total - reserved fits 0
     times whatever the ratio (Nova's "does not have N MB usable ram before overcommit").
-    A resource without a known total is unlimited, as in Nova's claim test.
+    A resource without a known total is unlimited, as in Nova's claim test: it never limits the
+    count nor is it the bottleneck.
     """
     best: tuple[int, Resource | None] = (0, None)
     first = True
     for resource, amount in request.items():
-        if amount <= 0 or resource not in resources:
+        capacity = resources.get(resource)
+        if amount <= 0 or capacity is None:
             continue
-        capacity = resources[resource]
-        if amount > capacity.usable:
+        usable, free = capacity.usable, capacity.free
+        if usable is None or free is None:
+            continue
+        if amount > usable:
             return 0, resource
-        fits = max(capacity.free // amount, 0)
+        fits = max(free // amount, 0)
         if first or fits < best[0]:
             best, first = (fits, resource), False
     return best
@@ -262,10 +282,11 @@ def claim_test(resources: Mapping[Resource, ResourceCapacity], request: Amounts)
     reasons: list[str] = []
     for resource in RESOURCES:
         requested = request.get(resource, 0)
-        if requested <= 0 or resource not in resources:
+        capacity = resources.get(resource)
+        if requested <= 0 or capacity is None:
             continue
-        free = resources[resource].free
-        if requested > free:
+        free = capacity.free
+        if free is not None and requested > free:
             unit, scale = _CLAIM_UNITS[resource]
             wanted = _amount(requested, scale)
             reasons.append(f"Free {resource.value} {free / scale:.2f} {unit} < requested {wanted} {unit}")

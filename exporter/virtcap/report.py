@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from virtcap.facts import DomainState
@@ -14,6 +14,7 @@ BAR_WIDTH = 20
 
 
 def resource_document(capacity: ResourceCapacity) -> dict[str, Any]:
+    """One resource; total, reserved, limit and free are null where the total is unknown."""
     return {
         "unit": capacity.unit,
         "total": capacity.total,
@@ -83,7 +84,6 @@ def _render_one(snapshot: HypervisorSnapshot) -> str:
 
 def _resource_row(capacity: ResourceCapacity) -> tuple[str, ...]:
     show = _formatter(capacity)
-    actual = "-" if capacity.actual is None else show(capacity.actual)
     return (
         capacity.resource.value,
         show(capacity.total),
@@ -92,15 +92,22 @@ def _resource_row(capacity: ResourceCapacity) -> tuple[str, ...]:
         show(capacity.limit),
         show(capacity.used),
         show(capacity.free),
-        actual,
+        show(capacity.actual),
         usage_bar(capacity.utilization),
     )
 
 
-def _formatter(capacity: ResourceCapacity) -> Any:
-    if capacity.unit == "bytes":
-        return format_bytes
-    return lambda value: f"{value:g}" if isinstance(value, float) else str(value)
+def _formatter(capacity: ResourceCapacity) -> Callable[[float | None], str]:
+    """Unknown amounts show as `-`: a 0 would read as "none left"."""
+
+    def show(value: float | None) -> str:
+        if value is None:
+            return "-"
+        if capacity.unit == "bytes":
+            return format_bytes(value)
+        return f"{value:g}" if isinstance(value, float) else str(value)
+
+    return show
 
 
 def usage_bar(utilization: float | None) -> str:
