@@ -64,7 +64,14 @@
         rules: [
           {
             record: 'resource:hypervisor_resource_%s:sum' % quantity,
-            expr: 'sum by (resource, unit) (hypervisor_resource_%s{%s})' % [quantity, config.selector],
+            expr: 'sum by (resource, unit) (%s)' % (
+              // Used only where there is a limit: a resource whose total is unknown (disk without
+              // its storage found) still exports used, and counting it would inflate every
+              // comparison with the limit and total sums (utilization, overcommit, N+1).
+              if quantity == 'used'
+              then 'hypervisor_resource_used{%(s)s} and hypervisor_resource_limit{%(s)s}' % { s: config.selector }
+              else 'hypervisor_resource_%s{%s}' % [quantity, config.selector]
+            ),
           }
           for quantity in ['total', 'reserved', 'limit', 'used', 'free', 'claimed', 'actual_usage']
         ] + [
