@@ -14,9 +14,9 @@ local flavorVariable = g.queryVariable('flavor', 'Flavor', 'label_values(hypervi
 
 local resourceOverTime(resource, unit, measured=true) = g.timeseries(
   '%s: limit, used%s' % [resource, if measured then ' and actual usage' else ''],
-  'Fleet totals for %s: the limit ((total - reserved) x allocation ratio), what domains and claims use%s, and the physical total.' % [
+  'Fleet totals for %s: the limit ((total - reserved) x allocation ratio), what domains and claims use on the hypervisors that have a limit%s, and the physical total.' % [
     resource,
-    if measured then ', what the hosts really use' else '',
+    if measured then ', what the hosts really use (where it is measured)' else '',
   ],
   unit,
   [
@@ -155,7 +155,7 @@ local hypervisor = g.dashboard(
     ),
     g.timeseries(
       'vCPU: busy host CPUs against allocation',
-      'Host CPUs really busy against the vCPUs allocated and the vCPU limit.',
+      'Host CPUs really busy against the vCPUs allocated and the vCPU limit. Busy CPUs are absent where the driver measures no host CPU time (libvirt\'s test driver, so the demo).',
       cpus,
       [
         t('hypervisor_resource_actual_usage{%s, resource="vcpu"}' % h, '{{hypervisor}} busy'),
