@@ -123,7 +123,8 @@ class HostFacts:
     """`host` for the host's own counters, `guests` for the sum of running guests' balloons."""
     cpu_times: CpuTimes | None
     busy_cpus: float | None
-    """Host CPUs busy on average since the previous sample, or None without two samples."""
+    """Host CPUs busy on average since the previous sample, or None without two samples from a driver
+    that measures CPU time."""
     domains: tuple[DomainFacts, ...]
     audited_at: float
     audit_duration_seconds: float
