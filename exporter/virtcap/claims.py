@@ -5,6 +5,10 @@ held, under one lock, so two concurrent claims can never both take the last free
 counts in `used` until the audit finds its domain (reconciled: the domain now carries the
 allocation), its TTL passes (expired) or it is deleted. Claims live in SQLite (WAL, synchronous
 FULL): one acknowledged with 201 was committed first and survives a crash.
+
+When the database refuses writes (read-only, full, locked, failing disk), creating and deleting
+claims fail with ClaimStorageError and change nothing; reconciliation and expiry go on in
+memory and delete the rows once the database accepts writes again (see `_forget`).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import logging
+import math
 import sqlite3
 import time
 import uuid
@@ -31,6 +36,9 @@ from virtcap.store import SnapshotStore
 log = logging.getLogger("virtcap.claims")
 
 ANY_HYPERVISOR = "any"
+EXPIRY_PERIOD_SECONDS = 1.0
+UNWRITTEN_RETRY_SECONDS = 5.0
+"""While the database refuses writes, how often the rows of released claims are tried again."""
 _T = TypeVar("_T")
 
 
@@ -64,6 +72,14 @@ class ClaimRejectedError(Exception):
 
 class UnknownHypervisorError(Exception):
     pass
+
+
+class ClaimStorageError(Exception):
+    """The database refused a write: nothing was acknowledged and nothing changed in memory."""
+
+
+SQLITE_MAX_INTEGER = 2**63 - 1
+"""The largest INTEGER SQLite stores: a larger amount would raise OverflowError on insert."""
 
 
 class ClaimDatabase:
@@ -113,30 +129,41 @@ class ClaimDatabase:
         await self._run(self._insert, claim)
 
     def _insert(self, claim: Claim) -> None:
-        assert self._conn is not None
         a = claim.amounts
-        self._conn.execute(
-            "INSERT INTO claims VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                claim.id,
-                claim.hypervisor,
-                a[Resource.VCPU],
-                a[Resource.PCPU],
-                a[Resource.MEMORY],
-                a[Resource.DISK],
-                claim.created_at,
-                claim.expires_at,
-                claim.domain_uuid,
-                claim.owner,
-            ),
+        row = (
+            claim.id,
+            claim.hypervisor,
+            a[Resource.VCPU],
+            a[Resource.PCPU],
+            a[Resource.MEMORY],
+            a[Resource.DISK],
+            claim.created_at,
+            claim.expires_at,
+            claim.domain_uuid,
+            claim.owner,
         )
+        self._write("INSERT INTO claims VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [row])
 
     async def delete(self, ids: Iterable[str]) -> None:
         await self._run(self._delete, list(ids))
 
     def _delete(self, ids: list[str]) -> None:
-        assert self._conn is not None
-        self._conn.executemany("DELETE FROM claims WHERE id = ?", [(i,) for i in ids])
+        self._write("DELETE FROM claims WHERE id = ?", [(i,) for i in ids])
+
+    def _write(self, statement: str, rows: list[tuple[Any, ...]]) -> None:
+        """One transaction: after an error (full, read-only, I/O) none of the rows changed, and
+        whatever the error, no transaction is left open to fail every later write."""
+        conn = self._conn
+        assert conn is not None
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.executemany(statement, rows)
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+            raise
 
     async def close(self) -> None:
         if self._conn is not None:
@@ -156,19 +183,19 @@ class ClaimLedger:
         self.claims: dict[str, Claim] = {}
         self.outcomes: Counter[str] = Counter()
         self._lock = asyncio.Lock()
-        self._expiry: asyncio.Task[None] | None = None
+        self._unwritten_deletes: set[str] = set()
+        """Rows the database refused to delete, of claims already released in memory."""
+        self._database_failing = False
+        self._retry_unwritten_at = 0.0
 
     async def start(self) -> None:
+        """Open the database and release what expired while the exporter was down. Expiry from
+        then on is `expire_forever`, run (and restarted should it fail) by the server."""
         for claim in await self.database.open():
             self.claims[claim.id] = claim
         await self.expire()
-        self._expiry = asyncio.create_task(self._expire_forever(), name="expire-claims")
 
     async def stop(self) -> None:
-        if self._expiry is not None:
-            self._expiry.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._expiry
         await self.database.close()
 
     def claimed(self, hypervisor: str) -> dict[Resource, int]:
@@ -187,6 +214,11 @@ class ClaimLedger:
         self.store.touch()
 
     async def create(self, request: ClaimRequest) -> Claim:
+        """Raises ClaimStorageError, with nothing held, when the database refuses the claim."""
+        if any(not 0 <= amount <= SQLITE_MAX_INTEGER for amount in request.amounts.values()):
+            raise ValueError(f"every amount must be between 0 and {SQLITE_MAX_INTEGER}")
+        if not (math.isfinite(request.ttl) and request.ttl > 0):
+            raise ValueError(f"the ttl must be a finite number of seconds above 0, got {request.ttl}")
         async with self._lock:
             name = self._place(request) if request.hypervisor == ANY_HYPERVISOR else request.hypervisor
             if request.hypervisor != ANY_HYPERVISOR:
@@ -204,7 +236,13 @@ class ClaimLedger:
                 domain_uuid=request.domain_uuid,
                 owner=request.owner,
             )
-            await self.database.insert(claim)
+            try:
+                await self.database.insert(claim)
+            except sqlite3.Error as error:
+                # An error reported at commit may come after the row reached the disk: such a row
+                # must not come back at the next start as a claim nobody was told about.
+                self._unwritten_deletes.add(claim.id)
+                raise self._refused("claim not created", error) from None
             self.claims[claim.id] = claim
             self.outcomes["created"] += 1
             self.store.apply_claims(name, self.claimed(name))
@@ -234,11 +272,12 @@ class ClaimLedger:
             state = self.store.hypervisors[name]
             assert state.latest is not None and state.latest.capacity is not None
             resources = state.latest.capacity.resources
-            shares = [
-                (resources[r].free - amount) / resources[r].limit
-                for r, amount in request.amounts.items()
-                if amount > 0 and r in resources and resources[r].limit > 0
-            ]
+            shares = []
+            for resource, amount in request.amounts.items():
+                capacity = resources.get(resource)
+                # a resource without a limit (its total unknown) is not scarce: it does not weigh
+                if amount > 0 and capacity is not None and capacity.limit and capacity.free is not None:
+                    shares.append((capacity.free - amount) / capacity.limit)
             score = min(shares) if shares else 1.0
             if best is None or score > best[0]:
                 best = (score, name)
@@ -248,11 +287,18 @@ class ClaimLedger:
         return best[1]
 
     async def delete(self, claim_id: str) -> Claim | None:
+        """Raises ClaimStorageError, with the claim still held, when the database refuses."""
         async with self._lock:
             claim = self.claims.get(claim_id)
             if claim is None:
                 return None
-            await self._release([claim], "deleted")
+            try:
+                await self.database.delete([claim.id])
+            except sqlite3.Error as error:
+                # Released in memory only, it would come back at the next start: the client is
+                # told it failed, and may try again.
+                raise self._refused("claim not deleted", error) from None
+            self._drop([claim], "deleted")
         return claim
 
     async def record_audit(self, snapshot: HypervisorSnapshot, facts: HostFacts) -> None:
@@ -260,7 +306,8 @@ class ClaimLedger:
 
         Claims whose domain now exists there are released first: the domain carries the
         allocation from this audit on, so nothing is counted twice. Under the lock, so that a
-        claim created meanwhile is never left out of the recorded capacity.
+        claim created meanwhile is never left out of the recorded capacity. A database that
+        refuses the delete does not stop the audit from being recorded (see `_forget`).
         """
         async with self._lock:
             present = {domain.uuid.lower() for domain in facts.domains}
@@ -271,28 +318,72 @@ class ClaimLedger:
                 and c.domain_uuid is not None
                 and c.domain_uuid.lower() in present
             ]
-            await self._release(found, "reconciled", refresh=False)
+            await self._forget(found, "reconciled", refresh=False)
             self.store.record(snapshot.with_claims(self.claimed(snapshot.name)), "success")
 
     async def expire(self) -> None:
-        now = time.time()
-        expired = [claim for claim in self.claims.values() if claim.expires_at <= now]
-        if expired:
-            async with self._lock:
-                await self._release([c for c in expired if c.id in self.claims], "expired")
+        """Release the claims past their TTL, and delete the rows the database refused before."""
+        async with self._lock:
+            now = time.time()
+            await self._forget([c for c in self.claims.values() if c.expires_at <= now], "expired")
+        # outside the lock: these claims are gone from memory already, and a database that is
+        # locked by someone else must not hold up claims for its busy timeout
+        await self._delete_unwritten()
 
-    async def _expire_forever(self) -> None:
+    async def expire_forever(self) -> None:
+        """`expire()` every second until cancelled. A database that refuses writes does not end it;
+        anything unexpected does, for the supervisor to log and restart it."""
         while True:
-            await asyncio.sleep(1.0)
-            try:
-                await self.expire()
-            except sqlite3.Error as error:
-                log.error("cannot expire claims", extra={"error": str(error)})
+            await asyncio.sleep(EXPIRY_PERIOD_SECONDS)
+            await self.expire()
 
-    async def _release(self, claims: list[Claim], outcome: str, refresh: bool = True) -> None:
+    async def _forget(self, claims: list[Claim], outcome: str, refresh: bool = True) -> None:
+        """Release claims whose purpose has ended (reconciled, expired), whether or not the
+        database accepts the delete.
+
+        Keeping them until it does would be wrong for as long as it refuses, hours for a full disk:
+        a reconciled claim would count its domain twice, an expired one would hold capacity nobody
+        holds anymore. Releasing them in memory loses nothing acknowledged: their rows are deleted
+        once the database accepts writes again (`_delete_unwritten`), and should the exporter
+        restart first, the rows come back and are released again, an expired claim at once (its
+        expiry is stored) and a reconciled one at the first audit that finds its domain. At worst a
+        domain counts twice for one audit after a restart; if it was removed meanwhile, its claim
+        counts until its TTL: too much used, never too little.
+        """
         if not claims:
             return
-        await self.database.delete(claim.id for claim in claims)
+        try:
+            await self.database.delete(claim.id for claim in claims)
+        except sqlite3.Error as error:
+            self._unwritten_deletes.update(claim.id for claim in claims)
+            self._database_failing = True
+            log.error(
+                f"claims {outcome}, in memory only: the database refuses the delete",
+                extra={"claims": [claim.id for claim in claims], "error": str(error)},
+            )
+        self._drop(claims, outcome, refresh)
+
+    async def _delete_unwritten(self) -> None:
+        if not self._unwritten_deletes or time.monotonic() < self._retry_unwritten_at:
+            return
+        ids = sorted(self._unwritten_deletes)
+        try:
+            await self.database.delete(ids)
+        except sqlite3.Error as error:
+            self._retry_unwritten_at = time.monotonic() + UNWRITTEN_RETRY_SECONDS
+            if not self._database_failing:  # once per outage, not at every retry
+                log.error("the claims database refuses writes", extra={"error": str(error)})
+            self._database_failing = True
+            return
+        self._unwritten_deletes.difference_update(ids)
+        self._database_failing = False
+        log.info("the claims database accepts writes again", extra={"deleted": len(ids)})
+
+    def _refused(self, what: str, error: sqlite3.Error) -> ClaimStorageError:
+        log.error(f"{what}: the claims database refuses writes", extra={"error": str(error)})
+        return ClaimStorageError(f"the claims database refuses writes ({error}); {what}")
+
+    def _drop(self, claims: list[Claim], outcome: str, refresh: bool = True) -> None:
         for claim in claims:
             del self.claims[claim.id]
             self.outcomes[outcome] += 1
