@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import base64
 import concurrent.futures
+import contextlib
 import json
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from resource import RLIMIT_FSIZE, prlimit
 from typing import Any
 
 import bcrypt
@@ -57,7 +61,9 @@ def claim(server: Server, **body: Any) -> tuple[int, Any]:
     return call(server, "POST", "/api/v1/claims", body, auth())
 
 
-def write_config(directory: Path, interval: str = "1h", database: str | None = None) -> Path:
+def write_config(
+    directory: Path, interval: str = "1h", database: str | None = None, extra_hypervisors: str = ""
+) -> Path:
     config = directory / "virtcap.yaml"
     config.write_text(
         f"""
@@ -71,7 +77,7 @@ hypervisors:
   - {{name: mixed, uri: "test://{MIXED}", cpu_shared_set: "0", cpu_dedicated_set: "2,4"}}
   - {{name: big, uri: "test://{DEMO_DIR / "compute-04.xml"}"}}
   - {{name: small, uri: "test://{DEMO_DIR / "compute-05.xml"}"}}
-flavors:
+{extra_hypervisors}flavors:
   - {{name: m1.small, vcpu: 1, memory: 2GiB, disk: 10GiB}}
 """
     )
@@ -150,6 +156,10 @@ def test_any_places_on_the_roomiest_hypervisor_or_refuses(server: Server) -> Non
     assert any("memory" in reason for reason in refused["reasons"]["big"])
 
 
+DEEP = b"[" * 5000
+BEYOND_SQLITE = 2**63  # SQLite stores integers up to 2^63-1
+
+
 @pytest.mark.parametrize(
     ("body", "message"),
     [
@@ -167,13 +177,48 @@ def test_any_places_on_the_roomiest_hypervisor_or_refuses(server: Server) -> Non
         ({"hypervisor": "big", "vcpu": True}, "vcpu"),
         ([1, 2], "the body must be a JSON object"),
         (b"{not json", "the body is not JSON"),
-        (b'{"hypervisor": "big", "owner": "' + b"x" * 20000 + b'"}', "the body is larger than 16384 bytes"),
+        (b'{"hypervisor": "big\xff", "vcpu": 1}', "the body is not JSON"),
+        # Python's json reads these, JSON has no such values: a NaN ttl made a 500
+        (b'{"hypervisor": "big", "vcpu": 1, "ttl": NaN}', "NaN is not a JSON value"),
+        (b'{"hypervisor": "big", "vcpu": 1, "ttl": Infinity}', "Infinity is not a JSON value"),
+        (b'{"hypervisor": "big", "vcpu": 1, "ttl": -Infinity}', "-Infinity is not a JSON value"),
+        (b'{"hypervisor": "big", "vcpu": 1, "ttl": 1e400}', "1e400 is out of range"),
+        (b'{"hypervisor": "big", "vcpu": 1, "ttl": 1' + b"0" * 400 + b"}", ""),
+        (DEEP, "nested too deeply"),
+        (b'{"hypervisor": "big", "vcpu": 1, "owner": ' + b"[" * 20 + b"]" * 20 + b"}", "nested too deeply"),
+        # sizes that do not fit are refused as such, not answered "does not fit" (409)
+        ({"hypervisor": "big", "memory": 99999999999999999999999}, "memory"),
+        ({"hypervisor": "big", "memory": BEYOND_SQLITE}, "memory"),
+        ({"hypervisor": "big", "disk": f"{BEYOND_SQLITE // 1024**4}TiB"}, "disk"),
     ],
 )
 def test_bad_input_gets_400_with_a_clear_message(server: Server, body: Any, message: str) -> None:
     status, answer = call(server, "POST", "/api/v1/claims", body, auth())
     assert status == 400, answer
+    assert answer["error"], answer
     assert message in answer["error"], answer
+
+
+def test_a_body_over_the_limit_gets_413(server: Server) -> None:
+    body = b'{"hypervisor": "big", "owner": "' + b"x" * 20000 + b'"}'
+    status, answer = call(server, "POST", "/api/v1/claims", body, auth())
+    assert status == 413, answer
+    assert "the body is larger than 16384 bytes" in answer["error"]
+
+
+def test_sizes_beyond_what_sqlite_stores_are_refused_even_where_nothing_limits_them(tmp_path: Path) -> None:
+    # Without its storage the disk has no limit: any disk claim fits, and 2^63 bytes reached
+    # SQLite, whose OverflowError made a 500.
+    unlimited = (
+        f'  - {{name: nopool, uri: "test://{DEMO_DIR / "compute-05.xml"}", disk: {{pool: nowhere}}}}\n'
+    )
+    config = write_config(tmp_path, extra_hypervisors=unlimited)
+    with running_server(["--config", str(config)], tmp_path) as server:
+        status, answer = claim(server, hypervisor="nopool", disk=BEYOND_SQLITE)
+        assert status == 400 and "disk" in answer["error"], answer
+        status, largest = claim(server, hypervisor="nopool", disk=BEYOND_SQLITE - 1)
+        assert status == 201, largest
+        assert call(server, "GET", f"/api/v1/claims/{largest['id']}")[1]["disk"] == BEYOND_SQLITE - 1
 
 
 def test_changes_need_a_writer(server: Server) -> None:
@@ -316,3 +361,118 @@ def test_capacity_is_the_audit_json_from_the_live_snapshot(server: Server, tmp_p
     for got, want in zip(without_actual(live), without_actual(expected), strict=True):
         for key in sorted(set(got) | set(want)):
             assert got.get(key) == want.get(key), (got["name"], key, got.get(key), want.get(key))
+
+
+def claims_in_database(path: Path) -> set[str]:
+    with contextlib.closing(sqlite3.connect(path, timeout=10)) as connection:
+        return {row[0] for row in connection.execute("SELECT id FROM claims")}
+
+
+@contextmanager
+def file_size_limit(process: subprocess.Popen[bytes], limit: int) -> Iterator[None]:
+    """Every write of the process past `limit` bytes of a file fails (EFBIG), as on a full disk.
+
+    Only the soft limit changes: raising it back needs no privilege."""
+    soft, hard = prlimit(process.pid, RLIMIT_FSIZE)
+    prlimit(process.pid, RLIMIT_FSIZE, (limit, hard))
+    try:
+        yield
+    finally:
+        prlimit(process.pid, RLIMIT_FSIZE, (soft, hard))
+
+
+def fill_write_ahead_log(server: Server, directory: Path) -> tuple[list[str], int]:
+    """Claims until the write-ahead log is well past the server's log file. The log takes every
+    write of the database: a file size limit at its size makes the database full while the
+    server's log goes on. The held claims and the limit."""
+    wal = directory / "claims.sqlite-wal"
+    held: list[str] = []
+    while not wal.exists() or wal.stat().st_size < server.log.stat().st_size + 64 * 1024:
+        status, answer = claim(server, hypervisor="big", memory="1MiB")
+        assert status == 201, answer
+        held.append(answer["id"])
+        assert len(held) < 100
+    return held, wal.stat().st_size
+
+
+def test_a_full_database_gets_503_and_nothing_changes(tmp_path: Path) -> None:
+    database = tmp_path / "claims.sqlite"
+    with running_server(["--config", str(write_config(tmp_path))], tmp_path) as server:
+        held, limit = fill_write_ahead_log(server, tmp_path)
+        memory = {"hypervisor": "big", "resource": "memory", "unit": "bytes"}
+        fresh_metric(server, "hypervisor_resource_claimed", len(held) * 1024**2, **memory)
+        fresh_metric(server, "virtcap_claims_total", len(held), outcome="created")
+
+        with file_size_limit(server.process, limit):
+            status, answer = call(server, "POST", "/api/v1/claims", {"hypervisor": "big", "vcpu": 2}, auth())
+            assert status == 503, answer
+            assert "the claims database refuses writes" in answer["error"]
+            status, answer = call(server, "DELETE", f"/api/v1/claims/{held[0]}", headers=auth())
+            assert status == 503, answer
+            assert {c["id"] for c in call(server, "GET", "/api/v1/claims")[1]["claims"]} == set(held)
+            time.sleep(1.0)  # past the next render
+            assert metric(server, "hypervisor_resource_claimed", **memory) == len(held) * 1024**2
+            assert metric(server, "virtcap_claims_total", outcome="created") == len(held)
+            assert metric(server, "virtcap_claims_total", outcome="deleted") == 0
+            assert "claim not created: the claims database refuses writes" in server.log_text()
+        assert claims_in_database(database) == set(held)
+
+        # nothing to repair once the disk has room again
+        status, created = claim(server, hypervisor="big", vcpu=2)
+        assert status == 201, created
+        assert call(server, "DELETE", f"/api/v1/claims/{held[0]}", headers=auth())[0] == 200
+        assert claims_in_database(database) == {*held[1:], created["id"]}
+
+
+def test_503_says_when_to_retry(tmp_path: Path) -> None:
+    with running_server(["--config", str(write_config(tmp_path))], tmp_path) as server:
+        _, limit = fill_write_ahead_log(server, tmp_path)
+        with file_size_limit(server.process, limit):
+            request = urllib.request.Request(
+                server.base_url + "/api/v1/claims",
+                data=json.dumps({"hypervisor": "big", "vcpu": 1}).encode(),
+                method="POST",
+                headers={"Content-Type": "application/json", **auth()},
+            )
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(request, timeout=10)
+            assert refused.value.code == 503
+            assert int(refused.value.headers["Retry-After"]) > 0
+            assert refused.value.headers["Content-Type"].startswith("application/json")
+
+
+def test_audits_go_on_while_the_database_refuses_to_release_a_reconciled_claim(tmp_path: Path) -> None:
+    database = tmp_path / "claims.sqlite"
+    with running_server(["--config", str(write_config(tmp_path))], tmp_path) as server:
+        # audited once at start, not again for an hour: this claim waits for the next run
+        status, on_mixed = claim(server, hypervisor="mixed", memory="1GiB", domain_uuid=NOVA_1_UUID)
+        assert status == 201, on_mixed
+        status, on_big = claim(server, hypervisor="big", vcpu=3)
+        assert status == 201, on_big
+    # Another process holds the write lock: every write of the next exporter fails with "database
+    # is locked" after SQLite's busy timeout, the first when the start's audit finds nova-1.
+    with contextlib.closing(sqlite3.connect(database, isolation_level=None)) as holder:
+        holder.execute("BEGIN EXCLUSIVE")
+        with running_server(["--config", str(write_config(tmp_path, interval="1s"))], tmp_path) as server:
+            # reconciled all the same: the domain carries the allocation, nothing counts twice
+            assert call(server, "GET", f"/api/v1/claims/{on_mixed['id']}")[0] == 404
+            memory = {"hypervisor": "mixed", "resource": "memory", "unit": "bytes"}
+            fresh_metric(server, "hypervisor_resource_used", 16 * GIB, **memory)
+            fresh_metric(server, "virtcap_claims_total", 1, outcome="reconciled")
+            assert call(server, "GET", f"/api/v1/claims/{on_big['id']}")[0] == 200
+            assert "the database refuses the delete" in server.log_text()
+            # and the audits of that hypervisor go on
+            success = {"hypervisor": "mixed", "outcome": "success"}
+            audits = metric(server, "virtcap_audits_total", **success) or 0
+            wait_for(
+                lambda: (metric(server, "virtcap_audits_total", **success) or 0) >= audits + 2,
+                5,
+                what="two more audits of mixed",
+            )
+            assert metric(server, "hypervisor_up", hypervisor="mixed") == 1
+            assert on_mixed["id"] in claims_in_database(database)
+
+            holder.execute("ROLLBACK")
+            # the row goes once the database accepts writes (tried again by the expiry of claims)
+            wait_for(lambda: on_mixed["id"] not in claims_in_database(database), 15, what="row deleted")
+            assert claims_in_database(database) == {on_big["id"]}

@@ -2,21 +2,27 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import math
 import time
 from datetime import UTC, datetime
 from typing import Any, Self
 from uuid import UUID
 
-from aiohttp import web
+from aiohttp import hdrs, web
+from aiohttp.http import HttpVersion11
+from aiohttp.http_exceptions import HttpProcessingError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from virtcap.claims import (
     ANY_HYPERVISOR,
+    SQLITE_MAX_INTEGER,
     Claim,
     ClaimLedger,
     ClaimRejectedError,
     ClaimRequest,
+    ClaimStorageError,
     UnknownHypervisorError,
 )
 from virtcap.config import ClaimSettings, Duration, Size, explain_validation_error
@@ -26,6 +32,12 @@ from virtcap.report import fleet_document
 from virtcap.store import SnapshotStore
 
 MAX_BODY_BYTES = 16 * 1024
+BODY_TIMEOUT_SECONDS = 5.0
+"""How long a claim body may take to arrive once the headers are in: a client that stalls is
+answered 408 rather than holding a connection and a handler for ever."""
+MAX_BODY_DEPTH = 8
+"""A claim is a flat object: deeper JSON is refused, whatever the recursion limit allows."""
+STORAGE_RETRY_AFTER_SECONDS = 10
 
 
 class ClaimBody(BaseModel):
@@ -34,8 +46,8 @@ class ClaimBody(BaseModel):
     hypervisor: str = Field(min_length=1, max_length=253)
     vcpu: int = Field(default=0, ge=0, le=1_000_000, strict=True)
     pcpu: int = Field(default=0, ge=0, le=1_000_000, strict=True)
-    memory: Size = 0
-    disk: Size = 0
+    memory: Size = Field(default=0, le=SQLITE_MAX_INTEGER)
+    disk: Size = Field(default=0, le=SQLITE_MAX_INTEGER)
     ttl: Duration | None = None
     domain_uuid: UUID | None = None
     owner: str = Field(default="", max_length=256)
@@ -63,8 +75,26 @@ def _iso(timestamp: float) -> str:
     return datetime.fromtimestamp(timestamp, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
-def _error(status: type[web.HTTPException], message: str, **extra: Any) -> web.HTTPException:
-    return status(text=json.dumps({"error": message, **extra}), content_type="application/json")
+def _error(
+    status: type[web.HTTPException], message: str, headers: dict[str, str] | None = None, **extra: Any
+) -> web.HTTPException:
+    return status(
+        text=json.dumps({"error": message, **extra}), content_type="application/json", headers=headers
+    )
+
+
+def _too_large(limit: int) -> web.HTTPException:
+    return web.HTTPRequestEntityTooLarge(
+        limit,
+        text=json.dumps({"error": f"the body is larger than {limit} bytes"}),
+        content_type="application/json",
+    )
+
+
+def _unavailable(error: ClaimStorageError) -> web.HTTPException:
+    return _error(
+        web.HTTPServiceUnavailable, str(error), headers={"Retry-After": str(STORAGE_RETRY_AFTER_SECONDS)}
+    )
 
 
 def _ledger(request: web.Request) -> ClaimLedger:
@@ -72,16 +102,75 @@ def _ledger(request: web.Request) -> ClaimLedger:
     return ledger
 
 
+async def read_body(request: web.Request, limit: int = MAX_BODY_BYTES) -> bytes:
+    """The whole body, however it arrives (in pieces, chunked), within a bound of size and time.
+
+    `request.content.read(n)` returns what has arrived so far, which may be a part of the body.
+    """
+    if request.content_length is not None and request.content_length > limit:
+        raise _too_large(limit)
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        async with asyncio.timeout(BODY_TIMEOUT_SECONDS):
+            while chunk := await request.content.readany():
+                size += len(chunk)
+                if size > limit:
+                    raise _too_large(limit)
+                chunks.append(chunk)
+    except TimeoutError:
+        raise _error(
+            web.HTTPRequestTimeout, f"the body did not arrive within {BODY_TIMEOUT_SECONDS:g}s"
+        ) from None
+    except HttpProcessingError as error:  # a broken chunked encoding, a body cut short
+        raise _error(web.HTTPBadRequest, f"the body could not be read: {error.message}") from None
+    except web.RequestPayloadError as error:  # a Content-Encoding that does not decode
+        raise _error(web.HTTPBadRequest, f"the body could not be read: {error}") from None
+    return b"".join(chunks)
+
+
+def _finite(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise ValueError(f"{text[:40]} is out of range for a number")
+    return number
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def parse_json(raw: bytes) -> Any:
+    """Strict JSON: no NaN or Infinity (Python's json accepts them), no number that overflows to
+    infinity, and no nesting deeper than MAX_BODY_DEPTH."""
+    try:
+        document = json.loads(raw, parse_constant=_no_constant, parse_float=_finite)
+    except RecursionError:
+        raise _error(web.HTTPBadRequest, "the body is not JSON we accept: nested too deeply") from None
+    except ValueError as error:  # also JSONDecodeError, UnicodeDecodeError and over-long integers
+        raise _error(web.HTTPBadRequest, f"the body is not JSON: {error}") from None
+    if _depth(document) > MAX_BODY_DEPTH:
+        raise _error(web.HTTPBadRequest, "the body is not JSON we accept: nested too deeply")
+    return document
+
+
+def _depth(document: Any) -> int:
+    deepest = 0
+    pending: list[tuple[Any, int]] = [(document, 1)]
+    while pending:
+        value, depth = pending.pop()
+        deepest = max(deepest, depth)
+        if isinstance(value, dict):
+            pending.extend((child, depth + 1) for child in value.values())
+        elif isinstance(value, list):
+            pending.extend((child, depth + 1) for child in value)
+    return deepest
+
+
 async def create_claim(request: web.Request) -> web.Response:
     ledger = _ledger(request)
     settings: ClaimSettings = ledger.settings
-    raw = await request.content.read(MAX_BODY_BYTES + 1)
-    if len(raw) > MAX_BODY_BYTES:
-        raise _error(web.HTTPBadRequest, f"the body is larger than {MAX_BODY_BYTES} bytes")
-    try:
-        document = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise _error(web.HTTPBadRequest, f"the body is not JSON: {error}") from None
+    document = parse_json(await read_body(request))
     if not isinstance(document, dict):
         raise _error(web.HTTPBadRequest, "the body must be a JSON object")
     try:
@@ -89,8 +178,10 @@ async def create_claim(request: web.Request) -> web.Response:
     except ValidationError as error:
         lines = explain_validation_error(error, "body", ClaimBody).splitlines()
         raise _error(web.HTTPBadRequest, "; ".join(line.removeprefix("body: ") for line in lines)) from None
+    except (ValueError, ArithmeticError, TypeError) as error:  # a parser that let its own error out
+        raise _error(web.HTTPBadRequest, f"the body is not a valid claim: {error}") from None
     ttl = body.ttl if body.ttl is not None else settings.default_ttl
-    if ttl > settings.max_ttl:
+    if not math.isfinite(ttl) or ttl > settings.max_ttl:
         raise _error(web.HTTPBadRequest, f"ttl: at most {settings.max_ttl:g}s (claims.max_ttl), got {ttl:g}s")
     claim_request = ClaimRequest(
         hypervisor=body.hypervisor,
@@ -109,6 +200,8 @@ async def create_claim(request: web.Request) -> web.Response:
         ) from None
     except ClaimRejectedError as rejected:
         raise _error(web.HTTPConflict, str(rejected), reasons=rejected.reasons) from None
+    except ClaimStorageError as error:
+        raise _unavailable(error) from None
     return web.json_response(
         claim_document(claim), status=201, headers={"Location": f"/api/v1/claims/{claim.id}"}
     )
@@ -127,7 +220,10 @@ async def get_claim(request: web.Request) -> web.Response:
 
 
 async def delete_claim(request: web.Request) -> web.Response:
-    claim = await _ledger(request).delete(request.match_info["claim_id"])
+    try:
+        claim = await _ledger(request).delete(request.match_info["claim_id"])
+    except ClaimStorageError as error:
+        raise _unavailable(error) from None
     if claim is None:
         raise _error(web.HTTPNotFound, "no such claim (it may have been reconciled, expired or deleted)")
     return web.json_response(claim_document(claim))
@@ -146,10 +242,23 @@ async def openapi(_request: web.Request) -> web.Response:
     return web.json_response(OPENAPI)
 
 
+async def expect_continue(request: web.Request) -> None:
+    """aiohttp's default, without echoing the value: its 417 repeats an unknown Expect header, and
+    one that is not UTF-8 cannot be encoded into the answer, a 500. For every route (`expect_handler`)."""
+    if request.version != HttpVersion11:
+        return
+    if request.headers.get(hdrs.EXPECT, "").lower() == "100-continue":
+        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        request.writer.output_size = 0  # the answer's own size starts after the interim one
+    else:
+        raise web.HTTPExpectationFailed(text="unknown Expect header: only 100-continue is known\n")
+
+
 def add_routes(app: web.Application) -> None:
-    app.router.add_post("/api/v1/claims", create_claim)
-    app.router.add_get("/api/v1/claims", list_claims)
-    app.router.add_get("/api/v1/claims/{claim_id}", get_claim)
-    app.router.add_delete("/api/v1/claims/{claim_id}", delete_claim)
-    app.router.add_get("/api/v1/capacity", capacity)
-    app.router.add_get("/api/v1/openapi.json", openapi)
+    router = app.router
+    router.add_post("/api/v1/claims", create_claim, expect_handler=expect_continue)
+    router.add_get("/api/v1/claims", list_claims, expect_handler=expect_continue)
+    router.add_get("/api/v1/claims/{claim_id}", get_claim, expect_handler=expect_continue)
+    router.add_delete("/api/v1/claims/{claim_id}", delete_claim, expect_handler=expect_continue)
+    router.add_get("/api/v1/capacity", capacity, expect_handler=expect_continue)
+    router.add_get("/api/v1/openapi.json", openapi, expect_handler=expect_continue)

@@ -21,10 +21,10 @@ _ERROR = {
 }
 _SIZE = {
     "oneOf": [
-        {"type": "integer", "minimum": 0},
+        {"type": "integer", "minimum": 0, "maximum": 2**63 - 1},
         {"type": "string", "pattern": "^[0-9]+(\\.[0-9]+)?\\s*(B|KiB|MiB|GiB|TiB)?$"},
     ],
-    "description": "Bytes, or a number with an IEC suffix such as 4GiB.",
+    "description": "Bytes, or a number with an IEC suffix such as 4GiB; at most 2^63-1 bytes.",
 }
 _CLAIM = {
     "type": "object",
@@ -75,6 +75,10 @@ def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
 
 _NOT_FOUND = _json(_ERROR, "No such claim (reconciled, expired or deleted).")
 _UNAUTHORIZED = {"description": "Missing or wrong credentials."}
+_UNAVAILABLE = {
+    **_json(_ERROR, "The claims database refuses writes (read-only, full, failing): nothing changed."),
+    "headers": {"Retry-After": {"schema": {"type": "integer"}, "description": "Seconds."}},
+}
 _CLAIM_ID = {"name": "claim_id", "in": "path", "required": True, "schema": {"type": "string"}}
 
 OPENAPI: dict[str, Any] = {
@@ -102,10 +106,15 @@ OPENAPI: dict[str, Any] = {
                 "responses": {
                     "201": _json({"$ref": "#/components/schemas/Claim"}, "The claim is held."),
                     "400": _json(
-                        _ERROR, "The request is malformed, too large, or names an unknown hypervisor."
+                        _ERROR,
+                        "The request is malformed (not JSON, NaN or Infinity, nested, out of range)"
+                        " or names an unknown hypervisor.",
                     ),
                     "401": _UNAUTHORIZED,
+                    "408": _json(_ERROR, "The body did not arrive within 5 seconds of the headers."),
                     "409": _json(_ERROR, "The claim does not fit; every failing resource is given."),
+                    "413": _json(_ERROR, "The body is larger than 16 KiB."),
+                    "503": _UNAVAILABLE,
                 },
             },
             "get": {
@@ -139,6 +148,7 @@ OPENAPI: dict[str, Any] = {
                     "200": _json({"$ref": "#/components/schemas/Claim"}, "The released claim."),
                     "401": _UNAUTHORIZED,
                     "404": _NOT_FOUND,
+                    "503": _UNAVAILABLE,
                 },
             },
         },
