@@ -1,5 +1,7 @@
+import resource
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -178,3 +180,340 @@ def test_the_cli_exits_2_with_one_line_and_no_traceback(tmp_path: Path, text: st
     assert lines[0].startswith(f"virtcap: configuration error: {path}: ")
     assert needle in lines[0]
     assert "Traceback" not in result.stderr
+
+
+# Issue 12, item 6: configuration that is meaningless, slow or memory-hungry is refused with one
+# line per problem naming the file and the key and what was expected, in bounded time and memory.
+
+HUGE = "1" + "0" * 400  # a 401-digit number
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "defaults: {allocation_ratios: {vcpu: .inf}}",
+            "x.yaml: defaults.allocation_ratios.vcpu: "
+            "expected a finite number greater than 0 and at most 1000, got inf",
+        ),
+        (
+            "defaults: {allocation_ratios: {vcpu: 1e309}}",
+            "x.yaml: defaults.allocation_ratios.vcpu: "
+            "expected a finite number greater than 0 and at most 1000, got '1e309'",
+        ),
+        (
+            "defaults: {allocation_ratios: {memory: 1e300}}",
+            "x.yaml: defaults.allocation_ratios.memory: "
+            "expected a finite number greater than 0 and at most 1000, got '1e300'",
+        ),
+        (
+            "hypervisors: [{name: a, uri: u, allocation_ratios: {disk: 1.0e+300}}]",
+            "x.yaml: hypervisors[0].allocation_ratios.disk: "
+            "expected a finite number greater than 0 and at most 1000, got 1e+300",
+        ),
+        (
+            "defaults: {allocation_ratios: {vcpu: .nan}}",
+            "x.yaml: defaults.allocation_ratios.vcpu: expected a finite number greater than 0",
+        ),
+        (
+            f"defaults: {{reserved: {{memory: {HUGE}}}}}",
+            "x.yaml: defaults.reserved.memory: expected a size of at most 9223372036854775807 bytes "
+            "(2^63-1, about 8 EiB), got <a number of about 401 digits>",
+        ),
+        (
+            f"flavors: [{{name: f, vcpu: 1, memory: '{HUGE}GiB'}}]",
+            "x.yaml: flavors[0].memory: expected a size of at most 9223372036854775807 bytes",
+        ),
+        (
+            "audit: {interval: .nan}",
+            "x.yaml: audit.interval: expected a duration greater than 0 and at most 1 year (8760h), got nan",
+        ),
+        (
+            "audit: {timeout: .inf}",
+            "x.yaml: audit.timeout: expected a duration greater than 0 and at most 1 year (8760h), got inf",
+        ),
+        (
+            f"audit: {{stale_after: {HUGE}}}",
+            "x.yaml: audit.stale_after: expected a duration greater than 0 and at most 1 year (8760h)",
+        ),
+        (
+            "claims: {default_ttl: .nan}",
+            "x.yaml: claims.default_ttl: "
+            "expected a duration greater than 0 and at most 1 year (8760h), got nan",
+        ),
+        (
+            "claims: {max_ttl: 8761h}",
+            "x.yaml: claims.max_ttl: "
+            "expected a duration greater than 0 and at most 1 year (8760h), got '8761h'",
+        ),
+        (
+            "audit: {concurrency: 100000}",
+            "x.yaml: audit.concurrency: expected a number at most 1024, got 100000",
+        ),
+        ("audit: {concurrency: .inf}", "x.yaml: audit.concurrency: expected a number at most 1024, got inf"),
+        (
+            f"audit: {{keepalive_count: {HUGE}}}",
+            "x.yaml: audit.keepalive_count: "
+            "expected a number at most 100, got <a number of about 401 digits>",
+        ),
+        (
+            "defaults: {reserved: {vcpu: 70000}}",
+            "x.yaml: defaults.reserved.vcpu: expected a number at most 65536",
+        ),
+        (
+            "flavors: [{name: f, pcpu: 2000000, memory: 1GiB}]",
+            "x.yaml: flavors[0].pcpu: expected a number at most 1000000, got 2000000",
+        ),
+        (
+            "defaults: {cpu_dedicated_set: '0-200000000'}",
+            "x.yaml: defaults.cpu_dedicated_set: expected CPU numbers from 0 to 65535, got '0-200000000'",
+        ),
+        (
+            f"hypervisors: [{{name: {'a' * 300}, uri: u}}]",
+            "x.yaml: hypervisors[0].name: expected at most 255 characters, got 'aaaa",
+        ),
+        (
+            f"hypervisors: [{{name: a, uri: {'u' * 2000}}}]",
+            "x.yaml: hypervisors[0].uri: expected at most 1024 characters, got 'uuuu",
+        ),
+        (
+            f"claims: {{database: /{'d' * 4096}}}",
+            "x.yaml:1:20: claims.database: a value of 4097 characters; expected at most 4096",
+        ),
+        (
+            f"defaults: {{disk: {{pool: {'p' * 256}}}}}",
+            "x.yaml: defaults.disk.pool: expected at most 255 characters, got 'pppp",
+        ),
+        (
+            f"defaults: {{disk: {{path: /{'x' * 5000}}}}}",
+            "x.yaml:1:25: defaults.disk.path: a value of 5001 characters; expected at most 4096",
+        ),
+    ],
+    ids=lambda value: value[:48],
+)
+def test_meaningless_values_are_refused_with_their_ceiling(text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(text, "x.yaml")
+    assert str(caught.value).startswith(message), str(caught.value)
+    assert len(str(caught.value).splitlines()) == 1
+    assert len(str(caught.value)) < 300
+
+
+def test_values_at_their_ceiling_are_accepted_as_before() -> None:
+    config = parse_config(
+        """
+        audit: {interval: 8760h, concurrency: 1024, keepalive_count: 100}
+        claims: {max_ttl: 8760h}
+        defaults:
+          allocation_ratios: {vcpu: 1000, memory: 1.5}
+          reserved: {memory: 9223372036854775807, disk: 1.5GiB}
+          cpu_shared_set: '0-65535'
+        hypervisors: [{name: a, uri: 'test:///default'}]
+        """,
+        "x.yaml",
+    )
+    (hypervisor,) = config.hypervisors
+    assert hypervisor.policy.allocation_ratios[Resource.VCPU] == 1000.0
+    assert hypervisor.policy.reserved[Resource.MEMORY] == 2**63 - 1
+    assert hypervisor.policy.reserved[Resource.DISK] == 1536 * MIB
+    assert hypervisor.policy.cpu_shared_set == frozenset(range(65536))
+    assert config.claims.max_ttl == config.audit.interval == 365 * 86400.0
+    # One past each ceiling is refused.
+    with pytest.raises(ConfigError, match=r"at most 1000, got 1000.5$"):
+        parse_config("defaults: {allocation_ratios: {vcpu: 1000.5}}", "x.yaml")
+
+
+def test_a_huge_cpu_range_is_refused_at_once() -> None:
+    started = time.monotonic()
+    with pytest.raises(
+        ConfigError, match=r"^x\.yaml: defaults\.cpu_shared_set: expected CPU numbers from 0 to 65535"
+    ):
+        parse_config("defaults: {cpu_shared_set: '0-3,^4-70000'}", "x.yaml")
+    assert time.monotonic() - started < 2
+
+
+def test_identical_cpu_sets_are_one_set_and_distinct_ones_have_a_budget() -> None:
+    hypervisors = "".join(f"  - {{name: h{i}, uri: u, cpu_shared_set: '0-65535'}}\n" for i in range(500))
+    config = parse_config(f"hypervisors:\n{hypervisors}", "x.yaml")
+    # One frozenset for all: 500 copies of 65536 CPUs would take about 2 GB.
+    assert len({id(h.policy.cpu_shared_set) for h in config.hypervisors}) == 1
+
+    distinct = "".join(f"  - {{name: h{i}, uri: u, cpu_shared_set: '{i}-65535'}}\n" for i in range(500))
+    started = time.monotonic()
+    with pytest.raises(ConfigError) as caught:
+        parse_config(f"hypervisors:\n{distinct}", "x.yaml")
+    assert time.monotonic() - started < 10
+    lines = str(caught.value).splitlines()
+    assert lines[0].startswith(
+        "x.yaml: hypervisors[4].cpu_shared_set: the CPU sets of this configuration name more than 262144 CPUs"
+    )
+    assert len(lines) == 21  # twenty problems, then how many more
+    assert lines[-1] == "x.yaml: and 476 more problems"
+
+
+def _billion_laughs(levels: int, width: int, target: str) -> str:
+    """Each anchor a list of `width` aliases of the previous one: width**levels values in all."""
+    lines = [f"l0: &l0 [{', '.join(['lol'] * width)}]"]
+    lines += [f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * width)}]" for i in range(1, levels)]
+    return "\n".join([*lines, f"{target}: *l{levels - 1}"])
+
+
+def test_aliases_work_but_an_alias_bomb_is_refused_before_it_expands() -> None:
+    ordinary = """
+    defaults:
+      allocation_ratios: &ratios {vcpu: 8.0, memory: 1.5}
+    hypervisors:
+      - &compute {name: compute-01, uri: 'test:///default', allocation_ratios: *ratios}
+      - <<: *compute
+        name: compute-02
+    """
+    first, second = parse_config(ordinary, "x.yaml").hypervisors
+    assert first.policy.allocation_ratios == second.policy.allocation_ratios
+    assert (second.name, second.uri) == ("compute-02", "test:///default")
+
+    # 10^6 values from 400 bytes: the old message embedded all of them (a 7 MB line).
+    started = time.monotonic()
+    with pytest.raises(ConfigError) as caught:
+        parse_config(_billion_laughs(6, 10, "audit"), "x.yaml")
+    assert time.monotonic() - started < 2
+    (line,) = str(caught.value).splitlines()
+    # Refused where the count passes the budget: the fifth anchor, at its eighth alias.
+    assert line.startswith(
+        "x.yaml:5:45: l4[7]: the document holds more than 100000 values (each alias counted as a copy"
+    )
+    assert len(line) < 300
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "audit: &a {interval: *a}",
+            "x.yaml:1:22: audit.interval: the alias *a refers to a value that contains it",
+        ),
+        ("audit: " + "[" * 100_000 + "]" * 100_000, "x.yaml:1:71: audit[0][0][0]"),
+        (
+            "audit: {interval: 2024-13-01}",
+            "x.yaml:1:19: audit.interval: cannot read this value: month must be in",
+        ),
+        ("audit: {interval: 30s}\n---\naudit: {interval: 1m}", "x.yaml:2:1: expected a single document"),
+        ("audit: {interval: \0}", "x.yaml:1:19: invalid YAML: unacceptable character #x0000"),
+        ('defaults: {"a\\nb": 1}', "x.yaml: defaults.'a\\nb': unknown key 'a\\nb'"),
+        (
+            f"hypervisors:\n- name: a\n  uri: u\n  ? {'k' * 4000}\n  : 1",
+            "x.yaml: hypervisors[0].'kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk...: unknown key 'kkkk",
+        ),
+    ],
+    ids=["recursive alias", "deep nesting", "bad date", "two documents", "NUL", "newline in key", "long key"],
+)
+def test_hostile_yaml_is_one_short_line(text: str, message: str) -> None:
+    started = time.monotonic()
+    with pytest.raises(ConfigError) as caught:
+        parse_config(text, "x.yaml")
+    assert time.monotonic() - started < 2
+    (line,) = str(caught.value).splitlines()
+    assert line.startswith(message), line
+    assert len(line) < 300
+
+
+def test_many_problems_are_twenty_lines_and_a_count() -> None:
+    hypervisors = "".join(
+        f"  - {{name: h{i}, uri: u, allocation_ratios: {{vcpu: .inf}}}}\n" for i in range(1000)
+    )
+    with pytest.raises(ConfigError) as caught:
+        parse_config(f"hypervisors:\n{hypervisors}", "x.yaml")
+    lines = str(caught.value).splitlines()
+    assert len(lines) == 21
+    assert lines[19].startswith("x.yaml: hypervisors[19].allocation_ratios.vcpu: expected a finite number")
+    assert lines[20] == "x.yaml: and 980 more problems"
+
+
+def test_a_large_overlap_of_cpu_sets_is_shown_briefly() -> None:
+    evens = ",".join(str(cpu) for cpu in range(0, 1600, 2))
+    with pytest.raises(ConfigError) as caught:
+        parse_config(f"defaults: {{cpu_shared_set: '0-65535', cpu_dedicated_set: '{evens}'}}", "x.yaml")
+    (line,) = str(caught.value).splitlines()
+    assert line.startswith("x.yaml: defaults.cpu_dedicated_set: overlaps cpu_shared_set on CPUs 0,2,4,6,")
+    assert line.endswith("...; expected two disjoint sets")
+    assert len(line) < 300
+
+
+def test_a_file_over_1_mib_is_refused_unread(tmp_path: Path) -> None:
+    path = tmp_path / "virtcap.yaml"
+    path.write_text("# a comment\n" * (1024 * 1024 // 12 + 1))
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert str(caught.value) == (
+        f"{path}: the file is larger than 1 MiB; expected a configuration file of at most 1048576 bytes"
+    )
+
+
+def test_a_file_that_is_not_utf8_is_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "virtcap.yaml"
+    path.write_bytes(b"audit:\n  interval: 30s\n  timeout: caf\xe9\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert str(caught.value) == (
+        f"{path}:3:15: not UTF-8 text: byte 0xe9 cannot start or continue a character; "
+        "expected a UTF-8 encoded YAML file"
+    )
+
+
+ADDRESS_SPACE = 1024**3
+"""The CLI runs under this RLIMIT_AS: the findings used to need gigabytes (or all there is)."""
+
+
+def _limit_memory() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [
+        (
+            "defaults: {allocation_ratios: {vcpu: .inf}}",
+            ": defaults.allocation_ratios.vcpu: expected a finite",
+        ),
+        (
+            "claims: {default_ttl: .nan}",
+            ": claims.default_ttl: expected a duration greater than 0 and at most",
+        ),
+        ("defaults: {cpu_shared_set: '0-200000000'}", ": defaults.cpu_shared_set: expected CPU numbers from"),
+        (_billion_laughs(9, 9, "audit"), ":6:10: l5[0]: the document holds more than 100000 values"),
+        (b"audit: {interval: 30s}\nclaims: {database: /var/lib/\xff}\n", ":2:29: not UTF-8 text: byte 0xff"),
+        (50 * 1024**2, ": the file is larger than 1 MiB; expected a configuration file of at most"),
+        ("/dev/zero", ": the file is larger than 1 MiB; expected a configuration file of at most"),
+    ],
+    ids=["infinite ratio", "NaN ttl", "huge CPU range", "alias bomb", "not UTF-8", "50 MB file", "/dev/zero"],
+)
+def test_the_cli_refuses_hostile_configuration_in_one_line_bounded_time_and_memory(
+    tmp_path: Path, content: str | bytes | int, needle: str
+) -> None:
+    path = tmp_path / "virtcap.yaml"
+    if isinstance(content, int):
+        with path.open("wb") as sparse:
+            sparse.truncate(content)
+    elif isinstance(content, bytes):
+        path.write_bytes(content)
+    elif content.startswith("/dev/"):
+        path = Path(content)
+    else:
+        path.write_text(content)
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-m", "virtcap", "audit", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+        preexec_fn=_limit_memory,
+    )
+    # Most of this is the interpreter starting; each finding used to take 10 s or more, or never end.
+    assert time.monotonic() - started < 10
+    assert "Traceback" not in result.stderr
+    assert result.returncode == 2, result.stderr
+    assert result.stdout == ""
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(f"virtcap: configuration error: {path}")
+    assert needle in line, line
+    assert len(line) < 300

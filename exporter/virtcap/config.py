@@ -1,11 +1,16 @@
 """The YAML configuration: validated with pydantic, merged into one policy per hypervisor.
 
 Nova's defaults < the file's `defaults` < each hypervisor's own keys, merged key by key.
-Every error names the file, the key and what was expected.
+Every error names the file, the key and what was expected, in one line per problem.
+
+Everything is bounded, so that a hostile or mistaken file is refused quickly and cheaply: the
+file itself (size, nesting, aliases: see virtcap.yamlfile), every quantity (see virtcap.units),
+every whole number and string below, and the CPUs named by all CPU sets together.
 """
 
 from __future__ import annotations
 
+import re
 import socket
 import types
 import typing
@@ -13,25 +18,106 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Self, TypeVar
 
-import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    ValidationError,
+    ValidationInfo,
+    model_validator,
+)
 from pydantic_core import ErrorDetails
 
 from virtcap.model import NOVA_ALLOCATION_RATIOS, NOVA_RESERVED, Amounts, HostPolicy, Resource, amounts
-from virtcap.units import format_cpu_set, parse_cpu_set, parse_duration, parse_size
+from virtcap.units import (
+    MAX_CPU,
+    brief_repr,
+    format_cpu_set,
+    parse_cpu_set,
+    parse_duration,
+    parse_ratio,
+    parse_size,
+)
+from virtcap.yamlfile import ConfigError, load_yaml_file, load_yaml_text
+
+__all__ = [  # ConfigError is defined in virtcap.yamlfile (below this module) and re-exported here
+    "AuditSettings",
+    "ClaimSettings",
+    "Config",
+    "ConfigError",
+    "ConfigFile",
+    "CpuSet",
+    "DiskSource",
+    "Duration",
+    "Flavor",
+    "Hypervisor",
+    "Ratio",
+    "Size",
+    "build_config",
+    "explain_validation_error",
+    "load_config",
+    "parse_config",
+]
 
 LOCAL_URI = "qemu:///system"
 _T = TypeVar("_T")
 
+MAX_CONCURRENCY = 1024
+MAX_KEEPALIVE_COUNT = 100
+MAX_HOST_CPUS = MAX_CPU + 1
+MAX_FLAVOR_CPUS = 1_000_000
+"""As for claims in the HTTP API."""
+MAX_NAME_CHARS = 255
+MAX_URI_CHARS = 1024
+MAX_PATH_CHARS = 4096
+MAX_CONFIG_CPUS = 2**18
+"""CPUs named by all CPU sets together, each distinct spelling counted once: a set is a Python
+frozenset of up to 65536 numbers, so a thousand hypervisors each with its own large set would
+cost gigabytes."""
+MAX_PROBLEMS_SHOWN = 20
+_EXPLANATION_CHARS = 300
 
-class ConfigError(Exception):
-    """A configuration problem, worded for the operator: `file: key: what was expected`."""
+
+def _cpu_set(value: object, info: ValidationInfo) -> frozenset[int]:
+    budget = info.context.get(_CpuBudget.KEY) if isinstance(info.context, dict) else None
+    return budget.parse(value) if isinstance(budget, _CpuBudget) else parse_cpu_set(value)
+
+
+@dataclass
+class _CpuBudget:
+    """The CPUs the CPU sets of one configuration may still name; repeated spellings share one set."""
+
+    KEY = "cpu_budget"
+    remaining: int = MAX_CONFIG_CPUS
+    known: dict[object, frozenset[int]] = field(default_factory=dict)
+
+    def parse(self, value: object) -> frozenset[int]:
+        key = value if isinstance(value, str | int) and not isinstance(value, bool) else None
+        if key is not None and key in self.known:
+            return self.known[key]
+        # Once spent, no more sets are built: a set is never empty, so each would overspend.
+        cpus = parse_cpu_set(value) if self.remaining >= 0 else frozenset()
+        self.remaining -= max(len(cpus), 1)
+        if self.remaining < 0:
+            raise ValueError(
+                f"the CPU sets of this configuration name more than {MAX_CONFIG_CPUS} CPUs in all "
+                "(each distinct set counted once); expected at most that"
+            )
+        if key is not None:
+            self.known[key] = cpus
+        return cpus
 
 
 Size = Annotated[int, BeforeValidator(parse_size)]
 Duration = Annotated[float, BeforeValidator(parse_duration)]
-CpuSet = Annotated[frozenset[int], BeforeValidator(parse_cpu_set)]
-Name = Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:@-]*$")]
+Ratio = Annotated[float, BeforeValidator(parse_ratio)]
+# PlainValidator: pydantic would otherwise copy each set, validating up to 65536 numbers again.
+CpuSet = Annotated[frozenset[int], PlainValidator(_cpu_set)]
+Name = Annotated[
+    str, Field(min_length=1, max_length=MAX_NAME_CHARS, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:@-]*$")
+]
 
 
 class _Section(BaseModel):
@@ -41,11 +127,11 @@ class _Section(BaseModel):
 class AuditSettings(_Section):
     interval: Duration = 30.0
     timeout: Duration = 10.0
-    concurrency: int = Field(default=32, ge=1)
+    concurrency: int = Field(default=32, ge=1, le=MAX_CONCURRENCY)
     stale_after: Duration | None = None
     """How long the data of a failing hypervisor is still served (default: 3 intervals)."""
     keepalive_interval: Duration = 5.0
-    keepalive_count: int = Field(default=3, ge=1)
+    keepalive_count: int = Field(default=3, ge=1, le=MAX_KEEPALIVE_COUNT)
 
     @property
     def staleness_bound(self) -> float:
@@ -53,9 +139,9 @@ class AuditSettings(_Section):
 
 
 class AllocationRatios(_Section):
-    vcpu: float | None = Field(default=None, gt=0)
-    memory: float | None = Field(default=None, gt=0)
-    disk: float | None = Field(default=None, gt=0)
+    vcpu: Ratio | None = None
+    memory: Ratio | None = None
+    disk: Ratio | None = None
     pcpu: float | None = None
 
     @model_validator(mode="after")
@@ -68,14 +154,14 @@ class AllocationRatios(_Section):
 
 
 class Reserved(_Section):
-    vcpu: int | None = Field(default=None, ge=0)
+    vcpu: int | None = Field(default=None, ge=0, le=MAX_HOST_CPUS)
     memory: Size | None = None
     disk: Size | None = None
 
 
 class DiskSource(_Section):
-    pool: str | None = Field(default=None, min_length=1)
-    path: str | None = Field(default=None, min_length=1)
+    pool: str | None = Field(default=None, min_length=1, max_length=MAX_NAME_CHARS)
+    path: str | None = Field(default=None, min_length=1, max_length=MAX_PATH_CHARS)
 
     @model_validator(mode="after")
     def _exactly_one(self) -> Self:
@@ -84,7 +170,7 @@ class DiskSource(_Section):
                 "expected exactly one of 'pool' (a libvirt storage pool) or 'path' (a local directory)"
             )
         if self.path is not None and not self.path.startswith("/"):
-            raise ValueError(f"expected an absolute path, got {self.path!r}")
+            raise ValueError(f"expected an absolute path, got {brief_repr(self.path)}")
         return self
 
 
@@ -101,13 +187,13 @@ class PolicySection(_Section):
 
 class HypervisorSection(PolicySection):
     name: Name
-    uri: str = Field(min_length=1)
+    uri: str = Field(min_length=1, max_length=MAX_URI_CHARS)
 
 
 class FlavorSection(_Section):
     name: Name
-    vcpu: int = Field(default=0, ge=0)
-    pcpu: int = Field(default=0, ge=0)
+    vcpu: int = Field(default=0, ge=0, le=MAX_FLAVOR_CPUS)
+    pcpu: int = Field(default=0, ge=0, le=MAX_FLAVOR_CPUS)
     memory: Size
     disk: Size = 0
 
@@ -119,7 +205,7 @@ class FlavorSection(_Section):
 
 
 class ClaimSettings(_Section):
-    database: str = Field(default="/var/lib/virtcap/claims.sqlite", min_length=1)
+    database: str = Field(default="/var/lib/virtcap/claims.sqlite", min_length=1, max_length=MAX_PATH_CHARS)
     default_ttl: Duration = 900.0
     max_ttl: Duration = 86400.0
     writers: dict[str, str] = {}
@@ -148,7 +234,7 @@ class ConfigFile(_Section):
             seen: set[str] = set()
             for item in items:
                 if item.name in seen:
-                    raise ValueError(f"{section}: the name {item.name!r} is used twice")
+                    raise ValueError(f"{section}: the name {brief_repr(item.name)} is used twice")
                 seen.add(item.name)
         return self
 
@@ -187,36 +273,37 @@ def load_config(path: Path | str | None) -> Config:
     """The configuration in `path`, or Nova's defaults for the local hypervisor when None."""
     if path is None:
         return build_config(ConfigFile(), source="(built-in defaults)")
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as error:
-        raise ConfigError(f"{path}: cannot read: {error.strerror}") from None
-    return parse_config(text, source=str(path))
+    return _config_from_document(load_yaml_file(path), source=str(path))
 
 
 def parse_config(text: str, source: str) -> Config:
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
-        problem = getattr(error, "problem", None) or str(error)
-        raise ConfigError(f"{source}{where}: invalid YAML: {problem}") from None
+    return _config_from_document(load_yaml_text(text, source), source)
+
+
+def _config_from_document(raw: object, source: str) -> Config:
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: expected a mapping of sections (audit, defaults, hypervisors, flavors)")
     try:
-        parsed = ConfigFile.model_validate(raw)
+        parsed = ConfigFile.model_validate(raw, context={_CpuBudget.KEY: _CpuBudget()})
     except ValidationError as error:
         raise ConfigError(explain_validation_error(error, source, ConfigFile)) from None
     return build_config(parsed, source)
 
 
 def explain_validation_error(error: ValidationError, source: str, root: type[BaseModel]) -> str:
-    """One line per problem: `file: key: what was expected`."""
-    return "\n".join(f"{source}: {_location(e['loc'])}: {_explain(e, root)}" for e in error.errors())
+    """One line per problem: `file: key: what was expected`, each of bounded length.
+
+    Past MAX_PROBLEMS_SHOWN problems, one last line says how many more there are.
+    """
+    problems = error.errors(include_url=False)
+    lines = [
+        f"{source}: {_location(e['loc'])}: {_clip(_explain(e, root))}" for e in problems[:MAX_PROBLEMS_SHOWN]
+    ]
+    if len(problems) > MAX_PROBLEMS_SHOWN:
+        lines.append(f"{source}: and {len(problems) - MAX_PROBLEMS_SHOWN} more problems")
+    return "\n".join(lines)
 
 
 def build_config(parsed: ConfigFile, source: str) -> Config:
@@ -224,9 +311,10 @@ def build_config(parsed: ConfigFile, source: str) -> Config:
     if entries is None:
         entries = [HypervisorSection(name=socket.gethostname() or "localhost", uri=LOCAL_URI)]
     hypervisors = []
+    disjoint: set[tuple[int, int]] = set()
     for index, entry in enumerate(entries):
         where = f"hypervisors[{index}]" if parsed.hypervisors is not None else "defaults"
-        policy, disk = _merge_policy(parsed.defaults, entry, source, where)
+        policy, disk = _merge_policy(parsed.defaults, entry, source, where, disjoint)
         hypervisors.append(Hypervisor(name=entry.name, uri=entry.uri, policy=policy, disk=disk))
     flavors = tuple(
         Flavor(
@@ -245,8 +333,10 @@ def build_config(parsed: ConfigFile, source: str) -> Config:
 
 
 def _merge_policy(
-    defaults: PolicySection, own: PolicySection, source: str, where: str
+    defaults: PolicySection, own: PolicySection, source: str, where: str, disjoint: set[tuple[int, int]]
 ) -> tuple[HostPolicy, DiskSource | None]:
+    """`disjoint` holds the pairs of CPU sets (by identity) already found disjoint: hypervisors
+    that share their sets are then checked once, not once each."""
     ratios = dict(NOVA_ALLOCATION_RATIOS)
     reserved = dict(NOVA_RESERVED)
     for layer in (defaults, own):
@@ -256,12 +346,14 @@ def _merge_policy(
             reserved.update(_set_fields(layer.reserved))
     shared = _override(defaults.cpu_shared_set, own.cpu_shared_set)
     dedicated = _override(defaults.cpu_dedicated_set, own.cpu_dedicated_set)
-    if shared is not None and dedicated is not None and shared & dedicated:
-        overlap = format_cpu_set(shared & dedicated)
-        raise ConfigError(
-            f"{source}: {where}.cpu_dedicated_set: overlaps cpu_shared_set on CPUs {overlap}; "
-            "expected two disjoint sets"
-        )
+    if shared is not None and dedicated is not None and (id(shared), id(dedicated)) not in disjoint:
+        if not shared.isdisjoint(dedicated):
+            overlap = format_cpu_set(shared & dedicated)
+            raise ConfigError(
+                f"{source}: {where}.cpu_dedicated_set: overlaps cpu_shared_set on CPUs "
+                f"{_clip(overlap, 60)}; expected two disjoint sets"
+            )
+        disjoint.add((id(shared), id(dedicated)))
     if reserved[Resource.VCPU] and (shared is not None or dedicated is not None):
         raise ConfigError(
             f"{source}: {where}.reserved.vcpu: cannot be combined with cpu_shared_set/cpu_dedicated_set "
@@ -289,63 +381,103 @@ def _set_fields(section: AllocationRatios | Reserved) -> dict[Resource, Any]:
 def _location(loc: tuple[int | str, ...]) -> str:
     text = ""
     for part in loc:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
-    return text or "(top level)"
+        if isinstance(part, int):
+            text += f"[{part}]"
+        else:
+            name = part if _PLAIN_KEY.fullmatch(part) else brief_repr(part, 40)
+            text += f".{name}" if text else name
+    return _clip(text or "(top level)", 120)
+
+
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9_.:@$-]{1,40}")
+
+
+def _clip(text: str, limit: int = _EXPLANATION_CHARS) -> str:
+    """A message part cut to `limit` characters, newlines included, so one problem stays one line."""
+    text = " ".join(text.splitlines())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 _RESOURCE_SECTIONS = {"allocation_ratios": AllocationRatios, "reserved": Reserved}
 
 
 def _explain(error: ErrorDetails, root: type[BaseModel]) -> str:
-    kind, given = error["type"], error.get("input")
+    kind = error["type"]
+    given = brief_repr(error.get("input"))
     context = error.get("ctx") or {}
     if kind == "extra_forbidden":
         parent = [p for p in error["loc"][:-1] if isinstance(p, str)]
         allowed = ", ".join(_fields_at(root, error["loc"][:-1]))
         noun = "resource" if parent and parent[-1] in _RESOURCE_SECTIONS else "key"
-        return f"unknown {noun} {error['loc'][-1]!r}; expected one of: {allowed}"
+        return f"unknown {noun} {brief_repr(error['loc'][-1], 40)}; expected one of: {allowed}"
+    if kind == "invalid_key":
+        return f"expected keys that are strings, got {given}"
     if kind == "missing":
         return "required key is missing"
     if kind in ("greater_than", "greater_than_equal"):
         bound = "greater than" if kind == "greater_than" else "at least"
         limit = context.get("gt", context.get("ge"))
-        shown = f"{limit:g}" if isinstance(limit, int | float) else limit
-        return f"expected a number {bound} {shown}, got {given!r}"
+        return f"expected a number {bound} {_number(limit)}, got {given}"
+    if kind in ("less_than_equal", "finite_number", "int_parsing_size"):
+        # Infinity, NaN and numbers too large to parse all break the key's ceiling: say which.
+        ceiling = context.get("le", _ceiling(root, error["loc"]))
+        if ceiling is not None:
+            return f"expected a number at most {_number(ceiling)}, got {given}"
+        return f"expected a finite number, got {given}"
     if kind in ("float_parsing", "float_type"):
-        return f"expected a number, got {given!r}"
+        return f"expected a number, got {given}"
     if kind in ("int_parsing", "int_type", "int_from_float"):
-        return f"expected a whole number, got {given!r}"
+        return f"expected a whole number, got {given}"
     if kind in ("bool_parsing", "bool_type"):
-        return f"expected true or false, got {given!r}"
+        return f"expected true or false, got {given}"
     if kind in ("string_type", "string_too_short"):
-        return f"expected a non-empty string, got {given!r}"
+        return f"expected a non-empty string, got {given}"
+    if kind == "string_too_long":
+        return f"expected at most {context.get('max_length')} characters, got {given}"
     if kind == "string_pattern_mismatch":
-        return f"expected a name of letters, digits and . _ - : @, got {given!r}"
+        return f"expected a name of letters, digits and . _ - : @, got {given}"
     if kind in ("list_type",):
-        return f"expected a list, got {given!r}"
+        return f"expected a list, got {given}"
     if kind in ("model_type", "model_attributes_type", "dict_type"):
-        return f"expected a mapping, got {given!r}"
+        return f"expected a mapping, got {given}"
     if kind == "literal_error":
-        return f"expected one of: {context.get('expected', '')}, got {given!r}"
+        return f"expected one of: {context.get('expected', '')}, got {given}"
     if kind == "value_error":
         return str(context.get("error", error["msg"]))
     return str(error["msg"])
 
 
-def _fields_at(root: type[BaseModel], loc: tuple[int | str, ...]) -> list[str]:
-    """The keys allowed at a location, found by walking the section models along it."""
+def _number(value: object) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _ceiling(root: type[BaseModel], loc: tuple[int | str, ...]) -> object:
+    """The `le` bound of the field at a location, if it has one."""
+    names = [part for part in loc if isinstance(part, str)]
+    if not names or names[-1] not in (model := _model_at(root, tuple(names[:-1]))).model_fields:
+        return None
+    for constraint in model.model_fields[names[-1]].metadata:
+        if getattr(constraint, "le", None) is not None:
+            return constraint.le
+    return None
+
+
+def _model_at(root: type[BaseModel], loc: tuple[int | str, ...]) -> type[BaseModel]:
+    """The section model at a location, or BaseModel itself (no fields) where there is none."""
     model = root
     for part in loc:
         if isinstance(part, int):
             continue
-        if part not in model.model_fields:
-            return []
-        annotation = model.model_fields[part].annotation
-        nested = _section_type(annotation)
+        nested = _section_type(model.model_fields[part].annotation) if part in model.model_fields else None
         if nested is None:
-            return []
+            return BaseModel
         model = nested
-    return list(model.model_fields)
+    return model
+
+
+def _fields_at(root: type[BaseModel], loc: tuple[int | str, ...]) -> list[str]:
+    """The keys allowed at a location, found by walking the section models along it."""
+    return list(_model_at(root, loc).model_fields)
 
 
 def _section_type(annotation: Any) -> type[BaseModel] | None:

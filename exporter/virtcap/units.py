@@ -70,6 +70,8 @@ def brief_repr(value: object, limit: int = BRIEF_CHARS) -> str:
     """repr() for messages: at most `limit` characters, in time bounded whatever the value."""
     if isinstance(value, int) and not isinstance(value, bool):
         text = _brief.repr_int(value, _brief.maxlevel)
+    elif isinstance(value, str):
+        text = repr(value[:limit])  # the start, unlike reprlib's middle cut, keeps one "..."
     else:
         try:
             text = _brief.repr(value)
