@@ -60,9 +60,8 @@ import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
-import yaml
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
@@ -70,6 +69,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from virtcap.auth import BasicAuth, BcryptHash, BcryptPool
 from virtcap.config import ConfigError, explain_validation_error
 from virtcap.units import parse_duration
+from virtcap.yamlfile import load_yaml_text
 
 log = logging.getLogger("virtcap.webconfig")
 
@@ -235,27 +235,6 @@ class WebConfig:
     rate_limit: RateLimit | None = None
 
 
-class _NoAliasLoader(yaml.SafeLoader):
-    """A web configuration needs no anchors; refusing aliases keeps parsing linear in the size."""
-
-    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
-        if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()  # type: ignore[no-untyped-call]
-            raise yaml.composer.ComposerError(None, None, "aliases (*name) are not allowed", event.start_mark)
-        return super().compose_node(parent, index)
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        keys = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if isinstance(key, str) and key in keys:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r}", key_node.start_mark
-                )
-            keys.add(key)
-        return super().construct_mapping(node, deep=deep)
-
-
 def load_web_config(path: str | Path | None) -> WebConfig:
     """The configuration as it is now (see WebConfigSource for one that follows the files)."""
     if path is None:
@@ -280,24 +259,16 @@ def _parse(data: bytes, source: str) -> WebConfigFile:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
-        raise ConfigError(f"{source}: not UTF-8 text (byte {error.start})") from None
-    try:
-        raw = yaml.load(text, Loader=_NoAliasLoader)
-    except yaml.YAMLError as error:
-        raise ConfigError(f"{source}: invalid YAML: {_yaml_problem(error)}") from None
+        raise ConfigError(
+            f"{source}: not UTF-8 text (byte {error.start}); expected a UTF-8 YAML file"
+        ) from None
+    raw = load_yaml_text(text, source)
     try:
         parsed = WebConfigFile.model_validate(raw or {})
     except ValidationError as error:
         raise ConfigError(explain_validation_error(error, source, WebConfigFile)) from None
     _check(parsed, source)
     return parsed
-
-
-def _yaml_problem(error: yaml.YAMLError) -> str:
-    if isinstance(error, yaml.MarkedYAMLError) and error.problem_mark is not None:
-        mark = error.problem_mark
-        return f"line {mark.line + 1}, column {mark.column + 1}: {error.problem}"
-    return " ".join(str(error).split())
 
 
 def _check(parsed: WebConfigFile, source: str) -> None:
