@@ -398,13 +398,23 @@ def test_aliases_work_but_an_alias_bomb_is_refused_before_it_expands() -> None:
         ),
         ("audit: {interval: 30s}\n---\naudit: {interval: 1m}", "x.yaml:2:1: expected a single document"),
         ("audit: {interval: \0}", "x.yaml:1:19: invalid YAML: unacceptable character #x0000"),
+        ("audit: {interval: \udc80}", "x.yaml:1:19: invalid YAML: unacceptable character #xdc80"),
         ('defaults: {"a\\nb": 1}', "x.yaml: defaults.'a\\nb': unknown key 'a\\nb'"),
         (
             f"hypervisors:\n- name: a\n  uri: u\n  ? {'k' * 4000}\n  : 1",
             "x.yaml: hypervisors[0].'kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk...: unknown key 'kkkk",
         ),
     ],
-    ids=["recursive alias", "deep nesting", "bad date", "two documents", "NUL", "newline in key", "long key"],
+    ids=[
+        "recursive alias",
+        "deep nesting",
+        "bad date",
+        "two documents",
+        "NUL",
+        "lone surrogate",
+        "newline in key",
+        "long key",
+    ],
 )
 def test_hostile_yaml_is_one_short_line(text: str, message: str) -> None:
     started = time.monotonic()

@@ -195,8 +195,9 @@ def test_any_text_in_place_of_a_value_loads_or_is_refused_in_short_lines(
 
 
 @settings(max_examples=100, deadline=timedelta(seconds=5))
-@given(text=st.text(max_size=200))
+@given(text=st.text(st.characters(exclude_categories=[]), max_size=200))  # surrogates included
 @example(text="audit: {interval: [")
+@example(text="audit: {interval: \ud800}")
 @example(text="a: &a [lol, lol]\nb: &b [*a, *a, *a, *a]\n")
 def test_any_text_as_the_whole_file_loads_or_is_refused_in_short_lines(text: str) -> None:
     _refusal(text)

@@ -45,9 +45,10 @@ from yaml.resolver import Resolver
 from virtcap.units import brief_repr
 
 MAX_FILE_BYTES = 1024 * 1024
-"""1 MiB: a fleet of thousands of hypervisors fits in a small fraction of it."""
+"""1 MiB: a thousand hypervisors with a few keys each take about 100 KiB."""
 MAX_VALUES = 100_000
-"""Values in a document, aliases expanded: scalars, lists and mappings, keys included."""
+"""Values in a document, aliases expanded: scalars, lists and mappings, keys included. A
+hypervisor with a few keys of its own is 10 to 15 values: several thousand fit."""
 MAX_DEPTH = 64
 """Nesting of lists and mappings; a configuration needs about five levels."""
 MAX_SCALAR_CHARS = 4096
@@ -127,6 +128,11 @@ def load_yaml_text(text: str, source: str, max_chars: int = MAX_FILE_BYTES) -> o
         raise ConfigError(f"{source}{where}: invalid YAML: {problem}") from None
     except yaml.YAMLError as error:
         raise ConfigError(f"{source}: invalid YAML: {_one_line(str(error))}") from None
+    except UnicodeEncodeError as error:  # text from elsewhere than a file: lone surrogates
+        line, column = _position(text, error.start)
+        raise ConfigError(
+            f"{source}:{line}:{column}: invalid YAML: unacceptable character #x{ord(text[error.start]):04x}"
+        ) from None
 
 
 _KeyPath: TypeAlias = "tuple[_KeyPath, Node | int] | None"
