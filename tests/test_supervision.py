@@ -27,6 +27,7 @@ from virtcap.server import Exporter, MetricsCache, build_app
 from virtcap.snapshot import HypervisorSnapshot
 from virtcap.store import SnapshotStore
 from virtcap.supervise import FIRST_BACKOFF_SECONDS, Supervisor
+from virtcap.webconfig import WebConfigSource
 
 
 async def eventually(condition: Callable[[], bool], timeout: float, what: str) -> None:
@@ -127,7 +128,9 @@ async def exporter_for(tmp_path: Path, store: SnapshotStore, supervisor: Supervi
     config = Config(source="test", audit=AuditSettings(), hypervisors=(), flavors=(), claims=settings)
     cache = MetricsCache(store, 60.0, claims, supervisor)
     fleet = FleetAuditor(store, supervisor, claims)
-    return Exporter(config, store, supervisor, fleet, cache, claims, readers=None, writers=BasicAuth({}))
+    return Exporter(
+        config, store, supervisor, fleet, cache, claims, web=WebConfigSource(None), writers=BasicAuth({})
+    )
 
 
 def with_client(

@@ -283,10 +283,6 @@ def write_atomically(path: Path, text: str) -> None:
     os.replace(staged, path)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs WebConfigSource wired into cli.py and server.py; remove this mark with the wiring",
-)
 def test_serve_follows_the_web_config_without_a_restart(pki: Path, tmp_path: Path) -> None:
     certs = tmp_path / "certs"
     certs.mkdir()

@@ -22,7 +22,7 @@ from virtcap.oneshot import audit_fleet_once
 from virtcap.report import fleet_document, render_tables
 from virtcap.server import DEFAULT_PORT, parse_listen_address, serve
 from virtcap.units import parse_duration
-from virtcap.webconfig import load_web_config
+from virtcap.webconfig import WebConfigSource
 
 EXIT_USAGE = 2
 # The demo accepts claims from the well-known writer demo/demo: not for other machines to reach.
@@ -135,7 +135,7 @@ def listen_address(args: argparse.Namespace) -> str:
 
 def run_serve(args: argparse.Namespace) -> int:
     config = fleet_config(args)
-    web_config = load_web_config(args.web_config_file)
+    web_config = WebConfigSource(args.web_config_file)
     address = listen_address(args)
     parse_listen_address(address)
     setup_logging(args.log_level, args.log_format)

@@ -32,7 +32,7 @@ from virtcap.events import start_libvirt_event_thread
 from virtcap.exposition import FragmentCache, TaskHealth, render, views
 from virtcap.store import SnapshotStore
 from virtcap.supervise import Supervisor
-from virtcap.webconfig import WebConfig
+from virtcap.webconfig import WebConfigSource
 
 log = logging.getLogger("virtcap.server")
 
@@ -123,18 +123,19 @@ class Exporter:
     fleet: FleetAuditor
     cache: MetricsCache
     claims: ClaimLedger
-    readers: BasicAuth | None
-    """Who may read (every path) when the web config has basic_auth_users; None: anyone."""
+    web: WebConfigSource
+    """The web config, followed while serving: TLS, readers (basic_auth_users), headers, rate limit."""
     writers: BasicAuth
-    """Who may create and delete claims (claims.writers): always required, whatever readers is."""
+    """Who may create and delete claims (claims.writers): always required, whatever the readers."""
     connections: ConnectionGuard | None = None
 
 
 def build_app(exporter: Exporter) -> web.Application:
-    middlewares = [_auth_middleware(exporter)]
+    middlewares = [exporter.web.middleware(readers_skip=_writes), _auth_middleware(exporter)]
     if exporter.connections is not None:  # outermost: a request is busy from its head on
         middlewares.insert(0, exporter.connections.middleware())
     app = web.Application(middlewares=middlewares, client_max_size=MAX_REQUEST_BYTES)
+    app.on_response_prepare.append(exporter.web.add_headers)
     app["exporter"] = exporter
     app["claims"] = exporter.claims
     app["store"] = exporter.store
@@ -160,8 +161,13 @@ web_urldispatcher._default_expect_handler = expect_continue
 _MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
+def _writes(request: web.Request) -> bool:
+    """Changes are authenticated by claims.writers, not by the web config's readers."""
+    return request.method in _MUTATING
+
+
 def _auth_middleware(exporter: Exporter) -> Middleware:
-    """Changes need a writer (claims.writers), always; reads need a reader when readers are set.
+    """Changes need a writer (claims.writers), always; readers are the web config's middleware.
 
     The two are separate so that a scraper's credentials can never create or delete claims.
     """
@@ -172,25 +178,18 @@ def _auth_middleware(exporter: Exporter) -> Middleware:
         if request.method in _MUTATING:
             if request.match_info.http_exception is not None:
                 return await handler(request)  # no such route or method: 404 or 405 as it is
-            if not await exporter.writers.allows(header):
+            refused = await exporter.writers.refusal(header)
+            if refused is not None:
                 # read the (bounded) body anyway, so that the client sees the 401, not a reset;
                 # a body that stalls gets the 401 all the same
                 limits = exporter.connections.limits if exporter.connections else ConnectionLimits()
                 with contextlib.suppress(Exception):
                     async with asyncio.timeout(limits.read_timeout):
                         await request.content.read(MAX_REQUEST_BYTES)
-                return _unauthorized("virtcap claims")
-        elif exporter.readers is not None and not await exporter.readers.allows(header):
-            return _unauthorized("virtcap")
+                return refused
         return await handler(request)
 
     return authenticate
-
-
-def _unauthorized(realm: str) -> web.Response:
-    return web.Response(
-        status=401, text="Unauthorized\n", headers={"WWW-Authenticate": f'Basic realm="{realm}"'}
-    )
 
 
 def _exporter(request: web.Request) -> Exporter:
@@ -283,7 +282,7 @@ def parse_listen_address(text: str) -> tuple[str | None, int]:
 async def serve(
     config: Config,
     listen_address: str,
-    web_config: WebConfig,
+    web_config: WebConfigSource,
     reload_config: Callable[[], Config] | None = None,
     limits: ConnectionLimits | None = None,
 ) -> int:
@@ -306,8 +305,8 @@ async def serve(
         fleet,
         cache,
         claims,
-        readers=BasicAuth(web_config.users) if web_config.users else None,
-        writers=BasicAuth(_writer_hashes(config)),
+        web=web_config,
+        writers=BasicAuth(_writer_hashes(config), realm="virtcap claims"),
         connections=ConnectionGuard(limits),
     )
     runner = web.AppRunner(build_app(exporter), handle_signals=False, shutdown_timeout=SHUTDOWN_GRACE_SECONDS)
@@ -408,7 +407,7 @@ class ConfigReloads:
         exporter.claims.settings = config.claims.model_copy(update={"database": running_database})
         exporter.config = config
         exporter.cache.stale_after = config.audit.staleness_bound
-        exporter.writers = BasicAuth(_writer_hashes(config))
+        exporter.writers.replace_users(_writer_hashes(config))
         await exporter.fleet.apply(config.hypervisors, config.audit, config.flavor_requests)
         exporter.store.touch()
         log.info("configuration reloaded", extra={"hypervisors": len(config.hypervisors)})
