@@ -205,10 +205,6 @@ def test_new_users_replace_the_old_ones_and_their_cached_credentials() -> None:
     assert asyncio.run(scenario()) == (True, False, True)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs auth.BcryptHash for claims.writers in config.py; remove this mark with the wiring",
-)
 @pytest.mark.parametrize("hashed", [GOOD[:-1], GOOD.replace("$10$", "$99$"), "$2y$10$" + "a" * 53])
 def test_an_unusable_writer_hash_is_a_configuration_error(tmp_path: Path, hashed: str) -> None:
     path = tmp_path / "virtcap.yaml"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import random
 import threading
 from collections.abc import Mapping
@@ -234,7 +235,9 @@ class HypervisorAuditor:
         Drivers without them (the test driver has no keepalive) simply go without.
         """
         with contextlib.suppress(libvirt.libvirtError):
-            conn.setKeepAlive(int(self.settings.keepalive_interval), self.settings.keepalive_count)
+            # libvirt counts whole seconds and reads 0 as "no keepalive": never round down to it.
+            interval = max(1, math.ceil(self.settings.keepalive_interval))
+            conn.setKeepAlive(interval, self.settings.keepalive_count)
         with contextlib.suppress(libvirt.libvirtError):
             conn.registerCloseCallback(self._on_closed, None)
         try:
