@@ -111,11 +111,14 @@ class Libvirtd:
         assert self.process is None or self.process.poll() is not None, "libvirtd is already running"
         binary = shutil.which("libvirtd", path=SEARCH_PATH)
         assert binary is not None
-        command = [binary, "--config", str(self.directory / "config" / "libvirt" / "libvirtd.conf")]
+        # setpriv executes libvirtd in its own place (the pid of the Popen is the daemon's), as the
+        # unprivileged user under root, and has it killed, paused or not, if the test session dies
+        # without its finalizers (SIGKILL, a CI timeout).
+        command = ["setpriv", "--pdeathsig=KILL"]
         if os.geteuid() == 0:
             uid, gid = self.owner
-            # setpriv executes libvirtd in its own place: the pid of the Popen is the daemon's.
-            command = ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--", *command]
+            command += [f"--reuid={uid}", f"--regid={gid}", "--clear-groups"]
+        command += ["--", binary, "--config", str(self.directory / "config" / "libvirt" / "libvirtd.conf")]
         with self.log.open("ab") as output:
             self.process = subprocess.Popen(
                 command,

@@ -123,7 +123,12 @@ def running_server(
     RLIMIT_NOFILE (the hard limit unchanged), as a default systemd or login session would."""
     port = free_port()
     log = log_dir / f"virtcap-{port}.log"
-    command = [sys.executable, "-m", "virtcap", "serve", "--web.listen-address", f"127.0.0.1:{port}", *args]
+    # setpriv executes virtcap in its own place (the pid is virtcap's) and kills it if the test
+    # session dies without its finalizers: no exporter outlives a killed run.
+    command = [
+        "setpriv", "--pdeathsig=KILL", "--",
+        sys.executable, "-m", "virtcap", "serve", "--web.listen-address", f"127.0.0.1:{port}", *args,
+    ]  # fmt: skip
 
     def limit_open_files() -> None:
         if open_files_soft_limit is not None:
