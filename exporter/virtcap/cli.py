@@ -66,22 +66,15 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"most client connections at once; at the limit the longest-idle one is closed "
         f"(default: {defaults.max_connections})",
     )
-    serve.add_argument(
-        "--web.read-timeout",
-        dest="read_timeout",
-        type=_duration,
-        default=defaults.read_timeout,
-        metavar="DURATION",
-        help=f"a request's head must arrive within it (default: {defaults.read_timeout:g}s)",
-    )
-    serve.add_argument(
-        "--web.idle-timeout",
-        dest="idle_timeout",
-        type=_duration,
-        default=defaults.idle_timeout,
-        metavar="DURATION",
-        help=f"keep-alive connections idle this long are closed (default: {defaults.idle_timeout:g}s)",
-    )
+    for flag, field_name, meaning in (
+        ("--web.read-timeout", "read_timeout", "a request's head must arrive within it"),
+        ("--web.idle-timeout", "idle_timeout", "keep-alive connections idle this long are closed"),
+    ):
+        default = getattr(defaults, field_name)
+        serve.add_argument(
+            flag, dest=field_name, type=_duration, default=default, metavar="DURATION",
+            help=f"{meaning} (default: {default:g}s)",
+        )  # fmt: skip
     serve.add_argument("--log.level", dest="log_level", choices=tuple(LEVELS), default="info")
     serve.add_argument("--log.format", dest="log_format", choices=("logfmt", "json"), default="logfmt")
 
