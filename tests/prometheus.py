@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.serving import free_port, stop_process, wait_for
+from tests.serving import DIES_WITH_THE_TESTS, free_port, stop_process, wait_for
 
 
 @dataclass
@@ -48,6 +48,7 @@ def running_prometheus(config: str, directory: Path, port: int | None = None) ->
     with log.open("wb") as output:
         process = subprocess.Popen(
             [
+                *DIES_WITH_THE_TESTS,
                 binary,
                 f"--config.file={config_path}",
                 f"--storage.tsdb.path={directory / 'data'}",

@@ -21,6 +21,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
+# A prefix for the daemons the tests start: setpriv executes the command in its own place (the pid
+# stays the daemon's) and has it killed if the test session dies without its finalizers (SIGKILL,
+# a CI timeout), so that nothing a killed run started outlives it.
+DIES_WITH_THE_TESTS = ["setpriv", "--pdeathsig=KILL", "--"]
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -123,10 +128,8 @@ def running_server(
     RLIMIT_NOFILE (the hard limit unchanged), as a default systemd or login session would."""
     port = free_port()
     log = log_dir / f"virtcap-{port}.log"
-    # setpriv executes virtcap in its own place (the pid is virtcap's) and kills it if the test
-    # session dies without its finalizers: no exporter outlives a killed run.
     command = [
-        "setpriv", "--pdeathsig=KILL", "--",
+        *DIES_WITH_THE_TESTS,
         sys.executable, "-m", "virtcap", "serve", "--web.listen-address", f"127.0.0.1:{port}", *args,
     ]  # fmt: skip
 

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from tests.prometheus import running_prometheus
-from tests.serving import free_port, running_server, stop_process, wait_for
+from tests.serving import DIES_WITH_THE_TESTS, free_port, running_server, stop_process, wait_for
 from tests.test_alerts import FOR_KEYS, jsonnet
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -132,6 +132,7 @@ def test_the_stack_end_to_end_with_the_debian_binaries() -> None:
         with (scratch / "alertmanager.log").open("wb") as log:
             alertmanager = subprocess.Popen(
                 [
+                    *DIES_WITH_THE_TESTS,
                     alertmanager_binary,
                     f"--config.file={ROOT / 'alerts/alertmanager.yml'}",
                     f"--storage.path={scratch / 'alertmanager'}",
