@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.serving import Server, running_server, value, wait_for
+from tests.test_web_security import client_context, make_ca, make_cert
 from virtcap.demo import DEMO_DIR
 
 HEALTHY = ("compute-01", "compute-02")
@@ -128,3 +129,25 @@ def test_a_flood_of_idle_connections_never_starves_scrapes_or_audits(tmp_path: P
                 sock.close()
         log = server.log_text()
         assert log.count("Traceback") == 0, log[-3000:]
+
+
+def test_a_tls_handshake_that_never_comes_is_cut_at_the_read_timeout(tmp_path: Path) -> None:
+    """A TLS connection reaches the guard only once its handshake is done; before, asyncio's own
+    handshake timeout (60 s) let silent connections hold their descriptors for a minute."""
+    make_ca(tmp_path, "ca")
+    make_cert(tmp_path, "server", "ca", san="IP:127.0.0.1")
+    web = tmp_path / "web.yml"
+    web.write_text(
+        f"tls_server_config: {{cert_file: {tmp_path}/server.crt, key_file: {tmp_path}/server.key}}\n"
+    )
+    args = ["--config", str(fleet(tmp_path)), "--web.config.file", str(web), "--web.read-timeout", "2s"]
+    with running_server(args, tmp_path, ssl_context=client_context(tmp_path)) as server:
+        host, port = server.base_url.removeprefix("https://").split(":")
+        silent = [socket.create_connection((host, int(port)), timeout=5) for _ in range(20)]
+        try:
+            for sock in silent:
+                sock.setblocking(False)
+            wait_for(lambda: all(closed_by_peer(s) for s in silent), 8, what="silent TLS connections closed")
+        finally:
+            for sock in silent:
+                sock.close()

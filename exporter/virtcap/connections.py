@@ -191,6 +191,8 @@ class GuardedSite(web.BaseSite):
             self._host,
             self._port,
             ssl=self._ssl_context,
+            # A TLS connection reaches the guard once its handshake is done: bound the handshake too.
+            ssl_handshake_timeout=self._guard.limits.read_timeout if self._ssl_context else None,
             backlog=self._backlog,
             reuse_address=True,
         )
