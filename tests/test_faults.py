@@ -107,7 +107,8 @@ def test_fifty_hostile_peers_for_a_minute(tmp_path: Path) -> None:
             assert p99 < 0.1, p99
             # Bounded: at most one stuck call per hypervisor, never growing with time.
             assert max(threads) <= threads_start + len(peers) + 10, (threads_start, max(threads))
-            tail = threads[-len(threads) // 4 :]
-            assert min(tail) <= min(threads[: len(threads) // 4]) + 5, threads
+            # Audits and reconnects come and go; a leak of one thread per audit would add hundreds.
+            quarter = len(threads) // 4
+            assert statistics.median(threads[-quarter:]) <= statistics.median(threads[:quarter]) + 10, threads
             assert statistics.median(rss[-len(rss) // 4 :]) < rss_start * 1.25 + 20_000, (rss_start, rss)
             assert stops_on_sigterm_within(server, 5) == 0

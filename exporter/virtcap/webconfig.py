@@ -34,7 +34,7 @@ Where Python's ssl module and aiohttp differ from Go, the behaviour is this:
 - `client_allowed_sans` is checked on each request (403) rather than during the handshake, and
   needs a verified certificate: VerifyClientCertIfGiven or RequireAndVerifyClientCert.
 - `curve_preferences`: Python's ssl module can offer one curve only, so the first (most preferred)
-  one is the only one offered.
+  one that this Python can set is the only one offered (some builds cannot set X25519).
 - `cipher_suites` names Go's suites; the TLS 1.3 ones are accepted and, as in Go, not configurable.
 - `min_version: TLS10` or `TLS11` is applied, but OpenSSL 3's default security level still refuses
   those protocols' handshakes.
@@ -418,13 +418,23 @@ def _ssl_context(tls: TLSServerConfig, contents: Mapping[str, bytes], source: st
     else:
         context.options &= ~ssl.OP_CIPHER_SERVER_PREFERENCE
     if tls.curve_preferences:
-        try:
-            context.set_ecdh_curve(_OPENSSL_CURVES[tls.curve_preferences[0]])
-        except (ValueError, ssl.SSLError) as error:
-            raise ConfigError(
-                f"{where}.curve_preferences[0]: not offered by this OpenSSL: {_reason(error)}"
-            ) from None
+        _prefer_curve(context, tls.curve_preferences, where)
     return context
+
+
+def _prefer_curve(context: ssl.SSLContext, preferences: list[Curve], where: str) -> None:
+    """The most preferred curve that this Python can set. Python's ssl module sets one curve only,
+    and some builds (Debian 12's Python 3.11.2) cannot set X25519 through it although OpenSSL
+    offers it: the next listed curve is taken then, and the file is refused only when none can."""
+    reasons = []
+    for curve in preferences:
+        try:
+            context.set_ecdh_curve(_OPENSSL_CURVES[curve])
+        except (ValueError, ssl.SSLError) as error:
+            reasons.append(f"{curve}: {_reason(error)}")
+            continue
+        return
+    raise ConfigError(f"{where}.curve_preferences: none can be offered here ({'; '.join(reasons)})")
 
 
 def _reason(error: Exception) -> str:
