@@ -12,12 +12,14 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
+
+from virtcap.demo import DEMO_DIR
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -172,3 +174,17 @@ def _answers(server: Server, path: str, headers: dict[str, str] | None) -> bool:
     except OSError:
         return False
     return status == 200
+
+
+def write_fleet_config(
+    directory: Path, demo_hosts: Iterable[str], others: Iterable[tuple[str, str]] = (), audit: str = ""
+) -> Path:
+    """virtcap.yaml in `directory`: demo hosts by name (test driver), other (name, uri) pairs, the
+    `audit` section's keys as YAML flow text, and a claims database of the directory's own."""
+    hypervisors = [(name, f"test://{DEMO_DIR / (name + '.xml')}") for name in demo_hosts] + list(others)
+    entries = "\n".join(f'  - {{name: {name}, uri: "{uri}"}}' for name, uri in hypervisors)
+    path = directory / "virtcap.yaml"
+    path.write_text(
+        f"audit: {{{audit}}}\nclaims: {{database: {directory / 'claims.sqlite'}}}\nhypervisors:\n{entries}\n"
+    )
+    return path

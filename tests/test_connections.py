@@ -12,25 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.serving import Server, running_server, value, wait_for
+from tests.serving import Server, running_server, value, wait_for, write_fleet_config
 from tests.test_web_security import client_context, make_ca, make_cert
-from virtcap.demo import DEMO_DIR
 
 HEALTHY = ("compute-01", "compute-02")
 
 
 def fleet(directory: Path) -> Path:
-    path = directory / "virtcap.yaml"
-    entries = "\n".join(f'  - {{name: {n}, uri: "test://{DEMO_DIR / (n + ".xml")}"}}' for n in HEALTHY)
-    path.write_text(
-        f"""
-audit: {{interval: 1s, timeout: 2s}}
-claims: {{database: {directory / "claims.sqlite"}}}
-hypervisors:
-{entries}
-"""
-    )
-    return path
+    return write_fleet_config(directory, HEALTHY, audit="interval: 1s, timeout: 2s")
 
 
 def connect(server: Server) -> socket.socket:

@@ -15,25 +15,14 @@ from pathlib import Path
 import pytest
 
 from tests.faults import hostile_peers
-from tests.serving import Server, running_server, value, wait_for
-from virtcap.demo import DEMO_DIR
+from tests.serving import Server, running_server, value, wait_for, write_fleet_config
 
 HEALTHY = ("compute-01", "compute-02", "compute-03", "compute-04", "compute-05")
 
 
-def fleet_config(directory: Path, broken: list[tuple[str, str]], interval: str = "1s") -> Path:
-    lines = [f'  - {{name: {n}, uri: "test://{DEMO_DIR / (n + ".xml")}"}}' for n in HEALTHY]
-    lines += [f'  - {{name: {name}, uri: "{uri}"}}' for name, uri in broken]
-    path = directory / "virtcap.yaml"
-    path.write_text(
-        f"""
-audit: {{interval: {interval}, timeout: 2s, keepalive_interval: 1s, keepalive_count: 2, concurrency: 64}}
-claims: {{database: {directory / "claims.sqlite"}}}
-hypervisors:
-{chr(10).join(lines)}
-"""
-    )
-    return path
+def fleet_config(directory: Path, broken: list[tuple[str, str]]) -> Path:
+    audit = "interval: 1s, timeout: 2s, keepalive_interval: 1s, keepalive_count: 2, concurrency: 64"
+    return write_fleet_config(directory, HEALTHY, broken, audit)
 
 
 def rss_kib(server: Server) -> int:

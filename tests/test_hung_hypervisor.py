@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.serving import running_server, value, wait_for
-from virtcap.demo import DEMO_DIR
+from tests.serving import running_server, value, wait_for, write_fleet_config
 
 
 @pytest.fixture
@@ -49,17 +48,8 @@ def silent_listener() -> Iterator[int]:
 
 def test_a_hung_hypervisor_never_holds_up_the_others(silent_listener: int, tmp_path: Path) -> None:
     healthy = ["compute-01", "compute-02", "compute-03"]
-    config = tmp_path / "virtcap.yaml"
-    entries = "\n".join(f'  - {{name: {n}, uri: "test://{DEMO_DIR / (n + ".xml")}"}}' for n in healthy)
-    config.write_text(
-        f"""
-audit: {{interval: 1s, timeout: 1s}}
-claims: {{database: {tmp_path / "claims.sqlite"}}}
-hypervisors:
-{entries}
-  - {{name: hung, uri: "qemu+tcp://127.0.0.1:{silent_listener}/system"}}
-"""
-    )
+    hung = ("hung", f"qemu+tcp://127.0.0.1:{silent_listener}/system")
+    config = write_fleet_config(tmp_path, healthy, [hung], audit="interval: 1s, timeout: 1s")
     with running_server(["--config", str(config)], tmp_path) as server:
         wait_for(
             lambda: value(server.samples(), "hypervisor_up", hypervisor="hung") == 0.0, 5, what="hung down"
