@@ -88,7 +88,8 @@ def test_an_empty_file_is_the_defaults() -> None:
         ),
         (
             "defaults: {allocation_ratios: {vcpu: -1.0}}",
-            "x.yaml: defaults.allocation_ratios.vcpu: expected a number greater than 0, got -1.0",
+            "x.yaml: defaults.allocation_ratios.vcpu: "
+            "expected a number of at least 0 (0: Nova's default), got -1.0",
         ),
         (
             "defaults: {allocation_ratios: {gpu: 2.0}}",
@@ -159,7 +160,7 @@ def test_a_missing_file_is_a_config_error() -> None:
     ("text", "needle"),
     [
         ("defaults: {allocation_ratioz: {vcpu: 2}}", "unknown key 'allocation_ratioz'"),
-        ("defaults: {allocation_ratios: {vcpu: -2}}", "expected a number greater than 0"),
+        ("defaults: {allocation_ratios: {vcpu: -2}}", "expected a number of at least 0"),
         ("defaults: {allocation_ratios: {gpu: 1}}", "unknown resource 'gpu'"),
         ("defaults: {reserved: {memory: 1.5GB}}", "expected a size"),
     ],
@@ -194,26 +195,26 @@ HUGE = "1" + "0" * 400  # a 401-digit number
         (
             "defaults: {allocation_ratios: {vcpu: .inf}}",
             "x.yaml: defaults.allocation_ratios.vcpu: "
-            "expected a finite number greater than 0 and at most 1000, got inf",
+            "expected a finite number of at least 0 (Nova's default) and at most 1000, got inf",
         ),
         (
             "defaults: {allocation_ratios: {vcpu: 1e309}}",
             "x.yaml: defaults.allocation_ratios.vcpu: "
-            "expected a finite number greater than 0 and at most 1000, got '1e309'",
+            "expected a finite number of at least 0 (Nova's default) and at most 1000, got '1e309'",
         ),
         (
             "defaults: {allocation_ratios: {memory: 1e300}}",
             "x.yaml: defaults.allocation_ratios.memory: "
-            "expected a finite number greater than 0 and at most 1000, got '1e300'",
+            "expected a finite number of at least 0 (Nova's default) and at most 1000, got '1e300'",
         ),
         (
             "hypervisors: [{name: a, uri: u, allocation_ratios: {disk: 1.0e+300}}]",
             "x.yaml: hypervisors[0].allocation_ratios.disk: "
-            "expected a finite number greater than 0 and at most 1000, got 1e+300",
+            "expected a finite number of at least 0 (Nova's default) and at most 1000, got 1e+300",
         ),
         (
             "defaults: {allocation_ratios: {vcpu: .nan}}",
-            "x.yaml: defaults.allocation_ratios.vcpu: expected a finite number greater than 0",
+            "x.yaml: defaults.allocation_ratios.vcpu: expected a finite number of at least 0",
         ),
         (
             f"defaults: {{reserved: {{memory: {HUGE}}}}}",
@@ -527,3 +528,30 @@ def test_the_cli_refuses_hostile_configuration_in_one_line_bounded_time_and_memo
     assert line.startswith(f"virtcap: configuration error: {path}")
     assert needle in line, line
     assert len(line) < 300
+
+
+def test_a_ratio_of_zero_is_novas_default_and_empty_cpu_sets_are_unset() -> None:
+    """Issue 13, differences 7 and 8: Nova reads an allocation ratio of 0.0 as its default for the
+    class, skips empty elements of a CPU set and reads an empty set as unset."""
+    config = parse_config(
+        """
+defaults: {allocation_ratios: {vcpu: 8.0, memory: 1.5}}
+hypervisors:
+  - {name: a, uri: "test:///default", allocation_ratios: {vcpu: 0.0, memory: 0, disk: 0, pcpu: 0}}
+  - {name: b, uri: "test:///default", cpu_shared_set: "0-3,", cpu_dedicated_set: "4,,5"}
+  - {name: c, uri: "test:///default", cpu_shared_set: "", cpu_dedicated_set: ""}
+""",
+        "x.yaml",
+    )
+    a, b, c = config.hypervisors
+    assert a.policy.allocation_ratios == {
+        Resource.VCPU: 4.0,
+        Resource.PCPU: 1.0,
+        Resource.MEMORY: 1.0,
+        Resource.DISK: 1.0,
+    }
+    assert b.policy.cpu_shared_set == frozenset(range(4))
+    assert b.policy.cpu_dedicated_set == frozenset({4, 5})
+    assert (c.policy.cpu_shared_set, c.policy.cpu_dedicated_set) == (None, None)
+    with pytest.raises(ConfigError, match="contains no CPU"):
+        parse_config('defaults: {cpu_shared_set: " , "}', "x.yaml")

@@ -62,13 +62,15 @@ def test_bad_durations(text: object) -> None:
         (7, {7}),
         ("0-7,^2-5", {0, 1, 6, 7}),
         (" 1 , 3 ", {1, 3}),
+        ("0-3,", {0, 1, 2, 3}),  # empty elements are skipped, as Nova's parse_cpu_spec does
+        ("1,,2", {1, 2}),
     ],
 )
 def test_nova_cpu_sets(spec: object, expected: set[int]) -> None:
     assert parse_cpu_set(spec) == frozenset(expected)
 
 
-@pytest.mark.parametrize("spec", ["", "a-b", "3-1", "0-3,^0-3", "1,,2", "-1", None])
+@pytest.mark.parametrize("spec", ["", " ,", "a-b", "3-1", "0-3,^0-3", "^", "-1", None])
 def test_bad_cpu_sets(spec: object) -> None:
     with pytest.raises(ValueError):
         parse_cpu_set(spec)
@@ -140,14 +142,19 @@ def test_the_ratio_ceiling_is_1000() -> None:
     "value", [math.inf, math.nan, -math.inf, 1e300, 1000.5, "1e309", "1e300", HUGE, -HUGE], ids=_short
 )
 def test_ratios_must_be_finite_and_at_most_1000(value: object) -> None:
-    with pytest.raises(ValueError, match=r"expected a finite number greater than 0 and at most 1000, got"):
+    expected = r"expected a finite number of at least 0 \(Nova's default\) and at most 1000, got"
+    with pytest.raises(ValueError, match=expected):
         parse_ratio(value)
 
 
-@pytest.mark.parametrize("value", [0, 0.0, -1.0, -5], ids=_short)
-def test_ratios_of_zero_or_less_keep_their_message(value: object) -> None:
-    with pytest.raises(ValueError, match=r"^expected a number greater than 0, got"):
+@pytest.mark.parametrize("value", [-0.5, -1.0, -5], ids=_short)
+def test_negative_ratios_are_refused(value: object) -> None:
+    with pytest.raises(ValueError, match=r"^expected a number of at least 0 \(0: Nova's default\), got"):
         parse_ratio(value)
+
+
+def test_a_ratio_of_zero_is_accepted_as_novas_default() -> None:
+    assert parse_ratio(0) == parse_ratio(0.0) == parse_ratio("0.0") == 0.0
 
 
 @pytest.mark.parametrize("value", [True, None, "lots", [4.0]], ids=_short)

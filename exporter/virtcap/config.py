@@ -147,7 +147,7 @@ class AllocationRatios(_Section):
 
     @model_validator(mode="after")
     def _pcpu_is_fixed(self) -> Self:
-        if self.pcpu is not None and self.pcpu != 1.0:
+        if self.pcpu is not None and self.pcpu not in (0.0, 1.0):
             raise ValueError(
                 "the pcpu allocation ratio is fixed at 1.0: dedicated CPUs are never overcommitted"
             )
@@ -184,6 +184,16 @@ class PolicySection(_Section):
     cpu_dedicated_set: CpuSet | None = None
     disk: DiskSource | None = None
     count_inactive_domains: bool | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _empty_cpu_sets_are_unset(cls, data: object) -> object:
+        """Nova reads an empty CPU set option as unset."""
+        if isinstance(data, dict):
+            empty = [key for key in ("cpu_shared_set", "cpu_dedicated_set") if data.get(key) == ""]
+            if empty:
+                return {key: value for key, value in data.items() if key not in empty}
+        return data
 
 
 class HypervisorSection(PolicySection):
@@ -342,6 +352,8 @@ def _merge_policy(
             ratios.update(_set_fields(layer.allocation_ratios))
         if layer.reserved is not None:
             reserved.update(_set_fields(layer.reserved))
+    # A ratio of 0.0 is Nova's "use the default" (its initial allocation ratio for the class).
+    ratios = {resource: ratio or NOVA_ALLOCATION_RATIOS[resource] for resource, ratio in ratios.items()}
     shared = _override(defaults.cpu_shared_set, own.cpu_shared_set)
     dedicated = _override(defaults.cpu_dedicated_set, own.cpu_dedicated_set)
     if shared is not None and dedicated is not None and (id(shared), id(dedicated)) not in disjoint:

@@ -43,7 +43,7 @@ SIZE_EXPECTED = "expected a size in bytes or with an IEC suffix (KiB, MiB, GiB, 
 SIZE_BOUND = f"expected a size of at most {MAX_SIZE} bytes (2^63-1, about 8 EiB)"
 DURATION_EXPECTED = "expected a duration such as 30s, 5m, 1h or 1m30s"
 DURATION_BOUND = "expected a duration greater than 0 and at most 1 year (8760h)"
-RATIO_BOUND = f"expected a finite number greater than 0 and at most {MAX_RATIO:g}"
+RATIO_BOUND = f"expected a finite number of at least 0 (Nova's default) and at most {MAX_RATIO:g}"
 CPU_SET_EXPECTED = "expected a CPU set such as '0-3,^2,8'"
 
 BRIEF_CHARS = 60
@@ -134,7 +134,8 @@ def parse_duration(value: object) -> float:
 
 
 def parse_ratio(value: object) -> float:
-    """An allocation ratio: a finite number greater than 0 and at most MAX_RATIO."""
+    """An allocation ratio: a finite number from 0 to MAX_RATIO; 0 means Nova's default for the
+    class, as Nova reads an allocation ratio of 0.0."""
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise ValueError(f"expected a number, got {brief_repr(value)}")
     if isinstance(value, int) and not -MAX_RATIO <= value <= MAX_RATIO:
@@ -149,15 +150,16 @@ def parse_ratio(value: object) -> float:
         ratio = float(value)
     if not math.isfinite(ratio) or ratio > MAX_RATIO:
         raise ValueError(f"{RATIO_BOUND}, got {brief_repr(value)}")
-    if ratio <= 0:
-        raise ValueError(f"expected a number greater than 0, got {brief_repr(value)}")
+    if ratio < 0:
+        raise ValueError(f"expected a number of at least 0 (0: Nova's default), got {brief_repr(value)}")
     return ratio
 
 
 def parse_cpu_set(spec: object) -> frozenset[int]:
     """Host CPU numbers from Nova's syntax: `0-3,^2,8` is {0, 1, 3, 8}.
 
-    Exclusions apply after every inclusion, whatever their position, as in Nova. CPU numbers
+    Exclusions apply after every inclusion, whatever their position, and empty elements are
+    skipped, as in Nova; a set that names no CPU is refused, as Nova refuses it. CPU numbers
     are at most MAX_CPU, checked before any range is built; overlapping ranges are merged
     first, so the work is bounded by the length of the spec plus MAX_CPU, however it repeats.
     """
@@ -165,12 +167,14 @@ def parse_cpu_set(spec: object) -> frozenset[int]:
         if not 0 <= spec <= MAX_CPU:
             raise ValueError(f"expected CPU numbers from 0 to {MAX_CPU}, got {brief_repr(spec)}")
         spec = str(spec)
-    if not isinstance(spec, str) or not spec.strip():
+    if not isinstance(spec, str):
         raise ValueError(f"{CPU_SET_EXPECTED}, got {brief_repr(spec)}")
     included: list[tuple[int, int]] = []
     excluded: list[tuple[int, int]] = []
     for raw in spec.split(","):
         item = raw.strip()
+        if not item:  # Nova's parse_cpu_spec skips empty elements: "0-3," and "1,,2" are valid
+            continue
         target = included
         if item.startswith("^"):
             target = excluded
