@@ -17,6 +17,7 @@ from virtcap.demo import demo_config
 from virtcap.exposition import FragmentCache, HypervisorView, render, views
 from virtcap.facts import CpuIdentity
 from virtcap.oneshot import audit_fleet_once
+from virtcap.report import fleet_document, render_tables
 from virtcap.snapshot import HypervisorSnapshot
 from virtcap.store import SnapshotStore
 
@@ -226,3 +227,49 @@ def test_the_fragment_cache_renders_what_a_whole_render_does(monkeypatch: pytest
     assert same_as_whole() == [first]
     audited = [name for name in names if store.hypervisors[name].last_good is not None]
     assert same_as_whole(at=now + 3600) == audited  # their data turned stale
+
+
+def test_a_refused_inventory_is_loud_in_the_exposition_and_the_report() -> None:
+    """Reserved memory above the host's 32 GiB, and a CPU set naming an offline CPU (the test
+    driver's CPU map has only 0, 2 and 4 online): Placement would hold no such inventory, so the
+    hypervisor offers nothing of it, and says so."""
+    config = parse_config(
+        f"""
+hypervisors:
+  - {{name: starved, uri: "test://{MIXED}", cpu_shared_set: "0", reserved: {{memory: 64GiB}}}}
+  - {{name: offline, uri: "test://{MIXED}", cpu_shared_set: "0-1"}}
+flavors:
+  - {{name: m1.small, vcpu: 1, memory: 2GiB, disk: 20GiB}}
+""",
+        "inline",
+    )
+    store = SnapshotStore()
+    store.track([h.name for h in config.hypervisors])
+    snapshots = asyncio.run(audit_fleet_once(config, cpu_window=0.0))
+    for snapshot in snapshots:
+        store.record(snapshot, "success")
+    samples = exposition(store)
+
+    def refused(hypervisor: str) -> dict[str, float]:
+        found = series(samples, "hypervisor_resource_inventory_refused", hypervisor=hypervisor)
+        return {dict(labels)["resource"]: flag for labels, flag in found.items()}
+
+    assert refused("starved") == {"vcpu": 0, "pcpu": 0, "memory": 1, "disk": 0}
+    assert refused("offline") == {"vcpu": 1, "pcpu": 1, "memory": 1, "disk": 1}
+    assert (
+        value(samples, "hypervisor_resource_limit", hypervisor="starved", resource="memory", unit="bytes")
+        == 0
+    )
+    for hypervisor in ("starved", "offline"):
+        assert (
+            value(samples, "hypervisor_schedulable_instances", hypervisor=hypervisor, flavor="m1.small") == 0
+        )
+        assert (value(samples, "hypervisor_audit_problems", hypervisor=hypervisor) or 0) >= 1
+    document = {h["name"]: h for h in fleet_document(snapshots)["hypervisors"]}
+    assert document["starved"]["resources"]["memory"]["refused"] == (
+        "reserved memory exceeds its total: Placement refuses the inventory"
+    )
+    assert document["starved"]["resources"]["vcpu"]["refused"] is None
+    offline_reason = "cpu_shared_set names CPUs that are not online (1): Nova refuses the configuration"
+    assert offline_reason in document["offline"]["problems"]
+    assert f"! {offline_reason}" in render_tables(snapshots)

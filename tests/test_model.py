@@ -102,7 +102,7 @@ def test_nova_flavor_metadata_is_the_allocation() -> None:
     capacity = host_capacity(facts, policy()).resources
     assert capacity[R.VCPU].used == 3
     assert capacity[R.MEMORY].used == 3000 * MIB
-    assert capacity[R.DISK].used == 25 * GIB + 512 * MIB
+    assert capacity[R.DISK].used == 26 * GIB  # 512 MiB of swap is a whole GiB to Nova's scheduler
 
 
 def test_network_disks_and_cdroms_use_no_local_disk() -> None:
@@ -130,9 +130,20 @@ def test_cpu_sets_split_vcpu_and_pcpu() -> None:
     capacity = host_capacity(facts, policy(cpu_shared_set=shared, cpu_dedicated_set=dedicated)).resources
     assert (capacity[R.VCPU].total, capacity[R.VCPU].limit, capacity[R.VCPU].used) == (4, 16, 8)
     assert (capacity[R.PCPU].total, capacity[R.PCPU].limit, capacity[R.PCPU].used) == (8, 8, 2)
-    # offline CPUs in a set are not offered
-    offline = host_capacity(facts, policy(cpu_dedicated_set=frozenset(range(8, 16)), cpu_shared_set=shared))
-    assert offline.resources[R.PCPU].total == 6
+    # A set naming offline CPUs: Nova refuses the configuration and the host offers nothing at all
+    offline = host_capacity(
+        facts,
+        policy(cpu_dedicated_set=frozenset(range(8, 16)), cpu_shared_set=shared),
+        flavors={"small": SMALL},
+    )
+    for refused in offline.resources.values():
+        assert refused.refused == (
+            "cpu_dedicated_set names CPUs that are not online (14,15): Nova refuses the configuration"
+        )
+        assert refused.limit == 0 and refused.max_unit == 0
+    assert offline.resources[R.PCPU].total == 8  # the set as configured, not its online part
+    assert offline.schedulable == {"small": 0}
+    assert claim_test(offline.resources, {R.VCPU: 1})[0].startswith("Requested vcpu 1 VCPU > max_unit 0")
 
 
 def test_a_dedicated_set_alone_offers_no_shared_cpus() -> None:
@@ -213,16 +224,53 @@ def test_schedulable_is_the_minimum_over_requested_resources() -> None:
 
 
 def test_an_instance_never_overcommits_against_itself() -> None:
-    # 4 CPUs x 16.0 leaves 64 vCPUs free, but an 8-vCPU guest does not fit on 4 CPUs.
+    # 4 CPUs x 16.0 leaves 64 vCPUs free, but an 8-vCPU guest is larger than max_unit = 4 CPUs.
     big = {R.VCPU: 8, R.MEMORY: 1 * GIB}
     result = host_capacity(host(cpus=4), policy(ratios={R.VCPU: 16.0}), flavors={"big": big})
     assert result.resources[R.VCPU].free == 64
     assert result.schedulable == {"big": 0}
     assert result.bottlenecks == {"big": R.VCPU}
-    # nor memory beyond total - reserved, whatever the memory ratio
+    assert claim_test(result.resources, big) == [
+        "Requested vcpu 8 VCPU > max_unit 4 VCPU: larger than the whole hypervisor"
+    ]
+
+
+def test_max_unit_is_the_total_not_total_minus_reserved() -> None:
+    """Issue 13's case: 8 CPUs, 2 reserved, ratio 4.0: (8 - 2) x 4 = 24, and Placement accepts an
+    8-vCPU allocation (max_unit = total = 8) three times in a row."""
+    eight = {R.VCPU: 8, R.MEMORY: 1 * GIB}
+    result = host_capacity(host(cpus=8), policy(reserved={R.VCPU: 2}), flavors={"eight": eight})
+    assert result.resources[R.VCPU].limit == 24
+    assert result.schedulable == {"eight": 3}
+    assert claim_test(result.resources, eight) == []
+    # memory alike: 64 GiB at 1.5 leaves room for a 64 GiB guest even with 512 MiB reserved
     fat = {R.VCPU: 1, R.MEMORY: 64 * GIB}
     result = host_capacity(host(memory=64 * GIB), policy(ratios={R.MEMORY: 1.5}), flavors={"fat": fat})
-    assert result.schedulable == {"fat": 0}
+    assert result.schedulable == {"fat": 1}
+    # a 9-vCPU claim on an empty 8-CPU host at ratio 4 is larger than the host: refused
+    nine = host_capacity(host(cpus=8), policy()).resources
+    assert claim_test(nine, {R.VCPU: 9}) == [
+        "Requested vcpu 9 VCPU > max_unit 8 VCPU: larger than the whole hypervisor"
+    ]
+
+
+def test_limits_are_truncated_in_mib_and_gib_and_reserved_disk_rounds_up() -> None:
+    # 16 GiB, 512 MiB reserved, ratio 1.1: int(15872 x 1.1) = 17459 MiB, not 17459.2 MiB in bytes
+    memory = host_capacity(host(memory=16 * GIB), policy(ratios={R.MEMORY: 1.1})).resources[R.MEMORY]
+    assert memory.limit == 17459 * MIB
+    # 1536 MiB of reserved disk is 2 GiB to Nova; a total of 100.7 GiB is 100 GiB
+    disk_host = host(disk=100 * GIB + 700 * MIB)
+    disk = host_capacity(disk_host, policy(reserved={R.DISK: 1536 * MIB})).resources[R.DISK]
+    assert (disk.total, disk.reserved, disk.limit) == (100 * GIB, 2 * GIB, 98 * GIB)
+
+
+def test_reserved_above_total_is_a_refused_inventory() -> None:
+    result = host_capacity(host(cpus=4), policy(reserved={R.VCPU: 6}), flavors={"small": SMALL})
+    vcpu = result.resources[R.VCPU]
+    assert vcpu.refused == "reserved vcpu exceeds its total: Placement refuses the inventory"
+    assert (vcpu.limit, vcpu.max_unit) == (0, 0)
+    assert result.resources[R.MEMORY].refused is None  # only that class
+    assert result.schedulable == {"small": 0}
 
 
 def test_schedulable_is_never_negative_and_ignores_unknown_disk() -> None:
@@ -241,14 +289,20 @@ def test_claim_test_reports_every_failing_resource_in_novas_words() -> None:
     )
     resources = host_capacity(facts, policy()).resources
     # vcpu free 8 - 5 = 3; memory free 3.5 GiB - 2.5 GiB = 1 GiB; disk free 100 GiB
-    reasons = claim_test(resources, {R.VCPU: 4, R.MEMORY: 2 * GIB, R.DISK: 40 * GIB})
+    reasons = claim_test(resources, {R.VCPU: 2, R.MEMORY: 2 * GIB, R.DISK: 40 * GIB})
+    assert reasons == ["Free memory 1024.00 MiB < requested 2048 MiB"]
+    reasons = claim_test(resources, {R.VCPU: 3, R.MEMORY: 2 * GIB, R.DISK: 40 * GIB})
     assert reasons == [
-        "Free vcpu 3.00 VCPU < requested 4 VCPU",
+        "Requested vcpu 3 VCPU > max_unit 2 VCPU: larger than the whole hypervisor",
         "Free memory 1024.00 MiB < requested 2048 MiB",
     ]
-    assert claim_test(resources, {R.VCPU: 3, R.MEMORY: 1 * GIB, R.DISK: 100 * GIB}) == []
-    assert claim_test(resources, {R.DISK: 101 * GIB}) == ["Free disk 100.00 GiB < requested 101 GiB"]
-    assert claim_test(resources, {R.PCPU: 1}) == ["Free pcpu 0.00 PCPU < requested 1 PCPU"]
+    assert claim_test(resources, {R.VCPU: 2, R.MEMORY: 1 * GIB, R.DISK: 100 * GIB}) == []
+    assert claim_test(resources, {R.DISK: 101 * GIB}) == [
+        "Requested disk 101 GiB > max_unit 100 GiB: larger than the whole hypervisor"
+    ]
+    assert claim_test(resources, {R.PCPU: 1}) == [
+        "Requested pcpu 1 PCPU > max_unit 0 PCPU: larger than the whole hypervisor"
+    ]
 
 
 def test_claim_test_shows_negative_free() -> None:
@@ -310,9 +364,9 @@ def test_invariants(
             continue
         assert capacity.reserved is not None and capacity.limit is not None
         assert capacity.free == capacity.limit - capacity.used
-        assert capacity.limit == math.floor(
-            max(capacity.total - capacity.reserved, 0) * capacity.allocation_ratio
-        )
+        unit = capacity.resource.placement_unit
+        usable_units = max(capacity.total - capacity.reserved, 0) // unit
+        assert capacity.limit == math.floor(usable_units * capacity.allocation_ratio) * unit
         assert capacity.limit >= 0
     assert sum(result.domains_by_state.values()) == len(domains)
     fits = result.schedulable["m1.small"]
@@ -321,6 +375,4 @@ def test_invariants(
         # one more instance fits: the claim test agrees
         assert claim_test(result.resources, SMALL) == []
     else:
-        assert claim_test(result.resources, SMALL) or any(
-            SMALL[r] > c.usable for r, c in result.resources.items() if r in SMALL and c.usable is not None
-        )
+        assert claim_test(result.resources, SMALL)

@@ -231,8 +231,15 @@ def build_families(hypervisors: Iterable[HypervisorView]) -> list[Metric]:
     )
     problems = GaugeMetricFamily(
         "hypervisor_audit_problems",
-        "Problems the last audit reported (unreadable domains or disks, missing storage).",
+        "Problems the last audit reported (unreadable domains or disks, missing storage, a "
+        "configuration the hypervisor's inventory is refused for).",
         labels=["hypervisor"],
+    )
+    refused = GaugeMetricFamily(
+        "hypervisor_resource_inventory_refused",
+        "1 where Placement would hold no inventory of the resource (reserved above total, a CPU set "
+        "naming offline CPUs): the hypervisor offers none of it.",
+        labels=["hypervisor", "resource"],
     )
     duration = GaugeMetricFamily(
         "hypervisor_audit_duration_seconds", "Duration of the last successful audit.", labels=["hypervisor"]
@@ -281,7 +288,7 @@ def build_families(hypervisors: Iterable[HypervisorView]) -> list[Metric]:
                 "arch": identity.arch,
             },
         )
-        problems.add_metric([name], len(facts.problems))
+        problems.add_metric([name], len(facts.problems) + len(capacity.problems))
         for state in DomainState:
             domains.add_metric([name, state.value], capacity.domains_by_state[state])
         for flavor, count in capacity.schedulable.items():
@@ -307,6 +314,7 @@ def build_families(hypervisors: Iterable[HypervisorView]) -> list[Metric]:
                 if amount is not None:
                     gauges[key].add_metric(labels, amount)
             ratio.add_metric([name, resource.value], rc.allocation_ratio)
+            refused.add_metric([name, resource.value], 1 if rc.refused is not None else 0)
             claimed.add_metric(labels, rc.claimed)
             for state in DomainState:
                 allocated.add_metric([*labels, state.value], rc.allocated_by_state[state])
@@ -320,6 +328,7 @@ def build_families(hypervisors: Iterable[HypervisorView]) -> list[Metric]:
         bottleneck,
         domains,
         problems,
+        refused,
         duration,
         timestamp,
         audits,

@@ -29,6 +29,19 @@ class Resource(StrEnum):
     def unit(self) -> str:
         return "cpus" if self in (Resource.VCPU, Resource.PCPU) else "bytes"
 
+    @property
+    def placement_unit(self) -> int:
+        """How many of our units (cpus, bytes) make one of Placement's: MEMORY_MB counts MiB,
+        DISK_GB counts GiB, and capacity is truncated in those units, not in bytes."""
+        return _PLACEMENT_UNITS[self]
+
+
+_PLACEMENT_UNITS: Mapping[Resource, int] = {
+    Resource.VCPU: 1,
+    Resource.PCPU: 1,
+    Resource.MEMORY: MIB,
+    Resource.DISK: GIB,
+}
 
 RESOURCES: tuple[Resource, ...] = tuple(Resource)
 STATES: tuple[DomainState, ...] = tuple(DomainState)
@@ -85,6 +98,9 @@ class ResourceCapacity:
     counted_states: frozenset[DomainState]
     claimed: int = 0
     actual: float | None = None
+    refused: str | None = None
+    """Why Placement would hold no inventory of the class (reserved above total, a CPU set naming
+    offline CPUs): the hypervisor then offers none of it, and says so."""
 
     @property
     def unit(self) -> str:
@@ -92,9 +108,11 @@ class ResourceCapacity:
 
     @property
     def usable(self) -> int | None:
-        """total - reserved, never below 0 (Placement refuses reserved > total); None if unknown."""
+        """total - reserved, never below 0; 0 for a refused inventory; None if unknown."""
         if self.total is None or self.reserved is None:
             return None
+        if self.refused is not None:
+            return 0
         return max(self.total - self.reserved, 0)
 
     @property
@@ -103,8 +121,18 @@ class ResourceCapacity:
         usable = self.usable
         if usable is None:
             return None
-        # Placement computes capacity in floating point and truncates it: int((t - r) * ratio).
-        return int(usable * self.allocation_ratio)
+        # Placement computes capacity in floating point in the class's unit (cpus, MiB, GiB) and
+        # truncates it there: int((total - reserved) x ratio) whole units.
+        unit = self.resource.placement_unit
+        return int(usable // unit * self.allocation_ratio) * unit
+
+    @property
+    def max_unit(self) -> int | None:
+        """The largest single allocation Placement accepts: Nova reports max_unit = total, so an
+        instance never overcommits against itself, yet may be larger than total - reserved."""
+        if self.total is None:
+            return None
+        return 0 if self.refused is not None else self.total
 
     @property
     def allocated(self) -> int:
@@ -141,20 +169,32 @@ class HostCapacity:
     domains_by_state: Mapping[DomainState, int]
     schedulable: Mapping[str, int]
     uncounted_hugepage_bytes: int = 0
+    """Hugepage-backed guest memory: tracked per NUMA cell by Nova, not as ordinary memory."""
     bottlenecks: Mapping[str, Resource | None] = field(default_factory=dict)
     """Per flavor, the resource that limits how many more instances fit."""
-    """Hugepage-backed guest memory: tracked per NUMA cell by Nova, not as ordinary memory."""
+
+    @property
+    def problems(self) -> tuple[str, ...]:
+        """What the configuration makes the hypervisor refuse (offline CPUs in a set, reserved
+        above total), each reason once: loud, since the hypervisor offers nothing of those."""
+        return tuple(sorted({rc.refused for rc in self.resources.values() if rc.refused is not None}))
 
 
 def domain_allocation(domain: DomainFacts, dedicated_cpus: frozenset[int] | None) -> dict[Resource, int]:
-    """What one domain is allocated. The Nova flavor in its metadata wins where present."""
+    """What one domain is allocated, in whole MiB of memory and whole GiB of disk as Placement
+    counts them. The Nova flavor in its metadata wins where present."""
     flavor = domain.nova_flavor
     vcpus = flavor.vcpus if flavor is not None else domain.vcpus
-    memory = flavor.memory_mib * MIB if flavor is not None else domain.memory_bytes
     if flavor is not None:
-        disk = (flavor.root_gib + flavor.ephemeral_gib) * GIB + flavor.swap_mib * MIB
+        memory = flavor.memory_mib * MIB
+        # Nova's scheduler asks for swap in whole GiB, rounded up.
+        disk = (
+            flavor.root_gib + flavor.ephemeral_gib + placement_units(Resource.DISK, flavor.swap_mib * MIB)
+        ) * GIB
     else:
-        disk = sum(d.capacity_bytes or 0 for d in domain.disks if d.local)
+        memory = placement_units(Resource.MEMORY, domain.memory_bytes) * MIB
+        local = sum(d.capacity_bytes or 0 for d in domain.disks if d.local)
+        disk = placement_units(Resource.DISK, local) * GIB
     cpu_resource = Resource.PCPU if is_dedicated(domain, dedicated_cpus) else Resource.VCPU
     return {
         Resource.VCPU: vcpus if cpu_resource is Resource.VCPU else 0,
@@ -172,22 +212,61 @@ def is_dedicated(domain: DomainFacts, dedicated_cpus: frozenset[int] | None) -> 
 
 
 def host_totals(facts: HostFacts, policy: HostPolicy) -> dict[Resource, int | None]:
-    """Physical totals. Disk is None when no storage was found for instance disks."""
-    online = facts.online_cpus
+    """The inventory totals Nova's libvirt driver reports: CPUs of the sets (or every CPU),
+    memory, and the storage for instance disks floored to whole GiB (None when none was found)."""
     if policy.cpu_shared_set is not None:
-        vcpu_total = len(policy.cpu_shared_set & online) if online is not None else len(policy.cpu_shared_set)
+        vcpu_total = len(policy.cpu_shared_set)
     elif policy.cpu_dedicated_set is not None:
         vcpu_total = 0  # every host CPU is either dedicated or in neither set: none is shared
     else:
         vcpu_total = facts.cpus
-    dedicated = policy.cpu_dedicated_set or frozenset()
-    pcpu_total = len(dedicated & online) if online is not None else len(dedicated)
+    storage = facts.storage
     return {
         Resource.VCPU: vcpu_total,
-        Resource.PCPU: pcpu_total,
-        Resource.MEMORY: facts.memory_bytes,
-        Resource.DISK: facts.storage.capacity_bytes if facts.storage is not None else None,
+        Resource.PCPU: len(policy.cpu_dedicated_set or ()),
+        Resource.MEMORY: facts.memory_bytes // MIB * MIB,
+        Resource.DISK: storage.capacity_bytes // GIB * GIB if storage is not None else None,
     }
+
+
+def inventory_reserved(resource: Resource, policy: HostPolicy) -> int:
+    """The reserved amount in whole units of the class, rounded up: Nova reserves
+    ceil(reserved_host_disk_mb / 1024) GiB of disk."""
+    return placement_units(resource, policy.reserved.get(resource, 0)) * resource.placement_unit
+
+
+def refusals(
+    facts: HostFacts, policy: HostPolicy, totals: Mapping[Resource, int | None]
+) -> dict[Resource, str]:
+    """The classes Placement would hold no inventory of, and why.
+
+    A CPU set naming a CPU that is not online makes nova-compute refuse its configuration: the
+    hypervisor then offers nothing at all. A reserved amount above the total makes Placement
+    refuse that class's inventory.
+    """
+    online = facts.online_cpus
+    if online is not None:
+        for key, cpus in (
+            ("cpu_shared_set", policy.cpu_shared_set),
+            ("cpu_dedicated_set", policy.cpu_dedicated_set),
+        ):
+            offline = (cpus or frozenset()) - online
+            if offline:
+                cpus_named = format_cpu_list(offline)
+                why = f"{key} names CPUs that are not online ({cpus_named}): Nova refuses the configuration"
+                return dict.fromkeys(RESOURCES, why)
+    refused = {}
+    for resource, total in totals.items():
+        reserved = inventory_reserved(resource, policy)
+        if total is not None and total > 0 and reserved > total:
+            refused[resource] = (
+                f"reserved {resource.value} exceeds its total: Placement refuses the inventory"
+            )
+    return refused
+
+
+def format_cpu_list(cpus: frozenset[int]) -> str:
+    return ",".join(str(cpu) for cpu in sorted(cpus))
 
 
 def host_actual_usage(facts: HostFacts) -> dict[Resource, float | None]:
@@ -217,16 +296,18 @@ def host_capacity(
     actual = host_actual_usage(facts)
     claimed = claimed or {}
     totals = host_totals(facts, policy)
+    refused = refusals(facts, policy, totals)
     resources = {
         resource: ResourceCapacity(
             resource=resource,
             total=total,
-            reserved=policy.reserved.get(resource, 0) if total is not None else None,
+            reserved=inventory_reserved(resource, policy) if total is not None else None,
             allocation_ratio=policy.allocation_ratios.get(resource, 1.0),
             allocated_by_state=allocated[resource],
             counted_states=policy.counted_states,
             claimed=claimed.get(resource, 0),
             actual=actual[resource],
+            refused=refused.get(resource),
         )
         for resource, total in totals.items()
     }
@@ -236,16 +317,22 @@ def host_capacity(
     return HostCapacity(resources, domains_by_state, schedulable, hugepage_bytes, bottlenecks)
 
 
+def placement_units(resource: Resource, amount: int) -> int:
+    """An amount in Placement's unit of the class, rounded up: an allocation is whole MiB or GiB."""
+    unit = resource.placement_unit
+    return -(-amount // unit)
+
+
 def flavor_fit(
     resources: Mapping[Resource, ResourceCapacity], request: Amounts
 ) -> tuple[int, Resource | None]:
-    """How many more instances of a flavor fit, and the resource that limits them.
+    """How many more instances of a flavor fit, and the resource that limits them: how many
+    allocations of the request Placement would accept in a row.
 
-    The count is the minimum over requested resources of floor(free / request), never below 0.
-    An instance never overcommits against itself: a request larger than total - reserved fits 0
-    times whatever the ratio (Nova's "does not have N MB usable ram before overcommit").
-    A resource without a known total is unlimited, as in Nova's claim test: it never limits the
-    count nor is it the bottleneck.
+    0 when a requested amount exceeds the class's max_unit (its total: an instance never
+    overcommits against itself), else the minimum over requested resources of floor(free /
+    request) in the class's unit, never below 0. A resource without a known total is unlimited,
+    as in Nova's claim test: it never limits the count nor is it the bottleneck.
     """
     best: tuple[int, Resource | None] = (0, None)
     first = True
@@ -253,15 +340,24 @@ def flavor_fit(
         capacity = resources.get(resource)
         if amount <= 0 or capacity is None:
             continue
-        usable, free = capacity.usable, capacity.free
-        if usable is None or free is None:
+        free, max_unit = capacity.free, capacity.max_unit
+        if free is None or max_unit is None:
             continue
-        if amount > usable:
+        wanted = placement_units(resource, amount)
+        if wanted > placement_units(resource, max_unit):
             return 0, resource
-        fits = max(free // amount, 0)
+        fits = max(placement_free(capacity) // wanted, 0)
         if first or fits < best[0]:
             best, first = (fits, resource), False
     return best
+
+
+def placement_free(capacity: ResourceCapacity) -> int:
+    """limit - used in the class's unit, every allocation counted in whole units."""
+    limit = capacity.limit
+    assert limit is not None
+    resource = capacity.resource
+    return limit // resource.placement_unit - placement_units(resource, capacity.used)
 
 
 # Nova's claim test words and units: "Free memory 1024.00 MiB < requested 2048 MiB".
@@ -277,7 +373,7 @@ def claim_test(resources: Mapping[Resource, ResourceCapacity], request: Amounts)
     """Every reason a request does not fit, in Nova's wording; empty when it fits.
 
     Per resource: without a limit (unknown total) it is unlimited; otherwise the request fails
-    when it is larger than free = limit - used.
+    when it is larger than the class's max_unit (the total) or than free = limit - used.
     """
     reasons: list[str] = []
     for resource in RESOURCES:
@@ -285,10 +381,18 @@ def claim_test(resources: Mapping[Resource, ResourceCapacity], request: Amounts)
         capacity = resources.get(resource)
         if requested <= 0 or capacity is None:
             continue
-        free = capacity.free
-        if free is not None and requested > free:
-            unit, scale = _CLAIM_UNITS[resource]
-            wanted = _amount(requested, scale)
+        free, max_unit = capacity.free, capacity.max_unit
+        if free is None or max_unit is None:
+            continue
+        unit, scale = _CLAIM_UNITS[resource]
+        wanted = _amount(requested, scale)
+        wanted_units = placement_units(resource, requested)
+        if wanted_units > placement_units(resource, max_unit):
+            reasons.append(
+                f"Requested {resource.value} {wanted} {unit} > max_unit {_amount(max_unit, scale)} {unit}: "
+                "larger than the whole hypervisor"
+            )
+        elif wanted_units > placement_free(capacity):
             reasons.append(f"Free {resource.value} {free / scale:.2f} {unit} < requested {wanted} {unit}")
     return reasons
 

@@ -29,6 +29,7 @@ def resource_document(capacity: ResourceCapacity) -> dict[str, Any]:
         "effective_overcommit": capacity.effective_overcommit,
         "used_by_state": {state.value: capacity.allocated_by_state[state] for state in DomainState},
         "counted_states": sorted(state.value for state in capacity.counted_states),
+        "refused": capacity.refused,
     }
 
 
@@ -46,7 +47,7 @@ def hypervisor_document(snapshot: HypervisorSnapshot) -> dict[str, Any]:
         bottlenecks={flavor: r.value if r else None for flavor, r in capacity.bottlenecks.items()},
         memory_actual_source=facts.memory_in_use_source,
         hugepage_memory_bytes=capacity.uncounted_hugepage_bytes,
-        problems=list(facts.problems),
+        problems=[*facts.problems, *capacity.problems],
     )
     return document
 
@@ -79,6 +80,7 @@ def _render_one(snapshot: HypervisorSnapshot) -> str:
         lines.append(f"  schedulable: {fits}")
     if snapshot.facts is not None:
         lines.extend(f"  ! {problem}" for problem in snapshot.facts.problems)
+    lines.extend(f"  ! {problem}" for problem in capacity.problems)
     return "\n".join(lines)
 
 
