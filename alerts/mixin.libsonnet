@@ -27,6 +27,7 @@
       forecast: '1h',
       auditFailing: '10m',
       auditStale: '10m',
+      inventoryRefused: '10m',
       exporterDown: '5m',
     },
     severity: {
@@ -38,6 +39,7 @@
       forecast: 'warning',
       auditFailing: 'warning',
       auditStale: 'warning',
+      inventoryRefused: 'warning',
       exporterDown: 'critical',
     },
     runbookURL: 'https://github.com/virtcap/virtcap/blob/main/alerts/RUNBOOK.md',
@@ -216,6 +218,15 @@
             ||| % { s: config.selector, t: config.auditStaleSeconds },
             'The capacity data of a hypervisor is old.',
             'The last successful audit of {{ $labels.hypervisor }} was {{ $value | humanizeDuration }} ago.',
+          ),
+          alert(
+            'HypervisorInventoryRefused',
+            'inventoryRefused',
+            |||
+              hypervisor_resource_inventory_refused{%(s)s} == 1
+            ||| % { s: config.selector },
+            'A hypervisor offers none of a resource: Placement would refuse its inventory.',
+            '{{ $labels.hypervisor }} offers no {{ $labels.resource }}: its configuration names CPUs that are not online, or reserves more than it has. virtcap reports the reason among its problems.',
           ),
           alert(
             'VirtcapExporterDown',

@@ -28,6 +28,7 @@ FOR_KEYS = (
     "forecast",
     "auditFailing",
     "auditStale",
+    "inventoryRefused",
     "exporterDown",
 )
 
@@ -84,7 +85,7 @@ def _github_anchors(markdown: str) -> set[str]:
 def test_alerts_follow_the_mixin_conventions() -> None:
     anchors = _github_anchors((ALERTS / "RUNBOOK.md").read_text())
     rules = alert_rules()
-    assert len(rules) == 9
+    assert len(rules) == 10
     for rule in rules:
         name = rule["alert"]
         assert re.fullmatch(r"(?:[A-Z][a-z0-9]+)+", name) and len(name) <= 40, name
