@@ -2,8 +2,10 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# Upstream Nova and Placement, for the conformance suite only (tests/conformance): their own virtualenv.
+UPSTREAM_VENV := .venv-upstream
 
-.PHONY: demo test lint typecheck unit bench generate system-deps clean
+.PHONY: demo test lint typecheck unit conformance upstream-venv bench generate system-deps clean
 
 system-deps:
 	@bash scripts/install-system-deps.sh
@@ -27,8 +29,16 @@ lint: $(BIN)/virtcap
 typecheck: $(BIN)/virtcap
 	$(BIN)/mypy
 
-unit: $(BIN)/virtcap
-	$(BIN)/pytest
+# Installed from PyPI once, then cached: the script does nothing while its stamp matches the pins.
+upstream-venv: system-deps
+	@PYTHON=$(PYTHON) bash scripts/upstream-venv.sh $(UPSTREAM_VENV)
+
+unit: $(BIN)/virtcap upstream-venv
+	VIRTCAP_UPSTREAM_VENV=$(abspath $(UPSTREAM_VENV)) $(BIN)/pytest
+
+# The conformance suite alone (`make unit` runs it too): virtcap against upstream Nova and Placement.
+conformance: $(BIN)/virtcap upstream-venv
+	VIRTCAP_UPSTREAM_VENV=$(abspath $(UPSTREAM_VENV)) $(BIN)/pytest tests/conformance
 
 test: system-deps $(BIN)/virtcap lint typecheck unit
 

@@ -1,0 +1,319 @@
+"""The upstream oracle: answers questions with Nova's and Placement's own code.
+
+Run with the python of the upstream virtualenv (scripts/upstream-venv.sh), never the project's: it
+imports `nova` and `placement`, which virtcap must not depend on. It reads one JSON request per
+line on stdin and writes one JSON answer per line on stdout, in order, until stdin closes; a line
+holding a JSON list is a batch, answered by a list. Nothing of upstream is copied here: every
+answer comes from calling it.
+
+Requests (`op`):
+
+- `cpu_spec` {spec}: `nova.virt.hardware.parse_cpu_spec(spec)`, and what nova-compute makes of the
+  same text as `[compute] cpu_shared_set` (`get_cpu_shared_set`: unset, a set, or refused).
+- `placement` {inventory, usage, request, attempts}: a resource provider in a real Placement (its
+  WSGI application, in-process, on in-memory SQLite). Each class of `inventory` (total, reserved,
+  min_unit, max_unit, step_size, allocation_ratio) is posted on its own, so that Placement accepts
+  or refuses each; the capacity Placement reports for the accepted ones is read from the
+  provider summaries of GET /allocation_candidates while the provider is empty. `usage` (a list
+  of allocations, one consumer each) is then written as existing allocations (under a roomy
+  inventory, which is then put back: the way a host ends up over its policy when a ratio is
+  lowered after the fact), and `request` is allocated up to `attempts` times in a row, each to a
+  new consumer, until Placement refuses one.
+- `flavor` {vcpus, memory_mb, root_gb, ephemeral_gb, swap, extra_specs, is_bfv, image_properties}:
+  the resources Nova's scheduler asks Placement for: `resources_from_flavor_and_bfv`, or with image
+  properties `ResourceRequest.from_request_spec` of a request spec carrying that image.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import sys
+import uuid
+import warnings
+from typing import Any
+
+PROTOCOL_OUT = sys.stdout
+# Whatever upstream prints (deprecation notices, log lines) must not reach the protocol stream.
+sys.stdout = sys.stderr
+warnings.simplefilter("ignore")
+logging.basicConfig(level=logging.CRITICAL, stream=sys.stderr)
+
+from nova import exception as nova_exception  # noqa: E402
+from nova import objects as nova_objects  # noqa: E402
+from nova.conf import CONF as NOVA_CONF  # noqa: E402
+from nova.scheduler import utils as scheduler_utils  # noqa: E402
+from nova.virt import hardware  # noqa: E402
+from oslo_config import cfg  # noqa: E402
+from placement import conf as placement_conf  # noqa: E402
+from placement import db_api as placement_db  # noqa: E402
+from placement import deploy as placement_deploy  # noqa: E402
+from webob import Request  # noqa: E402
+
+nova_objects.register_all()
+NOVA_CONF([], project="nova", default_config_files=[], default_config_dirs=[])
+
+# The newest microversion of Placement 16.0.0; pinned so that the requests below keep their meaning.
+MICROVERSION = "1.39"
+PROJECT = str(uuid.uuid4())
+USER = str(uuid.uuid4())
+
+
+def cpu_spec(request: dict[str, Any]) -> dict[str, Any]:
+    spec = request["spec"]
+    answer: dict[str, Any] = {}
+    try:
+        answer["parse"] = {"cpus": sorted(hardware.parse_cpu_spec(spec))}
+    except nova_exception.Invalid as error:
+        answer["parse"] = {"error": str(error)}
+    NOVA_CONF.set_override("cpu_shared_set", spec, group="compute")
+    try:
+        cpus = hardware.get_cpu_shared_set()
+        answer["config"] = {"unset": True} if cpus is None else {"cpus": sorted(cpus)}
+    except nova_exception.Invalid as error:
+        answer["config"] = {"error": str(error)}
+    finally:
+        NOVA_CONF.clear_override("cpu_shared_set", group="compute")
+    return answer
+
+
+class Placement:
+    """A real Placement service in this process: its WSGI pipeline on in-memory SQLite."""
+
+    def __init__(self) -> None:
+        conf = cfg.ConfigOpts()
+        placement_conf.register_opts(conf)
+        conf.set_override("connection", "sqlite://", group="placement_database")
+        conf.set_override("sync_on_startup", True, group="placement_database")
+        conf.set_override("auth_strategy", "noauth2", group="api")
+        conf([], project="placement", default_config_files=[], default_config_dirs=[])
+        placement_db.configure(conf)
+        self.app = placement_deploy.loadapp(conf)
+
+    def call(self, method: str, path: str, body: object = None) -> tuple[int, Any]:
+        request = Request.blank(path, method=method)
+        request.headers["x-auth-token"] = "admin"
+        request.headers["OpenStack-API-Version"] = f"placement {MICROVERSION}"
+        request.headers["Accept"] = "application/json"
+        if body is not None:
+            request.body = json.dumps(body).encode()
+            request.content_type = "application/json"
+        response = request.get_response(self.app)
+        text = response.body.decode()
+        return response.status_code, json.loads(text) if text else None
+
+    def summaries(self, provider: str, resources: dict[str, int]) -> dict[str, Any] | None:
+        """The provider's summary in GET /allocation_candidates, or None when it is no candidate."""
+        wanted = ",".join(f"{name}:{amount}" for name, amount in sorted(resources.items()))
+        status, body = self.call("GET", f"/allocation_candidates?resources={wanted}&in_tree={provider}")
+        assert status == 200, body
+        if not body["allocation_requests"]:
+            return None
+        summary: dict[str, Any] = body["provider_summaries"][provider]["resources"]
+        return summary
+
+    def allocation(self, provider: str, resources: dict[str, int]) -> dict[str, Any]:
+        return {
+            "allocations": {provider: {"resources": resources}},
+            "project_id": PROJECT,
+            "user_id": USER,
+            "consumer_generation": None,
+            "consumer_type": "INSTANCE",
+        }
+
+    def run(self, request: dict[str, Any]) -> dict[str, Any]:
+        provider = Provider(self)
+        inventory: dict[str, dict[str, Any]] = request["inventory"]
+        statuses: dict[str, int] = {}
+        errors: dict[str, str] = {}
+        for name, fields in sorted(inventory.items()):
+            status, answer = provider.add_inventory(name, fields)
+            statuses[name] = status
+            if status >= 300:
+                errors[name] = _detail(answer)
+        accepted = {name: inventory[name] for name, status in statuses.items() if status < 300}
+
+        # Capacity as Placement reports it, read while the provider is empty. A summary lists
+        # every class of the provider; a class offers a candidate when its capacity is at least 1.
+        capacity: dict[str, int] | None = None
+        for name in sorted(accepted):
+            summary = self.summaries(provider.uuid, {name: 1})
+            if summary is not None:
+                capacity = {cls: int(values["capacity"]) for cls, values in summary.items()}
+                break
+        if capacity is None:  # no class has room for a single unit: every capacity is below 1
+            capacity = dict.fromkeys(accepted, 0)
+
+        usage: list[dict[str, int]] = request.get("usage", [])
+        load_error = provider.load(accepted, usage) if any(any(a.values()) for a in usage) else None
+        status, answer = self.call("GET", f"/resource_providers/{provider.uuid}/usages")
+        assert status == 200, answer
+        usages = {name: int(amount) for name, amount in answer["usages"].items()}
+
+        result: dict[str, Any] = {
+            "inventory_status": statuses,
+            "inventory_errors": errors,
+            "capacity": capacity,
+            "usages": usages,
+            "load_error": load_error,
+        }
+        wanted = {name: amount for name, amount in request.get("request", {}).items() if amount}
+        if wanted:
+            result["candidate"] = self.summaries(provider.uuid, wanted) is not None
+            count, refusal = 0, None
+            while count < int(request.get("attempts", 1)):
+                body = self.allocation(provider.uuid, wanted)
+                status, answer = self.call("PUT", f"/allocations/{uuid.uuid4()}", body)
+                if status != 204:
+                    refusal = {"status": status, "detail": _detail(answer), **_refusal(_detail(answer))}
+                    break
+                count += 1
+            result["accepted"] = count
+            result["refusal"] = refusal
+        return result
+
+
+class Provider:
+    """One resource provider, and its generation as Placement last returned it."""
+
+    def __init__(self, placement: Placement) -> None:
+        self.placement = placement
+        self.uuid = str(uuid.uuid4())
+        status, body = placement.call("POST", "/resource_providers", {"name": self.uuid, "uuid": self.uuid})
+        assert status == 200, body
+        self.generation = int(body["generation"])
+
+    def add_inventory(self, name: str, fields: dict[str, Any]) -> tuple[int, Any]:
+        body = {"resource_class": name, "resource_provider_generation": self.generation} | fields
+        status, answer = self.placement.call("POST", f"/resource_providers/{self.uuid}/inventories", body)
+        if status < 300:
+            self.generation = int(answer["resource_provider_generation"])
+        return status, answer
+
+    def put_inventories(self, inventories: dict[str, Any]) -> None:
+        body = {"resource_provider_generation": self.generation, "inventories": inventories}
+        status, answer = self.placement.call("PUT", f"/resource_providers/{self.uuid}/inventories", body)
+        assert status == 200, answer
+        self.generation = int(answer["resource_provider_generation"])
+
+    def load(self, accepted: dict[str, dict[str, Any]], usage: list[dict[str, int]]) -> str | None:
+        """Writes existing allocations (one consumer each) under a roomy inventory, then puts the
+        real one back: the way a host ends up over its policy when a ratio is lowered afterwards.
+        Returns why they could not be written, if so."""
+        sums: dict[str, int] = {}
+        for allocation in usage:
+            for name, amount in allocation.items():
+                sums[name] = sums.get(name, 0) + amount
+        missing = sorted(name for name, amount in sums.items() if amount and name not in accepted)
+        if missing:
+            return f"no inventory of {', '.join(missing)} to hold the existing allocations"
+        roomy = {
+            name: fields
+            | {"reserved": 0, "min_unit": 1, "step_size": 1, "allocation_ratio": 1.0}
+            | dict.fromkeys(("total", "max_unit"), max(fields["total"], sums.get(name, 0), 1))
+            for name, fields in accepted.items()
+        }
+        self.put_inventories(roomy)
+        body = {
+            str(uuid.uuid4()): self.placement.allocation(
+                self.uuid, {k: v for k, v in allocation.items() if v}
+            )
+            for allocation in usage
+            if any(allocation.values())
+        }
+        status, answer = self.placement.call("POST", "/allocations", body)
+        error = None if status == 204 else f"{status}: {_detail(answer)}"
+        self.placement_generation_after_allocations()
+        self.put_inventories(accepted)
+        return error
+
+    def placement_generation_after_allocations(self) -> None:
+        """Allocations bump the provider's generation: read it again."""
+        status, body = self.placement.call("GET", f"/resource_providers/{self.uuid}")
+        assert status == 200, body
+        self.generation = int(body["generation"])
+
+
+REFUSALS = {
+    "would exceed the capacity": "capacity",
+    "would violate inventory constraints": "constraints",
+    "invalid.": "no inventory",
+}
+
+
+def _refusal(detail: str) -> dict[str, str | None]:
+    """Which class Placement names in a refusal, and why: its capacity, its constraints
+    (min_unit, max_unit, step_size) or no inventory of it."""
+    named = re.search(r"(?:allocation for|Inventory for) '([A-Z0-9_, ]+)'", detail)
+    kind = next((kind for text, kind in REFUSALS.items() if text in detail), None)
+    return {"class": named.group(1) if named else None, "kind": kind}
+
+
+def _detail(answer: Any) -> str:
+    """The explanation Placement gives, without the generic first paragraph of webob's errors."""
+    try:
+        details = [str(error.get("detail", error)) for error in answer["errors"]]
+    except (TypeError, KeyError, AttributeError):
+        details = [str(answer)]
+    return "; ".join(" ".join(detail.split("\n\n")[-1].split())[:400] for detail in details)
+
+
+def flavor(request: dict[str, Any]) -> dict[str, Any]:
+    flavor = nova_objects.Flavor(
+        name="conformance",
+        flavorid="conformance",
+        vcpus=request["vcpus"],
+        memory_mb=request["memory_mb"],
+        root_gb=request["root_gb"],
+        ephemeral_gb=request["ephemeral_gb"],
+        swap=request["swap"],
+        extra_specs=request.get("extra_specs", {}),
+    )
+    is_bfv = bool(request.get("is_bfv", False))
+    image = request.get("image_properties")
+    try:
+        if image is None:
+            resources = scheduler_utils.resources_from_flavor_and_bfv(flavor, is_bfv)
+        else:
+            meta = nova_objects.ImageMeta.from_dict({"properties": image})
+            spec = nova_objects.RequestSpec(flavor=flavor, image=meta, is_bfv=is_bfv)
+            resources = scheduler_utils.ResourceRequest.from_request_spec(spec).merged_resources()
+    except nova_exception.NovaException as error:
+        return {"error": f"{type(error).__name__}: {error}"}
+    return {"resources": {name: int(amount) for name, amount in sorted(resources.items())}}
+
+
+def main() -> None:
+    placement: Placement | None = None
+
+    def answer(request: dict[str, Any]) -> dict[str, Any]:
+        nonlocal placement
+        op = request.get("op")
+        try:
+            if op == "cpu_spec":
+                return cpu_spec(request)
+            if op == "placement":
+                placement = placement or Placement()
+                return placement.run(request)
+            if op == "flavor":
+                return flavor(request)
+            if op == "ping":
+                return {"pong": True}
+        except Exception as error:  # reported to the test, which fails with it
+            return {"oracle_error": f"{type(error).__name__}: {error}"}
+        return {"oracle_error": f"unknown op {op!r}"}
+
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        message = json.loads(line)
+        reply = [answer(item) for item in message] if isinstance(message, list) else answer(message)
+        PROTOCOL_OUT.write(json.dumps(reply) + "\n")
+        PROTOCOL_OUT.flush()
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("OS_PLACEMENT_CONFIG_DIR", os.devnull)
+    main()
