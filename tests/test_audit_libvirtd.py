@@ -4,6 +4,7 @@ virsh."""
 from __future__ import annotations
 
 import asyncio
+import math
 import re
 import subprocess
 import uuid
@@ -25,6 +26,7 @@ from virtcap.snapshot import HypervisorSnapshot
 pytestmark = pytest.mark.libvirtd
 
 MIB = 1024**2
+GIB = 1024**3
 KIB = 1024
 
 
@@ -199,9 +201,13 @@ def test_capacity_of_the_real_host(snapshot: HypervisorSnapshot, guests: Fleet) 
     assert resources[Resource.VCPU].used == sum(g.vcpus for g in GUESTS)
     assert resources[Resource.VCPU].allocated_by_state[DomainState.PAUSED] == 4
     assert resources[Resource.MEMORY].used == sum(g.memory_mib for g in GUESTS) * MIB
-    assert resources[Resource.DISK].used == sum(g.disk_mib for g in GUESTS) * MIB
+    # each domain's local disks count in whole GiB, rounded up, as Placement's DISK_GB
+    assert resources[Resource.DISK].used == sum(math.ceil(g.disk_mib / 1024) for g in GUESTS) * GIB
     pool = virsh_fields(guests.uri, "pool-info", guests.pool, "--bytes")
-    assert resources[Resource.DISK].total == int(pool["Capacity"])
+    # the pool as virsh reports it, floored to whole GiB as Nova's DISK_GB inventory
+    assert resources[Resource.DISK].total == int(pool["Capacity"]) // GIB * GIB
+    assert snapshot.facts.storage is not None
+    assert snapshot.facts.storage.capacity_bytes == int(pool["Capacity"])
     assert resources[Resource.VCPU].limit == snapshot.facts.cpus * 4
 
 
