@@ -36,9 +36,11 @@ pins=(--constraint "$constraints")
 if [ -n "${UPSTREAM_UNPINNED:-}" ]; then
     pins=()
 fi
+# libvirt-python for Nova's libvirt driver (the oracle connects it to libvirt's test driver), built
+# against libvirt-dev like the project's own.
 "$venv/bin/pip" install --quiet --disable-pip-version-check "${pins[@]}" \
-    "nova==$NOVA_VERSION" "openstack-placement==$PLACEMENT_VERSION"
+    "nova==$NOVA_VERSION" "openstack-placement==$PLACEMENT_VERSION" libvirt-python
 # The oracle's imports, as a smoke test of the installation.
-"$venv/bin/python" -W ignore -c 'import nova.virt.hardware, nova.scheduler.utils, placement.deploy'
+"$venv/bin/python" -W ignore -c 'import libvirt, nova.virt.libvirt.driver, nova.scheduler.utils, placement.deploy'
 echo "$key" > "$stamp"
 echo "upstream-venv: ready in $(($(date +%s) - started)) s"

@@ -34,6 +34,7 @@ import sys
 import uuid
 import warnings
 from typing import Any
+from unittest import mock
 
 PROTOCOL_OUT = sys.stdout
 # Whatever upstream prints (deprecation notices, log lines) must not reach the protocol stream.
@@ -285,6 +286,122 @@ def flavor(request: dict[str, Any]) -> dict[str, Any]:
     return {"resources": {name: int(amount) for name, amount in sorted(resources.items())}}
 
 
+NOVA_OPTIONS = {
+    "cpu_allocation_ratio": None,
+    "ram_allocation_ratio": None,
+    "disk_allocation_ratio": None,
+    "reserved_host_cpus": None,
+    "reserved_host_memory_mb": None,
+    "reserved_host_disk_mb": None,
+    "cpu_shared_set": "compute",
+    "cpu_dedicated_set": "compute",
+}
+"""The options an `inventory` question may set, and their groups."""
+
+
+def inventory(request: dict[str, Any]) -> dict[str, Any]:
+    """What nova-compute's libvirt driver reports to Placement for a host: its start-up check of
+    the CPU sets (`_check_cpu_set_configuration`, the `config` stage) and then
+    `update_provider_tree` (the `inventory` stage), connected read-only to `uri` (a libvirt test
+    driver node file), with instance disks in `instances_path`.
+
+    The provider already reports PCPU when a dedicated set is configured: otherwise Nova would
+    look in its database for instances to reshape from VCPU, as it does on the first start after
+    an upgrade to Train.
+
+    `filesystem_bytes` is the size of the filesystem holding `instances_path`, which Nova reads
+    with statvfs (libvirt_utils.get_fs_info): the oracle answers that one call with it, so that
+    any size can be tested. A libvirt `dir` pool's capacity is the same statvfs figure of its
+    directory, which is what virtcap reads."""
+    # Nova's libvirt driver needs libvirt-python: imported when first asked.
+    from nova.virt.libvirt import utils as libvirt_utils  # noqa: PLC0415
+
+    size = int(request["filesystem_bytes"])
+
+    def filesystem(path: str) -> dict[str, int]:
+        assert path == request["instances_path"], path
+        return {"total": size, "free": size, "used": 0}
+
+    with mock.patch.object(libvirt_utils, "get_fs_info", filesystem):
+        return _inventory(request)
+
+
+def _inventory(request: dict[str, Any]) -> dict[str, Any]:
+    from nova.compute import provider_tree  # noqa: PLC0415
+    from nova.virt import fake  # noqa: PLC0415
+    from nova.virt.libvirt import driver as libvirt_driver  # noqa: PLC0415
+
+    options: dict[str, Any] = request.get("options", {})
+    overrides = [
+        ("connection_uri", request["uri"], "libvirt"),
+        ("instances_path", request["instances_path"], None),
+    ]
+    overrides += [(name, value, NOVA_OPTIONS[name]) for name, value in options.items() if value is not None]
+    for name, value, group in overrides:
+        NOVA_CONF.set_override(name, value, group=group)
+    try:
+        driver = libvirt_driver.LibvirtDriver(fake.FakeVirtAPI(), read_only=True)
+        try:
+            driver._check_cpu_set_configuration()
+        except nova_exception.NovaException as error:
+            return {"error": f"{type(error).__name__}: {error}", "stage": "config"}
+        tree = provider_tree.ProviderTree()
+        tree.new_root("conformance", str(uuid.uuid4()))
+        if options.get("cpu_dedicated_set"):
+            tree.update_inventory(
+                "conformance", {"PCPU": {"total": 1, "reserved": 0, "allocation_ratio": 1.0}}
+            )
+        try:
+            driver.update_provider_tree(tree, "conformance")
+        except nova_exception.NovaException as error:
+            return {"error": f"{type(error).__name__}: {error}", "stage": "inventory"}
+        return {"inventory": tree.data("conformance").inventory}
+    finally:
+        for name, _value, group in overrides:
+            NOVA_CONF.clear_override(name, group=group)
+
+
+def nova_domain(request: dict[str, Any]) -> dict[str, Any]:
+    """The `<nova:instance>` metadata nova-compute writes into a guest's definition (by the
+    driver's `_get_guest_config_meta`) and the resources its scheduler asks Placement for."""
+    from nova.virt import driver as virt_driver  # noqa: PLC0415
+    from nova.virt.libvirt import driver as libvirt_driver  # noqa: PLC0415
+
+    resources = flavor(request)
+    image = request.get("image_properties") or {}
+    image_id = str(uuid.uuid4())
+    metadata = virt_driver.InstanceDriverMetadata(
+        root_type="volume" if request.get("is_bfv") else "image",
+        root_id="" if request.get("is_bfv") else image_id,
+        instance_meta=virt_driver.NovaInstanceMeta(
+            name=request.get("name", "conformance"), uuid=str(uuid.uuid4())
+        ),
+        owner=virt_driver.OwnerMeta(userid=USER, username="alice", projectid=PROJECT, projectname="demo"),
+        image=virt_driver.ImageMeta(
+            id=image_id,
+            name="image",
+            container_format="bare",
+            disk_format="qcow2",
+            min_disk=0,
+            min_ram=0,
+            properties=nova_objects.ImageMetaProps.from_dict(image).to_dict(),
+        ),
+        flavor=virt_driver.FlavorMeta(
+            name="conformance",
+            flavorid="conformance",
+            memory_mb=request["memory_mb"],
+            vcpus=request["vcpus"],
+            root_gb=request["root_gb"],
+            ephemeral_gb=request["ephemeral_gb"],
+            extra_specs=request.get("extra_specs", {}),
+            swap=request["swap"],
+        ),
+        network_info=[],
+    )
+    config = libvirt_driver.LibvirtDriver._get_guest_config_meta(None, metadata)
+    return {**resources, "metadata": config.to_xml()}
+
+
 def main() -> None:
     placement: Placement | None = None
 
@@ -299,6 +416,10 @@ def main() -> None:
                 return placement.run(request)
             if op == "flavor":
                 return flavor(request)
+            if op == "inventory":
+                return inventory(request)
+            if op == "nova_domain":
+                return nova_domain(request)
             if op == "ping":
                 return {"pong": True}
         except Exception as error:  # reported to the test, which fails with it
