@@ -22,13 +22,19 @@ Requests (`op`):
 - `flavor` {vcpus, memory_mb, root_gb, ephemeral_gb, swap, extra_specs, is_bfv, image_properties}:
   the resources Nova's scheduler asks Placement for: `resources_from_flavor_and_bfv`, or with image
   properties `ResourceRequest.from_request_spec` of a request spec carrying that image.
+- `nova_domain` {the same}: that, and the `<nova:instance>` metadata nova-compute writes into the
+  guest's definition for it (`LibvirtDriver._get_guest_config_meta`).
+- `inventory` {uri, instances_path, filesystem_bytes, options}: the inventory Nova's libvirt
+  driver reports for a host (`update_provider_tree`), under the given nova.conf options, or its
+  refusal of the configuration.
+
+Any other failure is answered as {"oracle_error": ...}, which fails the test that asked.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import sys
 import uuid
@@ -226,12 +232,11 @@ class Provider:
         }
         status, answer = self.placement.call("POST", "/allocations", body)
         error = None if status == 204 else f"{status}: {_detail(answer)}"
-        self.placement_generation_after_allocations()
+        self.read_generation()  # allocations bump it
         self.put_inventories(accepted)
         return error
 
-    def placement_generation_after_allocations(self) -> None:
-        """Allocations bump the provider's generation: read it again."""
+    def read_generation(self) -> None:
         status, body = self.placement.call("GET", f"/resource_providers/{self.uuid}")
         assert status == 200, body
         self.generation = int(body["generation"])
@@ -436,5 +441,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("OS_PLACEMENT_CONFIG_DIR", os.devnull)
     main()
