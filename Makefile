@@ -56,4 +56,4 @@ bench: system-deps $(BIN)/virtcap
 	$(BIN)/python bench/run.py
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis exporter/*.egg-info
+	rm -rf $(VENV) $(UPSTREAM_VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis exporter/*.egg-info
