@@ -26,23 +26,14 @@ import libvirt
 import pytest
 
 from tests.conformance.nodes import MAP_CPUS, ONLINE_CPUS, write_node
-from tests.conformance.upstream import Oracle, agree, generator
+from tests.conformance.upstream import GIB, MIB, PLACEMENT_CLASS, UNIT, Oracle, agree, generator
 from virtcap.audit import audit_host, open_read_only
 from virtcap.config import ConfigError, parse_config
-from virtcap.model import HostCapacity, Resource, host_capacity
+from virtcap.model import HostCapacity, host_capacity
 from virtcap.units import format_cpu_set
 
-MIB = 1024**2
-GIB = 1024**3
 POOL_BYTES = 100 * GIB
 """What the node files say; the test driver ignores it (see above) and says the same."""
-PLACEMENT_CLASS = {
-    Resource.VCPU: "VCPU",
-    Resource.PCPU: "PCPU",
-    Resource.MEMORY: "MEMORY_MB",
-    Resource.DISK: "DISK_GB",
-}
-UNIT = {Resource.VCPU: 1, Resource.PCPU: 1, Resource.MEMORY: MIB, Resource.DISK: GIB}
 VIRTCAP_KEYS = {
     "cpu_allocation_ratio": ("allocation_ratios", "vcpu", ""),
     "ram_allocation_ratio": ("allocation_ratios", "memory", ""),

@@ -22,21 +22,12 @@ from typing import Any
 import pytest
 
 from tests.conformance.nodes import GuestSpec, write_node
-from tests.conformance.upstream import Oracle, agree, generator
+from tests.conformance.upstream import GIB, PLACEMENT_CLASS, UNIT, Oracle, agree, generator
 from virtcap.audit import audit_host, open_read_only
 from virtcap.config import parse_config
-from virtcap.model import Resource, host_capacity
+from virtcap.model import host_capacity
 from virtcap.units import format_cpu_set
 
-MIB = 1024**2
-GIB = 1024**3
-PLACEMENT_CLASS = {
-    Resource.VCPU: "VCPU",
-    Resource.PCPU: "PCPU",
-    Resource.MEMORY: "MEMORY_MB",
-    Resource.DISK: "DISK_GB",
-}
-UNIT = {Resource.VCPU: 1, Resource.PCPU: 1, Resource.MEMORY: MIB, Resource.DISK: GIB}
 SHARED = (0,)
 DEDICATED = (2, 4)
 """The host's CPU sets, of its online CPUs (0, 2 and 4 on the test driver)."""

@@ -20,24 +20,12 @@ from typing import Any
 
 import pytest
 
-from tests.conformance.upstream import Oracle, agree, generator
+from tests.conformance.upstream import GIB, MIB, PLACEMENT_CLASS, UNIT, Oracle, agree, generator
 from tests.factories import domain, host, local_disk
 from virtcap.config import parse_config
 from virtcap.facts import DomainState
-from virtcap.model import HostCapacity, Resource, amounts, claim_test, host_capacity
+from virtcap.model import HostCapacity, amounts, claim_test, host_capacity
 from virtcap.units import format_cpu_set
-
-MIB = 1024**2
-GIB = 1024**3
-
-PLACEMENT_CLASS = {
-    Resource.VCPU: "VCPU",
-    Resource.PCPU: "PCPU",
-    Resource.MEMORY: "MEMORY_MB",
-    Resource.DISK: "DISK_GB",
-}
-UNIT = {Resource.VCPU: 1, Resource.PCPU: 1, Resource.MEMORY: MIB, Resource.DISK: GIB}
-"""virtcap's amounts are cpus and bytes; Placement's are cpus, MiB and GiB."""
 
 MOST_ATTEMPTS = 40
 """A flavor is allocated at most this many times in a row: "at least 40 fit" is then the answer."""

@@ -21,6 +21,20 @@ from typing import Any, TextIO
 import pytest
 
 from tests.serving import DIES_WITH_THE_TESTS
+from virtcap.model import Resource
+
+MIB = 1024**2
+GIB = 1024**3
+PLACEMENT_CLASS = {
+    Resource.VCPU: "VCPU",
+    Resource.PCPU: "PCPU",
+    Resource.MEMORY: "MEMORY_MB",
+    Resource.DISK: "DISK_GB",
+}
+"""Placement's name of each of virtcap's resources."""
+UNIT = {Resource.VCPU: 1, Resource.PCPU: 1, Resource.MEMORY: MIB, Resource.DISK: GIB}
+"""virtcap's amounts are cpus and bytes; Placement's are cpus, MiB and GiB (written out here, not
+taken from virtcap, so that the comparison does not trust what it checks)."""
 
 ROOT = Path(__file__).resolve().parents[2]
 ORACLE = Path(__file__).with_name("oracle.py")
