@@ -196,14 +196,10 @@ class BasicAuth:
         self._dummy: bytes | None = None
         self.replace_users(users)
 
-    @property
-    def users(self) -> Mapping[str, bytes]:
-        return self._users
-
     def replace_users(self, users: Mapping[str, bytes]) -> None:
         """New users (a reloaded configuration); unchanged users keep their cached credentials."""
         users = dict(users)
-        if users == self._users and (self._dummy is not None or not users):
+        if users == self._users:
             return
         self._users = users
         self._dummy = _dummy_hash(_typical_cost(users)) if users else None

@@ -32,6 +32,7 @@ from virtcap.facts import HostFacts
 from virtcap.model import RESOURCES, Amounts, Resource, claim_test
 from virtcap.snapshot import HypervisorSnapshot
 from virtcap.store import SnapshotStore
+from virtcap.units import MAX_SIZE
 
 log = logging.getLogger("virtcap.claims")
 
@@ -78,8 +79,9 @@ class ClaimStorageError(Exception):
     """The database refused a write: nothing was acknowledged and nothing changed in memory."""
 
 
-SQLITE_MAX_INTEGER = 2**63 - 1
-"""The largest INTEGER SQLite stores: a larger amount would raise OverflowError on insert."""
+SQLITE_MAX_INTEGER = MAX_SIZE
+"""The largest INTEGER SQLite stores (a larger amount would raise OverflowError on insert), which
+is why sizes are bounded there in the first place."""
 
 
 class ClaimDatabase:

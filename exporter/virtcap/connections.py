@@ -94,11 +94,6 @@ class ConnectionGuard:
     def __init__(self, limits: ConnectionLimits) -> None:
         self.limits = limits
         self._connections: dict[asyncio.BaseTransport, _Connection] = {}
-        self.closed_by_reason: dict[str, int] = {"read_timeout": 0, "idle": 0, "limit": 0}
-
-    @property
-    def open_connections(self) -> int:
-        return len(self._connections)
 
     def protocol_factory(self, make: Callable[[], Any]) -> Callable[[], asyncio.Protocol]:
         return lambda: _GuardedProtocol(self, make())
@@ -133,28 +128,26 @@ class ConnectionGuard:
                 continue
             if state.waiting_since is not None:
                 if now - state.waiting_since > self.limits.read_timeout:
-                    self._close(state, "read_timeout")
+                    self._close(state)
             elif now - state.idle_since > self.limits.idle_timeout:
-                self._close(state, "idle")
+                self._close(state)
 
     def _opened(self, state: _Connection) -> None:
         assert state.transport is not None
         if len(self._connections) >= self.limits.max_connections:
             idle = [s for s in self._connections.values() if not s.busy()]
             if not idle:
-                self.closed_by_reason["limit"] += 1
                 state.transport.abort()
                 return
             oldest = min(idle, key=lambda s: s.waiting_since or s.idle_since)
-            self._close(oldest, "limit")
+            self._close(oldest)
         self._connections[state.transport] = state
 
     def _closed(self, state: _Connection) -> None:
         if state.transport is not None:
             self._connections.pop(state.transport, None)
 
-    def _close(self, state: _Connection, reason: str) -> None:
-        self.closed_by_reason[reason] += 1
+    def _close(self, state: _Connection) -> None:
         if state.transport is not None:
             self._connections.pop(state.transport, None)
             state.transport.abort()

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from virtcap import __version__
+from virtcap.units import MAX_SIZE
 
 _ERROR = {
     "type": "object",
@@ -21,7 +22,7 @@ _ERROR = {
 }
 _SIZE = {
     "oneOf": [
-        {"type": "integer", "minimum": 0, "maximum": 2**63 - 1},
+        {"type": "integer", "minimum": 0, "maximum": MAX_SIZE},
         {"type": "string", "pattern": "^[0-9]+(\\.[0-9]+)?\\s*(B|KiB|MiB|GiB|TiB)?$"},
     ],
     "description": "Bytes, or a number with an IEC suffix such as 4GiB; at most 2^63-1 bytes.",

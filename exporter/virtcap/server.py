@@ -17,12 +17,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from aiohttp import web, web_urldispatcher
+from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from virtcap import __version__
-from virtcap.api import add_routes, expect_continue
+from virtcap.api import add_routes
 from virtcap.auditor import FleetAuditor
 from virtcap.auth import BasicAuth
 from virtcap.claims import ClaimDatabase, ClaimLedger
@@ -140,22 +140,12 @@ def build_app(exporter: Exporter) -> web.Application:
     app["claims"] = exporter.claims
     app["store"] = exporter.store
     add_routes(app)
-    for path, handler in (
-        ("/", landing_page),
-        ("/metrics", metrics),
-        ("/probe", probe),
-        ("/-/healthy", healthy),
-        ("/-/ready", ready),
-    ):
-        app.router.add_get(path, handler, expect_handler=expect_continue)
+    app.router.add_get("/", landing_page)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/probe", probe)
+    app.router.add_get("/-/healthy", healthy)
+    app.router.add_get("/-/ready", ready)
     return app
-
-
-# 404 and 405 answers come from routes aiohttp makes per request, with its default Expect handler,
-# which answers 500 to an Expect header that is not UTF-8 (it echoes the value). aiohttp runs the
-# Expect handler before any middleware, so the default itself is replaced; the HTTP robustness
-# tests fail if a release of aiohttp stops using it.
-web_urldispatcher._default_expect_handler = expect_continue
 
 
 _MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})

@@ -77,9 +77,6 @@ class Supervisor:
         """Tasks waiting for a restart after a crash, with their last error."""
         return {task.name: task.last_error for task in self._tasks.values() if task.dead_since is not None}
 
-    def kinds(self) -> list[str]:
-        return sorted({task.kind for task in self._tasks.values()} | set(self.failures))
-
     def dead_by_kind(self) -> Counter[str]:
         return Counter(task.kind for task in self._tasks.values() if task.dead_since is not None)
 

@@ -50,7 +50,6 @@ import contextlib
 import hashlib
 import ipaddress
 import logging
-import math
 import os
 import socket
 import ssl
@@ -69,14 +68,12 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from virtcap.auth import BasicAuth, BcryptHash, BcryptPool
 from virtcap.config import ConfigError, explain_validation_error
 from virtcap.units import parse_duration
-from virtcap.yamlfile import load_yaml_text
+from virtcap.yamlfile import MAX_FILE_BYTES, load_yaml_bytes
 
 log = logging.getLogger("virtcap.webconfig")
 
 CHECK_INTERVAL_SECONDS = 1.0
 """How often, at most, the files are looked at again (on a new connection or request)."""
-MAX_FILE_BYTES = 1024 * 1024
-"""Per file (the YAML and each certificate or key): web configurations and PEM files are tiny."""
 _DRAIN_BYTES = 64 * 1024
 _DRAIN_SECONDS = 1.0
 
@@ -240,29 +237,23 @@ def load_web_config(path: str | Path | None) -> WebConfig:
     if path is None:
         return WebConfig(ssl_context=None, users={})
     path = Path(path)
-    parsed = _parse(_read_limited(path, str(path), "cannot read"), str(path))
+    parsed = _parse(_read_limited(path, str(path)), str(path))
     return _build(parsed, _read_referenced(parsed, path), str(path))
 
 
-def _read_limited(path: Path, where: str, what: str) -> bytes:
+def _read_limited(path: Path, where: str) -> bytes:
     try:
         with path.open("rb") as file:
             data = file.read(MAX_FILE_BYTES + 1)
     except OSError as error:
-        raise ConfigError(f"{where}: {what} {path}: {error.strerror}") from None
+        raise ConfigError(f"{where}: cannot read {path}: {error.strerror}") from None
     if len(data) > MAX_FILE_BYTES:
         raise ConfigError(f"{where}: {path} is larger than {MAX_FILE_BYTES // 1024} KiB")
     return data
 
 
 def _parse(data: bytes, source: str) -> WebConfigFile:
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise ConfigError(
-            f"{source}: not UTF-8 text (byte {error.start}); expected a UTF-8 YAML file"
-        ) from None
-    raw = load_yaml_text(text, source)
+    raw = load_yaml_bytes(data, source)
     try:
         parsed = WebConfigFile.model_validate(raw or {})
     except ValidationError as error:
@@ -322,9 +313,6 @@ def _check(parsed: WebConfigFile, source: str) -> None:
             raise ConfigError(f"{where}: expected one of: {', '.join(allowed)}, got {value!r}")
         if not value.isprintable():
             raise ConfigError(f"{where}: expected a header value without line breaks or control characters")
-    interval = parsed.rate_limit.interval
-    if not math.isfinite(interval) or interval < 0:
-        raise ConfigError(f"{source}: rate_limit.interval: expected a duration of 0 or more, got {interval}")
 
 
 def _client_auth(tls: TLSServerConfig) -> str:
@@ -345,9 +333,7 @@ def _read_referenced(parsed: WebConfigFile, path: Path) -> dict[str, bytes]:
         if inline:
             contents[key] = inline.encode()
         elif file:
-            contents[key] = _read_limited(
-                path.parent / file, f"{path}: tls_server_config.{key}_file", "cannot read"
-            )
+            contents[key] = _read_limited(path.parent / file, f"{path}: tls_server_config.{key}_file")
     return contents
 
 
@@ -606,7 +592,7 @@ class WebConfigSource:
     def _inputs(self, path: Path) -> tuple[WebConfigFile, dict[str, bytes], bytes]:
         """The parsed file, the PEM contents it names, and a digest of all of them."""
         source = str(path)
-        data = _read_limited(path, source, "cannot read")
+        data = _read_limited(path, source)
         if data != self._parsed_from:
             # Parsed again only when the file changed: validating the hashes costs a bcrypt each.
             try:

@@ -90,16 +90,21 @@ def load_yaml_file(path: Path | str, max_bytes: int = MAX_FILE_BYTES) -> object:
             f"{path}: the file is larger than {_bytes(max_bytes)}; "
             f"expected a configuration file of at most {max_bytes} bytes"
         )
+    return load_yaml_bytes(data, str(path), max_bytes)
+
+
+def load_yaml_bytes(data: bytes, source: str, max_bytes: int = MAX_FILE_BYTES) -> object:
+    """The YAML document in UTF-8 `data`, read by the caller within `max_bytes`."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
         line = data.count(b"\n", 0, error.start) + 1
         column = error.start - (data.rfind(b"\n", 0, error.start) + 1) + 1
         raise ConfigError(
-            f"{path}:{line}:{column}: not UTF-8 text: byte 0x{data[error.start]:02x} cannot start "
+            f"{source}:{line}:{column}: not UTF-8 text: byte 0x{data[error.start]:02x} cannot start "
             "or continue a character; expected a UTF-8 encoded YAML file"
         ) from None
-    return load_yaml_text(text, str(path), max_chars=max_bytes)
+    return load_yaml_text(text, source, max_chars=max_bytes)
 
 
 def load_yaml_text(text: str, source: str, max_chars: int = MAX_FILE_BYTES) -> object:

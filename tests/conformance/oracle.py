@@ -266,17 +266,23 @@ def _detail(answer: Any) -> str:
     return "; ".join(" ".join(detail.split("\n\n")[-1].split())[:400] for detail in details)
 
 
+def flavor_fields(request: dict[str, Any]) -> dict[str, Any]:
+    """One flavor for both the scheduler's request and the metadata nova-compute writes: the two
+    must describe the same instance."""
+    return {
+        "name": "conformance",
+        "flavorid": "conformance",
+        "vcpus": request["vcpus"],
+        "memory_mb": request["memory_mb"],
+        "root_gb": request["root_gb"],
+        "ephemeral_gb": request["ephemeral_gb"],
+        "swap": request["swap"],
+        "extra_specs": request.get("extra_specs", {}),
+    }
+
+
 def flavor(request: dict[str, Any]) -> dict[str, Any]:
-    flavor = nova_objects.Flavor(
-        name="conformance",
-        flavorid="conformance",
-        vcpus=request["vcpus"],
-        memory_mb=request["memory_mb"],
-        root_gb=request["root_gb"],
-        ephemeral_gb=request["ephemeral_gb"],
-        swap=request["swap"],
-        extra_specs=request.get("extra_specs", {}),
-    )
+    flavor = nova_objects.Flavor(**flavor_fields(request))
     is_bfv = bool(request.get("is_bfv", False))
     image = request.get("image_properties")
     try:
@@ -391,16 +397,7 @@ def nova_domain(request: dict[str, Any]) -> dict[str, Any]:
             min_ram=0,
             properties=nova_objects.ImageMetaProps.from_dict(image).to_dict(),
         ),
-        flavor=virt_driver.FlavorMeta(
-            name="conformance",
-            flavorid="conformance",
-            memory_mb=request["memory_mb"],
-            vcpus=request["vcpus"],
-            root_gb=request["root_gb"],
-            ephemeral_gb=request["ephemeral_gb"],
-            extra_specs=request.get("extra_specs", {}),
-            swap=request["swap"],
-        ),
+        flavor=virt_driver.FlavorMeta(**flavor_fields(request)),
         network_info=[],
     )
     config = libvirt_driver.LibvirtDriver._get_guest_config_meta(None, metadata)

@@ -27,9 +27,9 @@ import pytest
 
 from tests.conformance.nodes import MAP_CPUS, ONLINE_CPUS, write_node
 from tests.conformance.upstream import GIB, MIB, PLACEMENT_CLASS, UNIT, Oracle, agree, generator
-from virtcap.audit import audit_host, open_read_only
 from virtcap.config import ConfigError, parse_config
 from virtcap.model import HostCapacity, host_capacity
+from virtcap.oneshot import audit_hypervisor_blocking
 from virtcap.units import format_cpu_set
 
 POOL_BYTES = 100 * GIB
@@ -115,11 +115,7 @@ def _virtcap(case: HostCase, uri: str) -> HostCapacity | str:
         hypervisor = parse_config(case.config_text(uri), "conformance").hypervisors[0]
     except ConfigError as error:
         return str(error)
-    conn = open_read_only(uri)
-    try:
-        facts = audit_host(conn, uri, hypervisor.disk)
-    finally:
-        conn.close()
+    facts = audit_hypervisor_blocking(hypervisor, cpu_window=0.0)
     return host_capacity(facts, hypervisor.policy)
 
 

@@ -23,9 +23,9 @@ import pytest
 
 from tests.conformance.nodes import GuestSpec, write_node
 from tests.conformance.upstream import GIB, PLACEMENT_CLASS, UNIT, Oracle, agree, generator
-from virtcap.audit import audit_host, open_read_only
 from virtcap.config import parse_config
 from virtcap.model import host_capacity
+from virtcap.oneshot import audit_hypervisor_blocking
 from virtcap.units import format_cpu_set
 
 SHARED = (0,)
@@ -160,11 +160,7 @@ def _used(directory: Path, guest: GuestSpec) -> dict[str, float]:
     uri = write_node(directory / "host.xml", 256 * 1024 * 1024, 1000 * GIB, (guest,))
     config = json.dumps({"hypervisors": [{"name": "h", "uri": uri, **HOST_CONFIG}]})
     hypervisor = parse_config(config, "conformance").hypervisors[0]
-    conn = open_read_only(uri)
-    try:
-        facts = audit_host(conn, uri, hypervisor.disk)
-    finally:
-        conn.close()
+    facts = audit_hypervisor_blocking(hypervisor, cpu_window=0.0)
     assert len(facts.domains) == 1, facts.problems
     capacity = host_capacity(facts, hypervisor.policy)
     used = {}

@@ -209,8 +209,8 @@ def generated_case(rng: random.Random) -> Case:
         cpu_shared_set=shared,
         cpu_dedicated_set=dedicated,
     )
-    offered = set(accepted_classes(case))
     capacity = _capacities(case)
+    offered = set(capacity)
     # A host is loaded to about `load` of its capacity, now and then well past it (a ratio lowered
     # after the fact); its domains are one to a few tenths of the host each.
     load = rng.choice((0.0, 0.0, 0.2, 0.5, 0.8, 1.2))
@@ -236,10 +236,11 @@ def generated_case(rng: random.Random) -> Case:
     claimed: dict[str, int] = {}
     if rng.random() < 0.3:
         claimed = {name: max(1, capacity.get(name, 1) // 10) for name in offered}
-    return replace(case, domains=tuple(domains), claimed=claimed, flavor=_flavor(rng, case, offered))
+    return replace(case, domains=tuple(domains), claimed=claimed, flavor=_flavor(rng, case, capacity))
 
 
 def _capacities(case: Case) -> dict[str, int]:
+    """The capacity of each class Placement holds an inventory of (it refuses reserved > total)."""
     return {
         name: int((fields["total"] - fields["reserved"]) * fields["allocation_ratio"])
         for name, fields in case.inventory().items()
@@ -247,14 +248,13 @@ def _capacities(case: Case) -> dict[str, int]:
     }
 
 
-def _flavor(rng: random.Random, case: Case, offered: set[str]) -> dict[str, int]:
+def _flavor(rng: random.Random, case: Case, capacity: dict[str, int]) -> dict[str, int]:
     """Mostly a twentieth to a quarter of each class's capacity, up to its total; now and then
     anything up to a little over the total (some fit only because max_unit is the total, some
     exceed it), or a class the host does not offer."""
     totals = case.totals()
-    capacity = _capacities(case)
     flavor: dict[str, int] = {}
-    cpu_classes = sorted(offered & {"VCPU", "PCPU"}) if rng.random() < 0.9 else ["VCPU", "PCPU"]
+    cpu_classes = sorted(set(capacity) & {"VCPU", "PCPU"}) if rng.random() < 0.9 else ["VCPU", "PCPU"]
     tame = rng.random() < 0.7
     for name in [rng.choice(cpu_classes or ["VCPU"]), "MEMORY_MB", "DISK_GB"]:
         if name in ("MEMORY_MB", "DISK_GB") and rng.random() < 0.15:
@@ -267,11 +267,6 @@ def _flavor(rng: random.Random, case: Case, offered: set[str]) -> dict[str, int]
         else:
             flavor[name] = rng.randint(1, total + max(total // 10, 2))
     return flavor
-
-
-def accepted_classes(case: Case) -> list[str]:
-    """The classes Placement will hold an inventory of (it refuses reserved > total)."""
-    return [name for name, fields in case.inventory().items() if fields["reserved"] <= fields["total"]]
 
 
 def _question(case: Case, attempts: int) -> dict[str, Any]:
