@@ -41,8 +41,8 @@ from typing import Any
 import libvirt
 
 from virtcap import __version__
-from virtcap.audit import version_string
-from virtcap.fleetgen import RUNNING, SHUTOFF, HostSpec, random_domain, write_fleet
+from virtcap.audit.hypervisor import version_string
+from virtcap.demo.fleetgen import RUNNING, SHUTOFF, HostSpec, random_domain, write_fleet
 
 PEER = "prometheus-libvirt-exporter"
 Table = list[tuple[str, ...]]

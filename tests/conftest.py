@@ -26,7 +26,7 @@ from typing import Any
 import libvirt
 import pytest
 
-import virtcap.audit  # noqa: F401  (silences libvirt's own printing of errors)
+import virtcap.audit.hypervisor  # noqa: F401  (silences libvirt's own printing of errors)
 
 UNPRIVILEGED_USER = "nobody"
 SEARCH_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from virtcap.config import Config, parse_config
-from virtcap.facts import DiskFacts, DomainFacts, DomainState, HostFacts, NovaFlavor, StorageFacts
-from virtcap.fleetgen import RUNNING, SHUTOFF, DiskSpec, DomainSpec, HostSpec, write_fleet
+from virtcap.config.settings import Config, parse_config
+from virtcap.demo.fleetgen import RUNNING, SHUTOFF, DiskSpec, DomainSpec, HostSpec, write_fleet
+from virtcap.model.facts import DiskFacts, DomainFacts, DomainState, HostFacts, NovaFlavor, StorageFacts
 
 GIB = 1024**3
 MIB = 1024**2

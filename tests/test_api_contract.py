@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 from tests.serving import Server, running_server
 from tests.test_claims import auth, call, write_config
-from virtcap.api import add_routes
-from virtcap.openapi import OPENAPI
+from virtcap.web.api import add_routes
+from virtcap.web.openapi import OPENAPI
 
 
 def test_the_description_lists_exactly_the_routes_the_server_has() -> None:

@@ -17,11 +17,11 @@ import libvirt
 import pytest
 
 from tests.conftest import Libvirtd
-from virtcap.config import parse_config
-from virtcap.facts import DomainState
-from virtcap.model import Resource
-from virtcap.oneshot import audit_fleet_once
-from virtcap.snapshot import HypervisorSnapshot
+from virtcap.audit.oneshot import audit_fleet_once
+from virtcap.config.settings import parse_config
+from virtcap.model.capacity import Resource
+from virtcap.model.facts import DomainState
+from virtcap.service.snapshot import HypervisorSnapshot
 
 pytestmark = pytest.mark.libvirtd
 

@@ -11,7 +11,7 @@ import libvirt
 import pytest
 
 from tests.factories import storageless_fleet
-from virtcap.audit import (
+from virtcap.audit.hypervisor import (
     AuditError,
     audit_host,
     open_read_only,
@@ -19,12 +19,12 @@ from virtcap.audit import (
     read_cpu_times,
     redact_uri,
 )
-from virtcap.config import DiskSource, parse_config
-from virtcap.facts import DomainState, HostFacts
-from virtcap.model import HostPolicy, Resource, host_capacity
-from virtcap.oneshot import audit_fleet_once
-from virtcap.report import fleet_document, render_tables
-from virtcap.snapshot import HypervisorSnapshot
+from virtcap.audit.oneshot import audit_fleet_once
+from virtcap.config.settings import DiskSource, parse_config
+from virtcap.exposition.report import fleet_document, render_tables
+from virtcap.model.capacity import HostPolicy, Resource, host_capacity
+from virtcap.model.facts import DomainState, HostFacts
+from virtcap.service.snapshot import HypervisorSnapshot
 
 FIXTURES = Path(__file__).parent / "fixtures"
 MIXED = FIXTURES / "mixed-node.xml"

@@ -15,8 +15,8 @@ from aiohttp import web
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from virtcap import auth
-from virtcap.config import ConfigError, load_config
+from virtcap.config.settings import ConfigError, load_config
+from virtcap.web import auth
 
 FAST_HASH = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4))
 FAST_AUTH = auth.BasicAuth({"alice": FAST_HASH})

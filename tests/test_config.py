@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from virtcap.config import ConfigError, load_config, parse_config
-from virtcap.model import Resource
+from virtcap.config.settings import ConfigError, load_config, parse_config
+from virtcap.model.capacity import Resource
 
 GIB = 1024**3
 MIB = 1024**2

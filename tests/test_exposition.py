@@ -11,15 +11,15 @@ from prometheus_client.core import Metric
 
 from tests.factories import storageless_fleet
 from tests.serving import Samples, parse_samples, series, value
-from virtcap import exposition as exposition_module
-from virtcap.config import parse_config
+from virtcap.audit.oneshot import audit_fleet_once
+from virtcap.config.settings import parse_config
 from virtcap.demo import demo_config
-from virtcap.exposition import FragmentCache, HypervisorView, render, views
-from virtcap.facts import CpuIdentity
-from virtcap.oneshot import audit_fleet_once
-from virtcap.report import fleet_document, render_tables
-from virtcap.snapshot import HypervisorSnapshot
-from virtcap.store import SnapshotStore
+from virtcap.exposition import families as exposition_module
+from virtcap.exposition.families import FragmentCache, HypervisorView, render, views
+from virtcap.exposition.report import fleet_document, render_tables
+from virtcap.model.facts import CpuIdentity
+from virtcap.service.snapshot import HypervisorSnapshot
+from virtcap.service.store import SnapshotStore
 
 MIXED = Path(__file__).parent / "fixtures" / "mixed-node.xml"
 GIB = 1024**3

@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 
 from tests.serving import Server, running_server
 from tests.test_claims import WRITER, write_config
-from virtcap.api import BODY_TIMEOUT_SECONDS, MAX_BODY_BYTES
-from virtcap.openapi import OPENAPI
+from virtcap.web.api import BODY_TIMEOUT_SECONDS, MAX_BODY_BYTES
+from virtcap.web.openapi import OPENAPI
 
 TIMEOUT = 10.0
 """No answer within this many seconds is a hang."""

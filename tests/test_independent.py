@@ -20,8 +20,7 @@ from typing import Any
 import pytest
 
 from virtcap.demo import demo_config
-from virtcap.demo.generate import demo_hosts
-from virtcap.fleetgen import (
+from virtcap.demo.fleetgen import (
     BLOCKED,
     CRASHED,
     PAUSED,
@@ -35,7 +34,8 @@ from virtcap.fleetgen import (
     random_domain,
     write_fleet,
 )
-from virtcap.model import Resource
+from virtcap.demo.generate import demo_hosts
+from virtcap.model.capacity import Resource
 
 GIB = 1024**3
 MIB = 1024**2

@@ -8,8 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.factories import GIB, MIB, domain, host, local_disk
-from virtcap.facts import DiskFacts, DomainState, NovaFlavor
-from virtcap.model import (
+from virtcap.model.capacity import (
     NOVA_ALLOCATION_RATIOS,
     NOVA_RESERVED,
     HostPolicy,
@@ -18,6 +17,7 @@ from virtcap.model import (
     claim_test,
     host_capacity,
 )
+from virtcap.model.facts import DiskFacts, DomainState, NovaFlavor
 
 R = Resource
 S = DomainState

@@ -9,12 +9,12 @@ import weakref
 from typing import Any
 
 from tests.conftest import Libvirtd
-from virtcap.auditor import HypervisorAuditor
-from virtcap.config import AuditSettings, Hypervisor
-from virtcap.events import start_libvirt_event_thread
-from virtcap.model import HostPolicy
-from virtcap.store import SnapshotStore
-from virtcap.supervise import Supervisor
+from virtcap.audit.events import start_libvirt_event_thread
+from virtcap.config.settings import AuditSettings, Hypervisor
+from virtcap.model.capacity import HostPolicy
+from virtcap.service.auditor import HypervisorAuditor
+from virtcap.service.store import SnapshotStore
+from virtcap.service.supervise import Supervisor
 
 
 def test_reconnecting_frees_the_old_connection(libvirtd: Libvirtd) -> None:

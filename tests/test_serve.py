@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from tests.serving import parse_samples, running_server, series, stop_process, value, wait_for
-from virtcap.config import parse_config
+from virtcap.config.settings import parse_config
 from virtcap.demo import DEMO_DIR
-from virtcap.server import DEFAULT_PORT
+from virtcap.web.server import DEFAULT_PORT
 
 MIXED = Path(__file__).parent / "fixtures" / "mixed-node.xml"
 REQUIRED_FAMILIES = {

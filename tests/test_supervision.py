@@ -15,19 +15,19 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from virtcap.auditor import FleetAuditor
-from virtcap.auth import BasicAuth
-from virtcap.claims import ClaimDatabase, ClaimLedger
-from virtcap.config import AuditSettings, ClaimSettings, Config, Hypervisor
+from virtcap.audit.events import start_libvirt_event_thread
+from virtcap.audit.oneshot import audit_fleet_once
+from virtcap.claims.ledger import ClaimDatabase, ClaimLedger
+from virtcap.config.settings import AuditSettings, ClaimSettings, Config, Hypervisor
 from virtcap.demo import DEMO_DIR
-from virtcap.events import start_libvirt_event_thread
-from virtcap.model import NOVA_ALLOCATION_RATIOS, HostPolicy, Resource, amounts
-from virtcap.oneshot import audit_fleet_once
-from virtcap.server import Exporter, MetricsCache, build_app
-from virtcap.snapshot import HypervisorSnapshot
-from virtcap.store import SnapshotStore
-from virtcap.supervise import FIRST_BACKOFF_SECONDS, Supervisor
-from virtcap.webconfig import WebConfigSource
+from virtcap.model.capacity import NOVA_ALLOCATION_RATIOS, HostPolicy, Resource, amounts
+from virtcap.service.auditor import FleetAuditor
+from virtcap.service.snapshot import HypervisorSnapshot
+from virtcap.service.store import SnapshotStore
+from virtcap.service.supervise import FIRST_BACKOFF_SECONDS, Supervisor
+from virtcap.web.auth import BasicAuth
+from virtcap.web.server import Exporter, MetricsCache, build_app
+from virtcap.web.webconfig import WebConfigSource
 
 
 async def eventually(condition: Callable[[], bool], timeout: float, what: str) -> None:
@@ -64,7 +64,7 @@ def test_a_crashing_task_is_logged_counted_and_restarted(caplog: pytest.LogCaptu
         assert len(changes) == 4  # each crash and each restart is shown
         await supervisor.stop_all()
 
-    with caplog.at_level(logging.ERROR, logger="virtcap.supervise"):
+    with caplog.at_level(logging.ERROR, logger="virtcap.service.supervise"):
         asyncio.run(scenario())
     crashes = [r for r in caplog.records if r.getMessage().startswith("background task failed")]
     assert len(crashes) == 2

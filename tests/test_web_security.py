@@ -28,8 +28,8 @@ import pytest
 from aiohttp import web
 
 from tests.serving import running_server, wait_for
-from virtcap.auth import BcryptPool
-from virtcap.webconfig import WebConfigSource, load_web_config
+from virtcap.web.auth import BcryptPool
+from virtcap.web.webconfig import WebConfigSource, load_web_config
 
 
 def openssl(*args: str, cwd: Path) -> None:
@@ -374,7 +374,7 @@ def test_a_rotated_certificate_and_a_new_client_policy_apply_to_the_next_connect
             assert await asyncio.to_thread(served_serial, port, anonymous) == renewed
 
             # A broken rotation (a key that is not PEM) is logged and the last good one stays.
-            with caplog.at_level(logging.ERROR, logger="virtcap.webconfig"):
+            with caplog.at_level(logging.ERROR, logger="virtcap.web.webconfig"):
                 write_atomically(tmp_path / "server.key", "not a key\n")
                 assert await asyncio.to_thread(served_serial, port, anonymous) == renewed
                 assert (await fetch(port, anonymous))[0] == 200

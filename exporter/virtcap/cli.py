@@ -13,16 +13,16 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from virtcap import __version__
-from virtcap.claimcli import add_claim_commands, run_claim
-from virtcap.config import Config, ConfigError, load_config
-from virtcap.connections import ConnectionLimits
+from virtcap.audit.oneshot import audit_fleet_once
+from virtcap.claims.cli import add_claim_commands, run_claim
+from virtcap.config.settings import Config, ConfigError, load_config
 from virtcap.demo import demo_config
+from virtcap.exposition.report import fleet_document, render_tables
 from virtcap.logs import LEVELS, setup_logging
-from virtcap.oneshot import audit_fleet_once
-from virtcap.report import fleet_document, render_tables
-from virtcap.server import DEFAULT_PORT, parse_listen_address, serve
 from virtcap.units import parse_duration
-from virtcap.webconfig import WebConfigSource
+from virtcap.web.connections import ConnectionLimits
+from virtcap.web.server import DEFAULT_PORT, parse_listen_address, serve
+from virtcap.web.webconfig import WebConfigSource
 
 EXIT_USAGE = 2
 # The demo accepts claims from the well-known writer demo/demo: not for other machines to reach.

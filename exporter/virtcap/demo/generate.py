@@ -12,7 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from virtcap.demo import DEMO_DIR
-from virtcap.fleetgen import (
+from virtcap.demo.fleetgen import (
     BLOCKED,
     CRASHED,
     PAUSED,

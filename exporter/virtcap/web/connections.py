@@ -24,7 +24,7 @@ from typing import Any, cast
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
-log = logging.getLogger("virtcap.connections")
+log = logging.getLogger(__name__)
 
 SWEEP_SECONDS = 0.5
 

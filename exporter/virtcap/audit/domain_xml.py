@@ -9,7 +9,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 
-from virtcap.facts import NovaFlavor
+from virtcap.model.facts import NovaFlavor
 from virtcap.units import parse_cpu_set
 
 NOVA_NAMESPACE = "http://openstack.org/xmlns/libvirt/nova/1.1"

@@ -15,7 +15,7 @@ from aiohttp.http import HttpVersion11
 from aiohttp.http_exceptions import HttpProcessingError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from virtcap.claims import (
+from virtcap.claims.ledger import (
     ANY_HYPERVISOR,
     Claim,
     ClaimLedger,
@@ -24,11 +24,11 @@ from virtcap.claims import (
     ClaimStorageError,
     UnknownHypervisorError,
 )
-from virtcap.config import ClaimSettings, Duration, Size, explain_validation_error
-from virtcap.model import RESOURCES, amounts
-from virtcap.openapi import OPENAPI
-from virtcap.report import fleet_document
-from virtcap.store import SnapshotStore
+from virtcap.config.settings import ClaimSettings, Duration, Size, explain_validation_error
+from virtcap.exposition.report import fleet_document
+from virtcap.model.capacity import RESOURCES, amounts
+from virtcap.service.store import SnapshotStore
+from virtcap.web.openapi import OPENAPI
 
 MAX_BODY_BYTES = 16 * 1024
 BODY_TIMEOUT_SECONDS = 5.0

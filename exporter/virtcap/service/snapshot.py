@@ -6,9 +6,9 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from virtcap.config import Hypervisor
-from virtcap.facts import HostFacts
-from virtcap.model import Amounts, HostCapacity, host_capacity
+from virtcap.config.settings import Hypervisor
+from virtcap.model.capacity import Amounts, HostCapacity, host_capacity
+from virtcap.model.facts import HostFacts
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,11 +6,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from virtcap.audit import AuditError, audit_host, open_read_only, redact_uri
-from virtcap.config import Config, Hypervisor
-from virtcap.facts import HostFacts
-from virtcap.snapshot import HypervisorSnapshot
-from virtcap.threads import run_in_daemon_thread
+from virtcap.audit.hypervisor import AuditError, audit_host, open_read_only, redact_uri
+from virtcap.audit.threads import run_in_daemon_thread
+from virtcap.config.settings import Config, Hypervisor
+from virtcap.model.facts import HostFacts
+from virtcap.service.snapshot import HypervisorSnapshot
 
 CPU_SAMPLE_WINDOW = 0.5
 """Seconds between the two host CPU samples a one-shot audit needs to tell busy CPUs."""

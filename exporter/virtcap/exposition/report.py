@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from virtcap.facts import DomainState
-from virtcap.model import ResourceCapacity
-from virtcap.snapshot import HypervisorSnapshot
+from virtcap.model.capacity import ResourceCapacity
+from virtcap.model.facts import DomainState
+from virtcap.service.snapshot import HypervisorSnapshot
 from virtcap.units import format_bytes
 
 BAR_WIDTH = 20

@@ -10,9 +10,9 @@ import asyncio
 from collections import Counter
 from dataclasses import dataclass, field
 
-from virtcap.facts import CpuIdentity
-from virtcap.model import Amounts
-from virtcap.snapshot import HypervisorSnapshot
+from virtcap.model.capacity import Amounts
+from virtcap.model.facts import CpuIdentity
+from virtcap.service.snapshot import HypervisorSnapshot
 
 
 @dataclass

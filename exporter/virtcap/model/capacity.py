@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from virtcap.facts import DomainFacts, DomainState, HostFacts
+from virtcap.model.facts import DomainFacts, DomainState, HostFacts
 
 GIB = 1024**3
 MIB = 1024**2

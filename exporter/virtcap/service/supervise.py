@@ -16,7 +16,7 @@ from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-log = logging.getLogger("virtcap.supervise")
+log = logging.getLogger(__name__)
 
 FIRST_BACKOFF_SECONDS = 0.5
 MAX_BACKOFF_SECONDS = 30.0

@@ -27,14 +27,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from virtcap.config import ClaimSettings, ConfigError
-from virtcap.facts import HostFacts
-from virtcap.model import RESOURCES, Amounts, Resource, claim_test
-from virtcap.snapshot import HypervisorSnapshot
-from virtcap.store import SnapshotStore
+from virtcap.config.settings import ClaimSettings, ConfigError
+from virtcap.model.capacity import RESOURCES, Amounts, Resource, claim_test
+from virtcap.model.facts import HostFacts
+from virtcap.service.snapshot import HypervisorSnapshot
+from virtcap.service.store import SnapshotStore
 from virtcap.units import MAX_SIZE
 
-log = logging.getLogger("virtcap.claims")
+log = logging.getLogger(__name__)
 
 ANY_HYPERVISOR = "any"
 EXPIRY_PERIOD_SECONDS = 1.0

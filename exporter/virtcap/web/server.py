@@ -22,19 +22,19 @@ from aiohttp.typedefs import Handler, Middleware
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from virtcap import __version__
-from virtcap.api import add_routes
-from virtcap.auditor import FleetAuditor
-from virtcap.auth import BasicAuth
-from virtcap.claims import ClaimDatabase, ClaimLedger
-from virtcap.config import Config, ConfigError
-from virtcap.connections import ConnectionGuard, ConnectionLimits, GuardedSite, raise_open_file_limit
-from virtcap.events import start_libvirt_event_thread
-from virtcap.exposition import FragmentCache, TaskHealth, render, views
-from virtcap.store import SnapshotStore
-from virtcap.supervise import Supervisor
-from virtcap.webconfig import WebConfigSource
+from virtcap.audit.events import start_libvirt_event_thread
+from virtcap.claims.ledger import ClaimDatabase, ClaimLedger
+from virtcap.config.settings import Config, ConfigError
+from virtcap.exposition.families import FragmentCache, TaskHealth, render, views
+from virtcap.service.auditor import FleetAuditor
+from virtcap.service.store import SnapshotStore
+from virtcap.service.supervise import Supervisor
+from virtcap.web.api import add_routes
+from virtcap.web.auth import BasicAuth
+from virtcap.web.connections import ConnectionGuard, ConnectionLimits, GuardedSite, raise_open_file_limit
+from virtcap.web.webconfig import WebConfigSource
 
-log = logging.getLogger("virtcap.server")
+log = logging.getLogger(__name__)
 
 DEFAULT_PORT = 10463
 SHUTDOWN_GRACE_SECONDS = 10.0

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from xml.sax.saxutils import quoteattr
 
-from virtcap.domain_xml import NOVA_NAMESPACE
+from virtcap.audit.domain_xml import NOVA_NAMESPACE
 
 POOL_PATH = "/var/lib/libvirt/images"
 TEST_NAMESPACE = "http://libvirt.org/schemas/domain/test/1.0"

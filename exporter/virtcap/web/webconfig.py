@@ -65,12 +65,12 @@ from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
-from virtcap.auth import BasicAuth, BcryptHash, BcryptPool
-from virtcap.config import ConfigError, explain_validation_error
+from virtcap.config.settings import ConfigError, explain_validation_error
+from virtcap.config.yamlfile import MAX_FILE_BYTES, load_yaml_bytes
 from virtcap.units import parse_duration
-from virtcap.yamlfile import MAX_FILE_BYTES, load_yaml_bytes
+from virtcap.web.auth import BasicAuth, BcryptHash, BcryptPool
 
-log = logging.getLogger("virtcap.webconfig")
+log = logging.getLogger(__name__)
 
 CHECK_INTERVAL_SECONDS = 1.0
 """How often, at most, the files are looked at again (on a new connection or request)."""

@@ -27,7 +27,7 @@ from typing import Any
 
 import libvirt
 
-log = logging.getLogger("virtcap.events")
+log = logging.getLogger(__name__)
 
 _ERROR_PAUSE_SECONDS = 0.1
 _started = threading.Lock()

@@ -19,7 +19,8 @@ from typing import Any
 
 import libvirt
 
-from virtcap.audit import (
+from virtcap.audit.events import hand_to_loop
+from virtcap.audit.hypervisor import (
     AuditError,
     audit_host,
     open_read_only,
@@ -27,17 +28,16 @@ from virtcap.audit import (
     read_cpu_times,
     redact_uri,
 )
-from virtcap.claims import ClaimLedger
-from virtcap.config import AuditSettings, Hypervisor
-from virtcap.events import hand_to_loop
-from virtcap.facts import CpuIdentity, CpuTimes, HostFacts
-from virtcap.model import Amounts
-from virtcap.snapshot import HypervisorSnapshot
-from virtcap.store import SnapshotStore
-from virtcap.supervise import Supervisor
-from virtcap.threads import run_in_daemon_thread
+from virtcap.audit.threads import run_in_daemon_thread
+from virtcap.claims.ledger import ClaimLedger
+from virtcap.config.settings import AuditSettings, Hypervisor
+from virtcap.model.capacity import Amounts
+from virtcap.model.facts import CpuIdentity, CpuTimes, HostFacts
+from virtcap.service.snapshot import HypervisorSnapshot
+from virtcap.service.store import SnapshotStore
+from virtcap.service.supervise import Supervisor
 
-log = logging.getLogger("virtcap.auditor")
+log = logging.getLogger(__name__)
 
 EVENT_COALESCE_SECONDS = 0.2
 """After a lifecycle event, wait this long for the rest of its burst before re-auditing."""

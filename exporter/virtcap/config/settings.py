@@ -4,7 +4,7 @@ Nova's defaults < the file's `defaults` < each hypervisor's own keys, merged key
 Every error names the file, the key and what was expected, in one line per problem.
 
 Everything is bounded, so that a hostile or mistaken file is refused quickly and cheaply: the
-file itself (size, nesting, aliases: see virtcap.yamlfile), every quantity (see virtcap.units),
+file itself (size, nesting, aliases: see virtcap.config.yamlfile), every quantity (see virtcap.units),
 every whole number and string below, and the CPUs named by all CPU sets together.
 """
 
@@ -30,8 +30,15 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails
 
-from virtcap.auth import BcryptHash
-from virtcap.model import NOVA_ALLOCATION_RATIOS, NOVA_RESERVED, Amounts, HostPolicy, Resource, amounts
+from virtcap.config.yamlfile import ConfigError, load_yaml_file, load_yaml_text
+from virtcap.model.capacity import (
+    NOVA_ALLOCATION_RATIOS,
+    NOVA_RESERVED,
+    Amounts,
+    HostPolicy,
+    Resource,
+    amounts,
+)
 from virtcap.units import (
     MAX_CPU,
     brief_repr,
@@ -41,9 +48,9 @@ from virtcap.units import (
     parse_ratio,
     parse_size,
 )
-from virtcap.yamlfile import ConfigError, load_yaml_file, load_yaml_text
+from virtcap.web.auth import BcryptHash
 
-__all__ = [  # ConfigError is defined in virtcap.yamlfile (below this module) and re-exported here
+__all__ = [  # ConfigError is defined in virtcap.config.yamlfile (below this module) and re-exported here
     "AuditSettings",
     "ClaimSettings",
     "Config",

@@ -16,9 +16,9 @@ from urllib.parse import urlsplit
 
 import libvirt
 
-from virtcap.config import DiskSource
-from virtcap.domain_xml import NON_LOCAL_DEVICES, DiskReference, DomainXMLError, parse_domain_xml
-from virtcap.facts import (
+from virtcap.audit.domain_xml import NON_LOCAL_DEVICES, DiskReference, DomainXMLError, parse_domain_xml
+from virtcap.config.settings import DiskSource
+from virtcap.model.facts import (
     CpuIdentity,
     CpuTimes,
     DiskFacts,

@@ -15,10 +15,10 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoM
 from prometheus_client.registry import Collector
 
 from virtcap import __version__
-from virtcap.facts import CpuIdentity, DomainState
-from virtcap.model import RESOURCES
-from virtcap.snapshot import HypervisorSnapshot
-from virtcap.store import SnapshotStore
+from virtcap.model.capacity import RESOURCES
+from virtcap.model.facts import CpuIdentity, DomainState
+from virtcap.service.snapshot import HypervisorSnapshot
+from virtcap.service.store import SnapshotStore
 
 AUDIT_OUTCOMES = ("success", "failure", "timeout")
 CLAIM_OUTCOMES = ("created", "rejected", "reconciled", "expired", "deleted")
