@@ -1,4 +1,5 @@
-"""Metric families built from hypervisor snapshots, as prometheus-client custom collectors do.
+"""Metric families built from hypervisor snapshots, as prometheus-client custom collectors do;
+what each family is (name, type, help, labels) is its entry in exposition/catalogue.py.
 
 Nothing here is a global gauge: every render builds its families from the snapshots it is given,
 so the series of a removed domain or hypervisor simply stop being produced.
@@ -11,17 +12,16 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
+from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
 from virtcap import __version__
+from virtcap.exposition import catalogue
+from virtcap.exposition.catalogue import AUDIT_OUTCOMES, CLAIM_OUTCOMES
 from virtcap.model.capacity import RESOURCES
 from virtcap.model.facts import CpuIdentity, DomainState
 from virtcap.service.snapshot import HypervisorSnapshot
 from virtcap.service.store import SnapshotStore
-
-AUDIT_OUTCOMES = ("success", "failure", "timeout")
-CLAIM_OUTCOMES = ("created", "rejected", "reconciled", "expired", "deleted")
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,112 +156,44 @@ def _samples_only(chunk: str) -> str:
 
 
 def exporter_families(claim_outcomes: Mapping[str, int], tasks: TaskHealth | None = None) -> list[Metric]:
-    info = GaugeMetricFamily("virtcap_build_info", "virtcap's version, value 1.", labels=["version"])
+    info = catalogue.BUILD_INFO.gauge()
     info.add_metric([__version__], 1)
-    claims = CounterMetricFamily(
-        "virtcap_claims",
-        "Claims by outcome: created, rejected (did not fit), reconciled (their domain appeared), "
-        "expired, deleted.",
-        labels=["outcome"],
-    )
+    claims = catalogue.CLAIMS.counter()
     for outcome in CLAIM_OUTCOMES:
         claims.add_metric([outcome], claim_outcomes.get(outcome, 0))
-    failures = CounterMetricFamily(
-        "virtcap_task_failures",
-        "Crashes of the exporter's background tasks by kind (audit, render, expire-claims); each is "
-        "logged and the task restarted with backoff.",
-        labels=["task"],
-    )
-    dead = GaugeMetricFamily(
-        "virtcap_tasks_dead",
-        "Background tasks of the kind waiting for a restart after a crash; /-/healthy fails meanwhile.",
-        labels=["task"],
-    )
+    failures = catalogue.TASK_FAILURES.counter()
+    dead = catalogue.TASKS_DEAD.gauge()
     if tasks is not None:
         for kind in sorted(set(tasks.failures) | set(tasks.dead)):
             failures.add_metric([kind], tasks.failures.get(kind, 0))
             dead.add_metric([kind], tasks.dead.get(kind, 0))
-    return [info, claims, failures, dead]
-
-
-_RESOURCE_GAUGES = {
-    "total": "Physical amount of the resource.",
-    "reserved": "Amount kept for the host itself, taken out of the limit.",
-    "limit": "(total - reserved) x allocation_ratio, truncated: what may be allocated (Placement capacity).",
-    "used": "Allocated to counted domains plus held by pending claims; reserved is not included.",
-    "free": "limit - used; negative when allocations exceed the allocation-ratio policy.",
-    "actual_usage": "What the host really uses: busy CPUs, memory in use (Nova's formula), storage used.",
-}
+    built: dict[catalogue.MetricFamily, Metric] = {
+        catalogue.BUILD_INFO: info,
+        catalogue.CLAIMS: claims,
+        catalogue.TASK_FAILURES: failures,
+        catalogue.TASKS_DEAD: dead,
+    }
+    return [built[family] for family in catalogue.EXPORTER_FAMILIES]
 
 
 def build_families(hypervisors: Iterable[HypervisorView]) -> list[Metric]:
-    resource_labels = ["hypervisor", "resource", "unit"]
-    up = GaugeMetricFamily(
-        "hypervisor_up", "1 if the last audit of the hypervisor succeeded.", labels=["hypervisor"]
-    )
-    gauges = {
-        key: GaugeMetricFamily(f"hypervisor_resource_{key}", help_text, labels=resource_labels)
-        for key, help_text in _RESOURCE_GAUGES.items()
-    }
-    ratio = GaugeMetricFamily(
-        "hypervisor_resource_allocation_ratio",
-        "Configured overcommit ratio of the resource.",
-        labels=["hypervisor", "resource"],
-    )
-    allocated = GaugeMetricFamily(
-        "hypervisor_resource_allocated",
-        "Allocated to domains, by domain state (shut off domains count unless configured otherwise).",
-        labels=[*resource_labels, "state"],
-    )
-    claimed = GaugeMetricFamily(
-        "hypervisor_resource_claimed", "Held by pending claims, part of used.", labels=resource_labels
-    )
-    schedulable = GaugeMetricFamily(
-        "hypervisor_schedulable_instances",
-        "How many more instances of the flavor fit on the hypervisor.",
-        labels=["hypervisor", "flavor"],
-    )
-    bottleneck = GaugeMetricFamily(
-        "hypervisor_flavor_bottleneck",
-        "1 for the resource that limits how many more instances of the flavor fit on the hypervisor.",
-        labels=["hypervisor", "flavor", "resource"],
-    )
-    domains = GaugeMetricFamily(
-        "hypervisor_domains", "Defined domains by state.", labels=["hypervisor", "state"]
-    )
-    problems = GaugeMetricFamily(
-        "hypervisor_audit_problems",
-        "Problems the last audit reported (unreadable domains or disks, missing storage, a "
-        "configuration the hypervisor's inventory is refused for).",
-        labels=["hypervisor"],
-    )
-    refused = GaugeMetricFamily(
-        "hypervisor_resource_inventory_refused",
-        "1 where Placement would hold no inventory of the resource (reserved above total, a CPU set "
-        "naming offline CPUs): the hypervisor offers none of it.",
-        labels=["hypervisor", "resource"],
-    )
-    duration = GaugeMetricFamily(
-        "hypervisor_audit_duration_seconds", "Duration of the last successful audit.", labels=["hypervisor"]
-    )
-    timestamp = GaugeMetricFamily(
-        "hypervisor_audit_timestamp_seconds",
-        "Unix time of the last successful audit.",
-        labels=["hypervisor"],
-    )
-    audits = CounterMetricFamily(
-        "virtcap_audits",
-        "Finished audits by outcome (success, failure, timeout).",
-        labels=["hypervisor", "outcome"],
-    )
-    pending = GaugeMetricFamily(
-        "virtcap_claims_pending", "Claims held on the hypervisor, not yet reconciled.", labels=["hypervisor"]
-    )
-    info = InfoMetricFamily(
-        "hypervisor",
-        "Identity of the hypervisor, value 1.",
-        labels=["hypervisor"],
-    )
+    """The hypervisors' families, in the catalogue's order, each built from its catalogue entry."""
+    gauges = {f: f.gauge() for f in catalogue.HYPERVISOR_FAMILIES if f.type == "gauge"}
+    audits = catalogue.AUDITS.counter()
+    info = catalogue.HYPERVISOR_INFO.info()
+    up = gauges[catalogue.HYPERVISOR_UP]
+    amounts = [gauges[family] for family in catalogue.RESOURCE_AMOUNTS]
+    ratio = gauges[catalogue.RESOURCE_ALLOCATION_RATIO]
+    allocated = gauges[catalogue.RESOURCE_ALLOCATED]
+    claimed = gauges[catalogue.RESOURCE_CLAIMED]
+    schedulable = gauges[catalogue.SCHEDULABLE_INSTANCES]
+    bottleneck = gauges[catalogue.FLAVOR_BOTTLENECK]
+    domains = gauges[catalogue.DOMAINS]
+    problems = gauges[catalogue.AUDIT_PROBLEMS]
+    refused = gauges[catalogue.INVENTORY_REFUSED]
+    duration = gauges[catalogue.AUDIT_DURATION]
+    timestamp = gauges[catalogue.AUDIT_TIMESTAMP]
+    pending = gauges[catalogue.CLAIMS_PENDING]
     for view in hypervisors:
         name = view.name
         up.add_metric([name], 1.0 if view.up else 0.0)
@@ -302,36 +234,20 @@ def build_families(hypervisors: Iterable[HypervisorView]) -> list[Metric]:
                 continue
             labels = [name, resource.value, resource.unit]
             # Unknown amounts (a total that could not be read, usage the driver cannot tell) get
-            # no series: a 0 would read as "nothing left" or "idle".
-            for key, amount in (
-                ("total", rc.total),
-                ("reserved", rc.reserved),
-                ("limit", rc.limit),
-                ("used", rc.used),
-                ("free", rc.free),
-                ("actual_usage", rc.actual),
+            # no series: a 0 would read as "nothing left" or "idle". In RESOURCE_AMOUNTS' order.
+            for family, amount in zip(
+                amounts, (rc.total, rc.reserved, rc.limit, rc.used, rc.free, rc.actual), strict=True
             ):
                 if amount is not None:
-                    gauges[key].add_metric(labels, amount)
+                    family.add_metric(labels, amount)
             ratio.add_metric([name, resource.value], rc.allocation_ratio)
             refused.add_metric([name, resource.value], 1 if rc.refused is not None else 0)
             claimed.add_metric(labels, rc.claimed)
             for state in DomainState:
                 allocated.add_metric([*labels, state.value], rc.allocated_by_state[state])
-    return [
-        up,
-        *gauges.values(),
-        ratio,
-        allocated,
-        claimed,
-        schedulable,
-        bottleneck,
-        domains,
-        problems,
-        refused,
-        duration,
-        timestamp,
-        audits,
-        pending,
-        info,
-    ]
+    built: dict[catalogue.MetricFamily, Metric] = {
+        **gauges,
+        catalogue.AUDITS: audits,
+        catalogue.HYPERVISOR_INFO: info,
+    }
+    return [built[family] for family in catalogue.HYPERVISOR_FAMILIES]

@@ -1,0 +1,380 @@
+"""Every metric family virtcap exposes, described once, as data.
+
+The exposition builds its families from these entries (exposition/families.py), the README's
+metrics table is generated from them (`python -m virtcap.exposition.catalogue README.md`), and the
+tests hold both a real rendering and the README to them. Names, help texts and labels are what
+dashboards and alerts query: changing one here changes /metrics.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
+
+MetricType = Literal["gauge", "counter", "info"]
+
+UNIT_LABEL = "unit label"
+"""The `unit` of a family whose series each say their unit in a `unit` label (`cpus`, `bytes`,
+`integer`), as the amounts of a resource do."""
+
+AUDIT_OUTCOMES = ("success", "failure", "timeout")
+CLAIM_OUTCOMES = ("created", "rejected", "reconciled", "expired", "deleted")
+TASK_KINDS = ("audit", "render", "expire-claims", "connections")
+"""The kinds of supervised background tasks (service/supervise.py), as web/server.py starts them."""
+
+
+@dataclass(frozen=True, eq=False)
+class MetricFamily:
+    """One family as Prometheus sees it in the text format. Compared and hashed by identity: each
+    entry is a single module-level object."""
+
+    name: str
+    """As queried and as the `# HELP` line spells it: counters end in `_total`, info families in
+    `_info` (prometheus-client adds those suffixes to the names its families are built with)."""
+    type: MetricType
+    """`info` is rendered as a gauge of value 1 in the text format."""
+    help: str
+    labels: tuple[str, ...]
+    """The family's labels, in order."""
+    unit: str = ""
+    """What the values are in: a unit the name ends with (`seconds`), UNIT_LABEL where each series
+    carries it in its `unit` label, or empty for a plain number (a count, a flag, a ratio)."""
+    info_labels: tuple[str, ...] = ()
+    """An info family's value: the labels each series adds to `labels`."""
+    label_values: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """The fixed set of values a label takes, where it has one worth documenting."""
+    meaning: str = ""
+    """The README's description (Markdown), more than the help text says."""
+
+    def __post_init__(self) -> None:
+        suffix = {"counter": "_total", "info": "_info"}.get(self.type, "")
+        if not self.name.endswith(suffix):
+            raise ValueError(f"a {self.type} is named ...{suffix}: {self.name}")
+        if self.info_labels and self.type != "info":
+            raise ValueError(f"only an info family has info labels: {self.name}")
+        if self.unit == UNIT_LABEL and "unit" not in self.labels:
+            raise ValueError(f"{self.name} says its unit in a label it lacks")
+        if self.unit not in ("", UNIT_LABEL) and not self.name.removesuffix(suffix).endswith(f"_{self.unit}"):
+            raise ValueError(f"{self.name} does not end with its unit, {self.unit}")
+        unknown = set(self.label_values) - set(self.all_labels)
+        if unknown:
+            raise ValueError(f"{self.name} has no label {sorted(unknown)}")
+
+    @property
+    def all_labels(self) -> tuple[str, ...]:
+        """Every label of a series: an info family's value keys too."""
+        return self.labels + self.info_labels
+
+    @property
+    def text_type(self) -> str:
+        """The type on the `# TYPE` line of the text format, which has no info type."""
+        return "gauge" if self.type == "info" else self.type
+
+    def gauge(self) -> GaugeMetricFamily:
+        self._expect("gauge")
+        return GaugeMetricFamily(self.name, self.help, labels=self.labels)
+
+    def counter(self) -> CounterMetricFamily:
+        self._expect("counter")
+        return CounterMetricFamily(self.name, self.help, labels=self.labels)
+
+    def info(self) -> InfoMetricFamily:
+        self._expect("info")
+        return InfoMetricFamily(self.name.removesuffix("_info"), self.help, labels=self.labels)
+
+    def _expect(self, kind: MetricType) -> None:
+        if self.type != kind:
+            raise TypeError(f"{self.name} is a {self.type}, not a {kind}")
+
+
+_HYPERVISOR = ("hypervisor",)
+_RESOURCE = ("hypervisor", "resource")
+_AMOUNT = ("hypervisor", "resource", "unit")
+
+HYPERVISOR_UP = MetricFamily(
+    "hypervisor_up",
+    "gauge",
+    "1 if the last audit of the hypervisor succeeded.",
+    _HYPERVISOR,
+    meaning="1 if the last audit succeeded",
+)
+RESOURCE_TOTAL = MetricFamily(
+    "hypervisor_resource_total",
+    "gauge",
+    "Physical amount of the resource.",
+    _AMOUNT,
+    UNIT_LABEL,
+    meaning="physical amount",
+)
+RESOURCE_RESERVED = MetricFamily(
+    "hypervisor_resource_reserved",
+    "gauge",
+    "Amount kept for the host itself, taken out of the limit.",
+    _AMOUNT,
+    UNIT_LABEL,
+    meaning="kept for the host, out of the limit",
+)
+RESOURCE_LIMIT = MetricFamily(
+    "hypervisor_resource_limit",
+    "gauge",
+    "(total - reserved) x allocation_ratio, truncated: what may be allocated (Placement capacity).",
+    _AMOUNT,
+    UNIT_LABEL,
+    meaning="`(total - reserved) x ratio` (Placement capacity)",
+)
+RESOURCE_USED = MetricFamily(
+    "hypervisor_resource_used",
+    "gauge",
+    "Allocated to counted domains plus held by pending claims; reserved is not included.",
+    _AMOUNT,
+    UNIT_LABEL,
+    meaning="allocated to counted domains + claimed (Placement usage; reserved not included)",
+)
+RESOURCE_FREE = MetricFamily(
+    "hypervisor_resource_free",
+    "gauge",
+    "limit - used; negative when allocations exceed the allocation-ratio policy.",
+    _AMOUNT,
+    UNIT_LABEL,
+    meaning="`limit - used`, negative past the policy",
+)
+RESOURCE_ACTUAL_USAGE = MetricFamily(
+    "hypervisor_resource_actual_usage",
+    "gauge",
+    "What the host really uses: busy CPUs, memory in use (Nova's formula), storage used.",
+    _AMOUNT,
+    UNIT_LABEL,
+    meaning="busy CPUs, memory in use, storage used (no series where unknown: busy CPUs need two "
+    "samples of a driver that measures CPU time, which libvirt's test driver does not)",
+)
+RESOURCE_ALLOCATION_RATIO = MetricFamily(
+    "hypervisor_resource_allocation_ratio",
+    "gauge",
+    "Configured overcommit ratio of the resource.",
+    _RESOURCE,
+    "ratio",
+    meaning="the overcommit policy",
+)
+RESOURCE_ALLOCATED = MetricFamily(
+    "hypervisor_resource_allocated",
+    "gauge",
+    "Allocated to domains, by domain state (shut off domains count unless configured otherwise).",
+    (*_AMOUNT, "state"),
+    UNIT_LABEL,
+    meaning="allocations by domain state (shut off ones shown even when not counted)",
+)
+RESOURCE_CLAIMED = MetricFamily(
+    "hypervisor_resource_claimed",
+    "gauge",
+    "Held by pending claims, part of used.",
+    _AMOUNT,
+    UNIT_LABEL,
+    meaning="held by pending claims (0 until claims exist)",
+)
+SCHEDULABLE_INSTANCES = MetricFamily(
+    "hypervisor_schedulable_instances",
+    "gauge",
+    "How many more instances of the flavor fit on the hypervisor.",
+    ("hypervisor", "flavor"),
+    meaning="how many more instances of the flavor fit",
+)
+FLAVOR_BOTTLENECK = MetricFamily(
+    "hypervisor_flavor_bottleneck",
+    "gauge",
+    "1 for the resource that limits how many more instances of the flavor fit on the hypervisor.",
+    ("hypervisor", "flavor", "resource"),
+    meaning="value 1 for the resource that runs out first for the flavor (never one without a limit)",
+)
+DOMAINS = MetricFamily(
+    "hypervisor_domains",
+    "gauge",
+    "Defined domains by state.",
+    ("hypervisor", "state"),
+    meaning="defined domains",
+)
+AUDIT_PROBLEMS = MetricFamily(
+    "hypervisor_audit_problems",
+    "gauge",
+    "Problems the last audit reported (unreadable domains or disks, missing storage, a "
+    "configuration the hypervisor's inventory is refused for).",
+    _HYPERVISOR,
+    meaning="problems the last audit reported (unreadable domains, missing storage)",
+)
+INVENTORY_REFUSED = MetricFamily(
+    "hypervisor_resource_inventory_refused",
+    "gauge",
+    "1 where Placement would hold no inventory of the resource (reserved above total, a CPU set "
+    "naming offline CPUs): the hypervisor offers none of it.",
+    _RESOURCE,
+    meaning="1 where Placement would hold no inventory of the resource (reserved above total, a CPU "
+    "set naming offline CPUs), else 0",
+)
+AUDIT_DURATION = MetricFamily(
+    "hypervisor_audit_duration_seconds",
+    "gauge",
+    "Duration of the last successful audit.",
+    _HYPERVISOR,
+    "seconds",
+    meaning="duration of the last successful audit",
+)
+AUDIT_TIMESTAMP = MetricFamily(
+    "hypervisor_audit_timestamp_seconds",
+    "gauge",
+    "Unix time of the last successful audit.",
+    _HYPERVISOR,
+    "seconds",
+    meaning="Unix time of the last successful audit",
+)
+AUDITS = MetricFamily(
+    "virtcap_audits_total",
+    "counter",
+    "Finished audits by outcome (success, failure, timeout).",
+    ("hypervisor", "outcome"),
+    label_values={"outcome": AUDIT_OUTCOMES},
+    meaning="finished audits",
+)
+CLAIMS_PENDING = MetricFamily(
+    "virtcap_claims_pending",
+    "gauge",
+    "Claims held on the hypervisor, not yet reconciled.",
+    _HYPERVISOR,
+    meaning="claims held, not yet reconciled",
+)
+HYPERVISOR_INFO = MetricFamily(
+    "hypervisor_info",
+    "info",
+    "Identity of the hypervisor, value 1.",
+    _HYPERVISOR,
+    info_labels=("hostname", "hypervisor_type", "hypervisor_version", "libvirt_version", "cpu_model", "arch"),
+    meaning="value 1",
+)
+BUILD_INFO = MetricFamily(
+    "virtcap_build_info",
+    "gauge",
+    "virtcap's version, value 1.",
+    ("version",),
+    meaning="value 1",
+)
+CLAIMS = MetricFamily(
+    "virtcap_claims_total",
+    "counter",
+    "Claims by outcome: created, rejected (did not fit), reconciled (their domain appeared), "
+    "expired, deleted.",
+    ("outcome",),
+    label_values={"outcome": CLAIM_OUTCOMES},
+    meaning="claims by outcome",
+)
+TASK_FAILURES = MetricFamily(
+    "virtcap_task_failures_total",
+    "counter",
+    "Crashes of the exporter's background tasks by kind (audit, render, expire-claims); each is "
+    "logged and the task restarted with backoff.",
+    ("task",),
+    label_values={"task": TASK_KINDS},
+    meaning="crashes of background tasks, each logged and restarted",
+)
+TASKS_DEAD = MetricFamily(
+    "virtcap_tasks_dead",
+    "gauge",
+    "Background tasks of the kind waiting for a restart after a crash; /-/healthy fails meanwhile.",
+    ("task",),
+    meaning="tasks of the kind waiting for their restart after a crash",
+)
+
+RESOURCE_AMOUNTS: tuple[MetricFamily, ...] = (
+    RESOURCE_TOTAL,
+    RESOURCE_RESERVED,
+    RESOURCE_LIMIT,
+    RESOURCE_USED,
+    RESOURCE_FREE,
+    RESOURCE_ACTUAL_USAGE,
+)
+"""A resource's amounts, one series each where the amount is known."""
+
+HYPERVISOR_FAMILIES: tuple[MetricFamily, ...] = (
+    HYPERVISOR_UP,
+    *RESOURCE_AMOUNTS,
+    RESOURCE_ALLOCATION_RATIO,
+    RESOURCE_ALLOCATED,
+    RESOURCE_CLAIMED,
+    SCHEDULABLE_INSTANCES,
+    FLAVOR_BOTTLENECK,
+    DOMAINS,
+    AUDIT_PROBLEMS,
+    INVENTORY_REFUSED,
+    AUDIT_DURATION,
+    AUDIT_TIMESTAMP,
+    AUDITS,
+    CLAIMS_PENDING,
+    HYPERVISOR_INFO,
+)
+"""The families of the hypervisors, in the order they are rendered (/metrics and /probe)."""
+
+EXPORTER_FAMILIES: tuple[MetricFamily, ...] = (BUILD_INFO, CLAIMS, TASK_FAILURES, TASKS_DEAD)
+"""The exporter's own families, rendered after the hypervisors' and only on /metrics."""
+
+CATALOGUE: tuple[MetricFamily, ...] = HYPERVISOR_FAMILIES + EXPORTER_FAMILIES
+BY_NAME: Mapping[str, MetricFamily] = {family.name: family for family in CATALOGUE}
+if len(BY_NAME) != len(CATALOGUE):
+    raise ValueError("a family is catalogued twice")
+
+
+# The README's table, generated between these two lines.
+TABLE_START = "<!-- generated by `python -m virtcap.exposition.catalogue README.md`: edit the catalogue -->"
+TABLE_END = "<!-- end of the generated table -->"
+TABLE_HEADER = ("| metric | type | labels | meaning |", "|---|---|---|---|")
+
+
+def label_cell(family: MetricFamily) -> str:
+    """`hypervisor, outcome (`success`, `failure`, `timeout`)`: a label's fixed values after it."""
+    cells = []
+    for label in family.all_labels:
+        values = family.label_values.get(label)
+        cells.append(f"{label} ({', '.join(f'`{v}`' for v in values)})" if values else label)
+    return ", ".join(cells)
+
+
+def markdown_table(families: Sequence[MetricFamily] = CATALOGUE) -> str:
+    rows = [f"| `{f.name}` | {f.type} | {label_cell(f)} | {f.meaning} |" for f in families]
+    return "\n".join([*TABLE_HEADER, *rows]) + "\n"
+
+
+_TABLE = re.compile(
+    rf"(^{re.escape(TABLE_START)}\n)(.*?)(^{re.escape(TABLE_END)}$)", re.MULTILINE | re.DOTALL
+)
+
+
+def generated_block(text: str) -> str:
+    """The generated table of a document, between its marker lines."""
+    found = _TABLE.search(text)
+    if found is None:
+        raise ValueError(f"no generated table: expected the lines {TABLE_START} ... {TABLE_END}")
+    return found.group(2)
+
+
+def with_table(text: str) -> str:
+    """The document with its generated table replaced by the catalogue's."""
+    generated_block(text)
+    return _TABLE.sub(lambda found: found.group(1) + markdown_table() + found.group(3), text, count=1)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Print the table, or with a path write it into that document between its markers."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args:
+        sys.stdout.write(markdown_table())
+        return 0
+    for name in args:
+        path = Path(name)
+        path.write_text(with_table(path.read_text(encoding="utf-8")), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
