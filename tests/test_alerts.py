@@ -3,7 +3,6 @@ mixtool does, the Alertmanager example valid, and the alerts firing on the demo 
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 import time
@@ -12,32 +11,13 @@ from typing import Any
 
 import yaml
 
+from tests.mixin import ALERTS, FOR_KEYS, jsonnet
 from tests.prometheus import running_prometheus, scrape_config
 from tests.serving import running_server, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
-ALERTS = ROOT / "alerts"
 GENERATED = {"alerts.jsonnet": "virtcap-alerts.yaml", "rules.jsonnet": "virtcap-rules.yaml"}
 SEVERITIES = {"critical", "warning", "info"}
-FOR_KEYS = (
-    "overcommitted",
-    "nearlyExhausted",
-    "memoryPressure",
-    "fleetHostFailure",
-    "flavorHeadroom",
-    "forecast",
-    "auditFailing",
-    "auditStale",
-    "inventoryRefused",
-    "exporterDown",
-)
-
-
-def jsonnet(source: str, config: dict[str, Any] | None = None) -> str:
-    command = ["jsonnet", "-S", "-J", str(ALERTS), str(ALERTS / source)]
-    if config is not None:
-        command += ["--tla-code", f"config={json.dumps(config)}"]
-    return subprocess.run(command, capture_output=True, text=True, check=True).stdout
 
 
 def tool(*command: str) -> subprocess.CompletedProcess[str]:

@@ -13,8 +13,8 @@ from aiohttp import web
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.claims_client import auth, call, write_config
 from tests.serving import Server, running_server
-from tests.test_claims import auth, call, write_config
 from virtcap.web.api import add_routes
 from virtcap.web.openapi import OPENAPI
 

@@ -16,7 +16,7 @@ from typing import Any
 import libvirt
 import pytest
 
-from tests.conftest import Libvirtd
+from tests.libvirtd import Libvirtd
 from virtcap.audit.oneshot import audit_fleet_once
 from virtcap.config.settings import parse_config
 from virtcap.model.capacity import Resource

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.serving import Server, running_server, value, wait_for, write_fleet_config
-from tests.test_web_security import client_context, make_ca, make_cert
+from tests.tls import client_context, make_ca, make_cert
 
 HEALTHY = ("compute-01", "compute-02")
 

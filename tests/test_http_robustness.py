@@ -21,8 +21,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.claims_client import WRITER, write_config
 from tests.serving import Server, running_server
-from tests.test_claims import WRITER, write_config
 from virtcap.web.api import BODY_TIMEOUT_SECONDS, MAX_BODY_BYTES
 from virtcap.web.openapi import OPENAPI
 

@@ -13,7 +13,7 @@ import aiohttp
 import bcrypt
 
 from tests.serving import running_server
-from tests.test_web_security import client_context, make_ca, make_cert
+from tests.tls import client_context, make_ca, make_cert
 
 SCRAPES = 10_000
 CONNECTIONS = 200

@@ -8,7 +8,7 @@ import threading
 import weakref
 from typing import Any
 
-from tests.conftest import Libvirtd
+from tests.libvirtd import Libvirtd
 from virtcap.audit.events import start_libvirt_event_thread
 from virtcap.config.settings import AuditSettings, Hypervisor
 from virtcap.model.capacity import HostPolicy

@@ -9,8 +9,8 @@ import threading
 import time
 from pathlib import Path
 
+from tests.claims_client import HASH, WRITER, claim
 from tests.serving import Server, running_server, value, wait_for
-from tests.test_claims import HASH, WRITER, claim
 from virtcap.demo import DEMO_DIR
 
 

@@ -13,9 +13,9 @@ from typing import Any
 import libvirt
 import pytest
 
-from tests.conftest import Libvirtd
+from tests.claims_client import HASH, WRITER, call, claim
+from tests.libvirtd import Libvirtd
 from tests.serving import Server, running_server, value, wait_for
-from tests.test_claims import HASH, WRITER, call, claim
 
 pytestmark = pytest.mark.libvirtd
 

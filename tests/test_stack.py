@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.mixin import FOR_KEYS, jsonnet
 from tests.prometheus import running_prometheus
 from tests.serving import DIES_WITH_THE_TESTS, free_port, running_server, stop_process, wait_for
-from tests.test_alerts import FOR_KEYS, jsonnet
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE = ROOT / "docker-compose.yml"

@@ -28,30 +28,9 @@ import pytest
 from aiohttp import web
 
 from tests.serving import running_server, wait_for
+from tests.tls import client_context, make_ca, make_cert
 from virtcap.web.auth import BcryptPool
 from virtcap.web.webconfig import WebConfigSource, load_web_config
-
-
-def openssl(*args: str, cwd: Path) -> None:
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
-
-
-def make_ca(directory: Path, name: str) -> None:
-    openssl(
-        "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-        "-keyout", f"{name}.key", "-out", f"{name}.crt", "-subj", f"/CN={name}",
-        cwd=directory,
-    )  # fmt: skip
-
-
-def make_cert(directory: Path, name: str, ca: str, san: str | None = None) -> None:
-    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr",
-            "-subj", f"/CN={name}", cwd=directory)  # fmt: skip
-    extensions = directory / f"{name}.ext"
-    extensions.write_text(f"subjectAltName={san}\n" if san else "basicConstraints=CA:FALSE\n")
-    openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.crt", "-CAkey", f"{ca}.key",
-            "-CAcreateserial", "-days", "2", "-out", f"{name}.crt", "-extfile", extensions.name,
-            cwd=directory)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -69,13 +48,6 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def serve_args(web_file: Path) -> list[str]:
     return ["--demo", "--web.config.file", str(web_file)]
-
-
-def client_context(pki: Path, certificate: str | None = None) -> ssl.SSLContext:
-    context = ssl.create_default_context(cafile=str(pki / "ca.crt"))
-    if certificate is not None:
-        context.load_cert_chain(pki / f"{certificate}.crt", pki / f"{certificate}.key")
-    return context
 
 
 def basic(user: str, password: str) -> dict[str, str]:
