@@ -83,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _positive_int(text: str) -> int:
-    if not text.isdigit() or not 0 < int(text) <= 1_000_000:
+    if not text.isdigit() or not 0 < int(text) <= 1_000_000:  # noqa: PLR2004  (the bound the message states)
         raise argparse.ArgumentTypeError(f"expected a whole number from 1 to 1000000, got {text!r}")
     return int(text)
 

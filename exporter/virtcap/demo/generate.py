@@ -44,7 +44,7 @@ def _states(rng: random.Random, count: int, shutoff: int, paused: int, other: in
     return states
 
 
-def _host(
+def _host(  # noqa: PLR0917  (its callers are a table of hosts, one row each)
     name: str,
     cpus: int,
     memory_gib: int,

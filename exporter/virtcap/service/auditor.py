@@ -49,7 +49,7 @@ IN_PROCESS_DRIVER = "TEST"
 
 
 class HypervisorAuditor:
-    def __init__(
+    def __init__(  # noqa: PLR0917  (the collaborators its one caller, the fleet, wires in)
         self,
         hypervisor: Hypervisor,
         settings: AuditSettings,

@@ -156,7 +156,7 @@ class ConnectionGuard:
 class GuardedSite(web.BaseSite):
     """aiohttp's TCP site with every connection under a ConnectionGuard."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0917  (TCPSite's runner, host and port, then the guard)
         self,
         runner: web.BaseRunner,
         host: str | None,

@@ -263,7 +263,7 @@ def _writer_hashes(config: Config) -> dict[str, bytes]:
 def parse_listen_address(text: str) -> tuple[str | None, int]:
     """`HOST:PORT`, `:PORT` (every interface) or `[IPv6]:PORT`."""
     host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:  # noqa: PLR2004  (the TCP ports)
         raise ConfigError(f"--web.listen-address: expected HOST:PORT such as :{DEFAULT_PORT}, got {text!r}")
     host = host.strip("[]")
     return (host or None), int(port)

@@ -493,7 +493,7 @@ class _ReloadingContext(ssl.SSLContext):
             incoming, outgoing, server_side, server_hostname, session
         )
 
-    def wrap_socket(
+    def wrap_socket(  # noqa: PLR0917  (ssl.SSLContext.wrap_socket's parameters, positional as there)
         self,
         sock: socket.socket,
         server_side: bool = False,
@@ -693,5 +693,5 @@ def _subject_alt_names(certificate: Mapping[str, object]) -> Iterator[tuple[str,
     entries = certificate.get("subjectAltName", ())
     if isinstance(entries, tuple):
         for entry in entries:
-            if isinstance(entry, tuple) and len(entry) == 2:
+            if isinstance(entry, tuple) and len(entry) == 2:  # noqa: PLR2004  (a (type, value) pair)
                 yield str(entry[0]), str(entry[1])
