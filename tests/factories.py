@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from virtcap.config.settings import Config, parse_config
+from virtcap.config import Config, parse_config
 from virtcap.demo.fleetgen import RUNNING, SHUTOFF, DiskSpec, DomainSpec, HostSpec, write_fleet
 from virtcap.model.facts import DiskFacts, DomainFacts, DomainState, HostFacts, NovaFlavor, StorageFacts
 

@@ -18,7 +18,7 @@ import pytest
 
 from tests.libvirtd import Libvirtd
 from virtcap.audit.oneshot import audit_fleet_once
-from virtcap.config.settings import parse_config
+from virtcap.config import parse_config
 from virtcap.model.capacity import Resource
 from virtcap.model.facts import DomainState
 from virtcap.service.snapshot import HypervisorSnapshot

@@ -20,7 +20,7 @@ from virtcap.audit.hypervisor import (
     redact_uri,
 )
 from virtcap.audit.oneshot import audit_fleet_once
-from virtcap.config.settings import DiskSource, parse_config
+from virtcap.config import DiskSource, parse_config
 from virtcap.exposition.report import fleet_document, render_tables
 from virtcap.model.capacity import HostPolicy, Resource, host_capacity
 from virtcap.model.facts import DomainState, HostFacts

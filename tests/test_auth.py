@@ -15,7 +15,7 @@ from aiohttp import web
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from virtcap.config.settings import ConfigError, load_config
+from virtcap.config import ConfigError, load_config
 from virtcap.web import auth
 
 FAST_HASH = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4))

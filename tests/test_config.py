@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from virtcap.config.settings import ConfigError, load_config, parse_config
+from virtcap.config import ConfigError, load_config, parse_config
 from virtcap.model.capacity import Resource
 
 GIB = 1024**3

@@ -15,7 +15,7 @@ import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from virtcap.config.settings import ConfigError, parse_config
+from virtcap.config import ConfigError, parse_config
 
 SOURCE = "fleet.yaml"
 MAX_LINE = 500

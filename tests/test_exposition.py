@@ -12,7 +12,7 @@ from prometheus_client.core import Metric
 from tests.factories import storageless_fleet
 from tests.serving import Samples, parse_samples, series, value
 from virtcap.audit.oneshot import audit_fleet_once
-from virtcap.config.settings import parse_config
+from virtcap.config import parse_config
 from virtcap.demo import demo_config
 from virtcap.exposition import families as exposition_module
 from virtcap.exposition.families import FragmentCache, HypervisorView, render, views

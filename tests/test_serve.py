@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.serving import parse_samples, running_server, series, stop_process, value, wait_for
-from virtcap.config.settings import parse_config
+from virtcap.config import parse_config
 from virtcap.demo import DEMO_DIR
 from virtcap.web.server import DEFAULT_PORT
 

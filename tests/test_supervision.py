@@ -18,7 +18,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from virtcap.audit.events import start_libvirt_event_thread
 from virtcap.audit.oneshot import audit_fleet_once
 from virtcap.claims.ledger import ClaimDatabase, ClaimLedger
-from virtcap.config.settings import AuditSettings, ClaimSettings, Config, Hypervisor
+from virtcap.config import AuditSettings, ClaimSettings, Config, Hypervisor
 from virtcap.demo import DEMO_DIR
 from virtcap.model.capacity import NOVA_ALLOCATION_RATIOS, HostPolicy, Resource, amounts
 from virtcap.service.auditor import FleetAuditor

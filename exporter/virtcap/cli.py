@@ -15,7 +15,7 @@ from typing import NoReturn
 from virtcap import __version__
 from virtcap.audit.oneshot import audit_fleet_once
 from virtcap.claims.cli import add_claim_commands, run_claim
-from virtcap.config.settings import Config, ConfigError, load_config
+from virtcap.config import Config, ConfigError, load_config
 from virtcap.demo import demo_config
 from virtcap.exposition.report import fleet_document, render_tables
 from virtcap.logs import LEVELS, setup_logging

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.conformance.upstream import Oracle, agree, generator
-from virtcap.config.settings import ConfigError, parse_config
+from virtcap.config import ConfigError, parse_config
 from virtcap.units import MAX_CPU, parse_cpu_set
 
 # Spellings that are not plain numbers, ranges or exclusions: Python's int() reads some of them

@@ -22,7 +22,7 @@ import pytest
 
 from tests.conformance.upstream import GIB, MIB, PLACEMENT_CLASS, UNIT, Oracle, agree, generator
 from tests.factories import domain, host, local_disk
-from virtcap.config.settings import parse_config
+from virtcap.config import parse_config
 from virtcap.model.capacity import HostCapacity, amounts, claim_test, host_capacity
 from virtcap.model.facts import DomainState
 from virtcap.units import format_cpu_set

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 import libvirt
 
 from virtcap.audit.domain_xml import NON_LOCAL_DEVICES, DiskReference, DomainXMLError, parse_domain_xml
-from virtcap.config.settings import DiskSource
+from virtcap.config import DiskSource
 from virtcap.model.facts import (
     CpuIdentity,
     CpuTimes,

@@ -8,7 +8,7 @@ from typing import Any
 
 from virtcap.audit.hypervisor import AuditError, audit_host, open_read_only, redact_uri
 from virtcap.audit.threads import run_in_daemon_thread
-from virtcap.config.settings import Config, Hypervisor
+from virtcap.config import Config, Hypervisor
 from virtcap.model.facts import HostFacts
 from virtcap.service.snapshot import HypervisorSnapshot
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from virtcap.config.settings import ClaimSettings, ConfigError
+from virtcap.config import ClaimSettings, ConfigError
 from virtcap.model.capacity import RESOURCES, Amounts, Resource, claim_test
 from virtcap.model.facts import HostFacts
 from virtcap.service.snapshot import HypervisorSnapshot

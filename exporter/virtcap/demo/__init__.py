@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from virtcap.config.settings import Config, parse_config
+from virtcap.config import Config, parse_config
 
 DEMO_DIR = Path(__file__).resolve().parent
 DEMO_CONFIG = DEMO_DIR / "demo.yaml"

@@ -30,7 +30,7 @@ from virtcap.audit.hypervisor import (
 )
 from virtcap.audit.threads import run_in_daemon_thread
 from virtcap.claims.ledger import ClaimLedger
-from virtcap.config.settings import AuditSettings, Hypervisor
+from virtcap.config import AuditSettings, Hypervisor
 from virtcap.model.capacity import Amounts
 from virtcap.model.facts import CpuIdentity, CpuTimes, HostFacts
 from virtcap.service.snapshot import HypervisorSnapshot

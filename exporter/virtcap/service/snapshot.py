@@ -6,7 +6,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from virtcap.config.settings import Hypervisor
+from virtcap.config import Hypervisor
 from virtcap.model.capacity import Amounts, HostCapacity, host_capacity
 from virtcap.model.facts import HostFacts
 

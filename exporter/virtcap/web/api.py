@@ -24,7 +24,7 @@ from virtcap.claims.ledger import (
     ClaimStorageError,
     UnknownHypervisorError,
 )
-from virtcap.config.settings import ClaimSettings, Duration, Size, explain_validation_error
+from virtcap.config import ClaimSettings, Duration, Size, explain_validation_error
 from virtcap.exposition.report import fleet_document
 from virtcap.model.capacity import RESOURCES, amounts
 from virtcap.service.store import SnapshotStore

@@ -24,7 +24,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from virtcap import __version__
 from virtcap.audit.events import start_libvirt_event_thread
 from virtcap.claims.ledger import ClaimDatabase, ClaimLedger
-from virtcap.config.settings import Config, ConfigError
+from virtcap.config import Config, ConfigError
 from virtcap.exposition.families import FragmentCache, TaskHealth, render, views
 from virtcap.service.auditor import FleetAuditor
 from virtcap.service.store import SnapshotStore

@@ -65,7 +65,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
-from virtcap.config.settings import ConfigError, explain_validation_error
+from virtcap.config import ConfigError, explain_validation_error
 from virtcap.config.yamlfile import MAX_FILE_BYTES, load_yaml_bytes
 from virtcap.units import parse_duration
 from virtcap.web.auth import BasicAuth, BcryptHash, BcryptPool

@@ -1,0 +1,181 @@
+"""The configuration as the rest of the exporter uses it: one complete policy per hypervisor.
+
+The file is written as layers (Nova's defaults < the file's `defaults` < each hypervisor's own
+keys, merged key by key) so that a fleet is described once; everything downstream wants the
+result of that merge, frozen, with no optional keys left. The checks that need the merged
+policy (disjoint CPU sets, reserved CPUs next to CPU sets) are made here, in the same
+one-line `file: key: what was expected` form as the schema's (see virtcap.config.errors).
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import ValidationError
+
+from virtcap.config.errors import clip, explain_validation_error
+from virtcap.config.schema import (
+    AllocationRatios,
+    AuditSettings,
+    ClaimSettings,
+    ConfigFile,
+    DiskSource,
+    HypervisorSection,
+    PolicySection,
+    Reserved,
+    validate_document,
+)
+from virtcap.config.yamlfile import ConfigError, load_yaml_file, load_yaml_text
+from virtcap.model.capacity import (
+    NOVA_ALLOCATION_RATIOS,
+    NOVA_RESERVED,
+    Amounts,
+    HostPolicy,
+    Resource,
+    amounts,
+)
+from virtcap.units import format_cpu_set
+
+__all__ = [
+    "DEFAULT_DISK",
+    "LOCAL_URI",
+    "Config",
+    "Flavor",
+    "Hypervisor",
+    "build_config",
+    "load_config",
+    "parse_config",
+]
+
+LOCAL_URI = "qemu:///system"
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True, slots=True)
+class Hypervisor:
+    name: str
+    uri: str
+    policy: HostPolicy
+    disk: DiskSource | None
+
+
+@dataclass(frozen=True, slots=True)
+class Flavor:
+    name: str
+    request: Amounts
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    source: str
+    audit: AuditSettings
+    hypervisors: tuple[Hypervisor, ...]
+    flavors: tuple[Flavor, ...]
+    claims: ClaimSettings = field(default_factory=ClaimSettings)
+
+    @property
+    def flavor_requests(self) -> dict[str, Amounts]:
+        return {flavor.name: flavor.request for flavor in self.flavors}
+
+
+DEFAULT_DISK = DiskSource(pool="default")
+
+
+def load_config(path: Path | str | None) -> Config:
+    """The configuration in `path`, or Nova's defaults for the local hypervisor when None."""
+    if path is None:
+        return build_config(ConfigFile(), source="(built-in defaults)")
+    return _config_from_document(load_yaml_file(path), source=str(path))
+
+
+def parse_config(text: str, source: str) -> Config:
+    return _config_from_document(load_yaml_text(text, source), source)
+
+
+def _config_from_document(raw: object, source: str) -> Config:
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: expected a mapping of sections (audit, defaults, hypervisors, flavors)")
+    try:
+        parsed = validate_document(raw)
+    except ValidationError as error:
+        raise ConfigError(explain_validation_error(error, source, ConfigFile)) from None
+    return build_config(parsed, source)
+
+
+def build_config(parsed: ConfigFile, source: str) -> Config:
+    entries = parsed.hypervisors
+    if entries is None:
+        entries = [HypervisorSection(name=socket.gethostname() or "localhost", uri=LOCAL_URI)]
+    hypervisors = []
+    disjoint: set[tuple[int, int]] = set()
+    for index, entry in enumerate(entries):
+        where = f"hypervisors[{index}]" if parsed.hypervisors is not None else "defaults"
+        policy, disk = _merge_policy(parsed.defaults, entry, source, where, disjoint)
+        hypervisors.append(Hypervisor(name=entry.name, uri=entry.uri, policy=policy, disk=disk))
+    flavors = tuple(
+        Flavor(
+            name=f.name,
+            request=amounts(vcpu=f.vcpu, pcpu=f.pcpu, memory=f.memory, disk=f.disk),
+        )
+        for f in parsed.flavors
+    )
+    return Config(
+        source=source,
+        audit=parsed.audit,
+        hypervisors=tuple(hypervisors),
+        flavors=flavors,
+        claims=parsed.claims,
+    )
+
+
+def _merge_policy(
+    defaults: PolicySection, own: PolicySection, source: str, where: str, disjoint: set[tuple[int, int]]
+) -> tuple[HostPolicy, DiskSource | None]:
+    """`disjoint` holds the pairs of CPU sets (by identity) already found disjoint: hypervisors
+    that share their sets are then checked once, not once each."""
+    ratios = dict(NOVA_ALLOCATION_RATIOS)
+    reserved = dict(NOVA_RESERVED)
+    for layer in (defaults, own):
+        if layer.allocation_ratios is not None:
+            ratios.update(_set_fields(layer.allocation_ratios))
+        if layer.reserved is not None:
+            reserved.update(_set_fields(layer.reserved))
+    # A ratio of 0.0 is Nova's "use the default" (its initial allocation ratio for the class).
+    ratios = {resource: ratio or NOVA_ALLOCATION_RATIOS[resource] for resource, ratio in ratios.items()}
+    shared = _override(defaults.cpu_shared_set, own.cpu_shared_set)
+    dedicated = _override(defaults.cpu_dedicated_set, own.cpu_dedicated_set)
+    if shared is not None and dedicated is not None and (id(shared), id(dedicated)) not in disjoint:
+        if not shared.isdisjoint(dedicated):
+            overlap = format_cpu_set(shared & dedicated)
+            raise ConfigError(
+                f"{source}: {where}.cpu_dedicated_set: overlaps cpu_shared_set on CPUs "
+                f"{clip(overlap, 60)}; expected two disjoint sets"
+            )
+        disjoint.add((id(shared), id(dedicated)))
+    if reserved[Resource.VCPU] and (shared is not None or dedicated is not None):
+        raise ConfigError(
+            f"{source}: {where}.reserved.vcpu: cannot be combined with cpu_shared_set/cpu_dedicated_set "
+            "(host CPUs in neither set are not offered); expected 0"
+        )
+    inactive = _override(defaults.count_inactive_domains, own.count_inactive_domains)
+    policy = HostPolicy(
+        allocation_ratios=ratios,
+        reserved=reserved,
+        cpu_shared_set=shared,
+        cpu_dedicated_set=dedicated,
+        count_inactive_domains=True if inactive is None else inactive,
+    )
+    return policy, _override(defaults.disk, own.disk) or DEFAULT_DISK
+
+
+def _override(default: _T | None, own: _T | None) -> _T | None:
+    return own if own is not None else default
+
+
+def _set_fields(section: AllocationRatios | Reserved) -> dict[Resource, Any]:
+    return {Resource(key): value for key, value in section.model_dump(exclude_none=True).items()}

@@ -1,0 +1,245 @@
+"""The shape of the YAML configuration file, as pydantic models: what each key may hold.
+
+Kept apart from the merge (virtcap.config.load) so that the file's contract can be read in
+one place, and so that other bodies (the claims API) can reuse its quantity types.
+
+Everything is bounded, so that a hostile or mistaken file is refused quickly and cheaply: the
+file itself (size, nesting, aliases: see virtcap.config.yamlfile), every quantity (see virtcap.units),
+every whole number and string below, and the CPUs named by all CPU sets together.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Annotated, ClassVar, Self
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    ValidationInfo,
+    model_validator,
+)
+
+from virtcap.units import (
+    MAX_CPU,
+    brief_repr,
+    parse_cpu_set,
+    parse_duration,
+    parse_ratio,
+    parse_size,
+)
+from virtcap.web.auth import BcryptHash
+
+__all__ = [
+    "AllocationRatios",
+    "AuditSettings",
+    "ClaimSettings",
+    "ConfigFile",
+    "CpuSet",
+    "DiskSource",
+    "Duration",
+    "FlavorSection",
+    "HypervisorSection",
+    "Name",
+    "PolicySection",
+    "Ratio",
+    "Reserved",
+    "Size",
+    "validate_document",
+]
+
+MAX_CONCURRENCY = 1024
+MAX_KEEPALIVE_COUNT = 100
+MAX_HOST_CPUS = MAX_CPU + 1
+MAX_FLAVOR_CPUS = 1_000_000
+"""As for claims in the HTTP API."""
+MAX_NAME_CHARS = 255
+MAX_URI_CHARS = 1024
+MAX_PATH_CHARS = 4096
+MAX_CONFIG_CPUS = 2**18
+"""CPUs named by all CPU sets together, each distinct spelling counted once: a set is a Python
+frozenset of up to 65536 numbers, so a thousand hypervisors each with its own large set would
+cost gigabytes."""
+
+
+def _cpu_set(value: object, info: ValidationInfo) -> frozenset[int]:
+    budget = info.context.get(_CpuBudget.KEY) if isinstance(info.context, dict) else None
+    return budget.parse(value) if isinstance(budget, _CpuBudget) else parse_cpu_set(value)
+
+
+@dataclass
+class _CpuBudget:
+    """The CPUs the CPU sets of one configuration may still name; repeated spellings share one set."""
+
+    KEY = "cpu_budget"
+    remaining: int = MAX_CONFIG_CPUS
+    known: dict[object, frozenset[int]] = field(default_factory=dict)
+
+    def parse(self, value: object) -> frozenset[int]:
+        key = value if isinstance(value, str | int) and not isinstance(value, bool) else None
+        if key is not None and key in self.known:
+            return self.known[key]
+        # Once spent, no more sets are built: a set is never empty, so each would overspend.
+        cpus = parse_cpu_set(value) if self.remaining >= 0 else frozenset()
+        self.remaining -= max(len(cpus), 1)
+        if self.remaining < 0:
+            raise ValueError(
+                f"the CPU sets of this configuration name more than {MAX_CONFIG_CPUS} CPUs in all "
+                "(each distinct set counted once); expected at most that"
+            )
+        if key is not None:
+            self.known[key] = cpus
+        return cpus
+
+
+Size = Annotated[int, BeforeValidator(parse_size)]
+Duration = Annotated[float, BeforeValidator(parse_duration)]
+Ratio = Annotated[float, BeforeValidator(parse_ratio)]
+# PlainValidator: pydantic would otherwise copy each set, validating up to 65536 numbers again.
+CpuSet = Annotated[frozenset[int], PlainValidator(_cpu_set)]
+Name = Annotated[
+    str, Field(min_length=1, max_length=MAX_NAME_CHARS, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:@-]*$")
+]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class AuditSettings(_Section):
+    interval: Duration = 30.0
+    timeout: Duration = 10.0
+    concurrency: int = Field(default=32, ge=1, le=MAX_CONCURRENCY)
+    stale_after: Duration | None = None
+    """How long the data of a failing hypervisor is still served (default: 3 intervals)."""
+    keepalive_interval: Duration = 5.0
+    keepalive_count: int = Field(default=3, ge=1, le=MAX_KEEPALIVE_COUNT)
+
+    @property
+    def staleness_bound(self) -> float:
+        return self.stale_after if self.stale_after is not None else 3 * self.interval
+
+
+class AllocationRatios(_Section):
+    KEY_NOUN: ClassVar[str] = "resource"
+    """What an unknown key is called in error messages (see virtcap.config.errors)."""
+
+    vcpu: Ratio | None = None
+    memory: Ratio | None = None
+    disk: Ratio | None = None
+    pcpu: float | None = None
+
+    @model_validator(mode="after")
+    def _pcpu_is_fixed(self) -> Self:
+        if self.pcpu is not None and self.pcpu not in (0.0, 1.0):
+            raise ValueError(
+                "the pcpu allocation ratio is fixed at 1.0: dedicated CPUs are never overcommitted"
+            )
+        return self
+
+
+class Reserved(_Section):
+    KEY_NOUN: ClassVar[str] = "resource"
+    """What an unknown key is called in error messages (see virtcap.config.errors)."""
+
+    vcpu: int | None = Field(default=None, ge=0, le=MAX_HOST_CPUS)
+    memory: Size | None = None
+    disk: Size | None = None
+
+
+class DiskSource(_Section):
+    pool: str | None = Field(default=None, min_length=1, max_length=MAX_NAME_CHARS)
+    path: str | None = Field(default=None, min_length=1, max_length=MAX_PATH_CHARS)
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> Self:
+        if (self.pool is None) == (self.path is None):
+            raise ValueError(
+                "expected exactly one of 'pool' (a libvirt storage pool) or 'path' (a local directory)"
+            )
+        if self.path is not None and not self.path.startswith("/"):
+            raise ValueError(f"expected an absolute path, got {brief_repr(self.path)}")
+        return self
+
+
+class PolicySection(_Section):
+    """The keys of `defaults`, each of which a hypervisor may override."""
+
+    allocation_ratios: AllocationRatios | None = None
+    reserved: Reserved | None = None
+    cpu_shared_set: CpuSet | None = None
+    cpu_dedicated_set: CpuSet | None = None
+    disk: DiskSource | None = None
+    count_inactive_domains: bool | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _empty_cpu_sets_are_unset(cls, data: object) -> object:
+        """Nova reads an empty CPU set option as unset."""
+        if isinstance(data, dict):
+            empty = [key for key in ("cpu_shared_set", "cpu_dedicated_set") if data.get(key) == ""]
+            if empty:
+                return {key: value for key, value in data.items() if key not in empty}
+        return data
+
+
+class HypervisorSection(PolicySection):
+    name: Name
+    uri: str = Field(min_length=1, max_length=MAX_URI_CHARS)
+
+
+class FlavorSection(_Section):
+    name: Name
+    vcpu: int = Field(default=0, ge=0, le=MAX_FLAVOR_CPUS)
+    pcpu: int = Field(default=0, ge=0, le=MAX_FLAVOR_CPUS)
+    memory: Size
+    disk: Size = 0
+
+    @model_validator(mode="after")
+    def _requests_cpus(self) -> Self:
+        if self.vcpu == 0 and self.pcpu == 0:
+            raise ValueError("a flavor requests at least one vcpu or pcpu")
+        return self
+
+
+class ClaimSettings(_Section):
+    database: str = Field(default="/var/lib/virtcap/claims.sqlite", min_length=1, max_length=MAX_PATH_CHARS)
+    default_ttl: Duration = 900.0
+    max_ttl: Duration = 86400.0
+    writers: dict[str, BcryptHash] = {}
+    """User name to bcrypt hash: who may create and delete claims (read-only scrapes never can)."""
+
+    @model_validator(mode="after")
+    def _sane(self) -> Self:
+        if self.default_ttl > self.max_ttl:
+            raise ValueError("default_ttl is longer than max_ttl")
+        return self
+
+
+class ConfigFile(_Section):
+    audit: AuditSettings = AuditSettings()
+    claims: ClaimSettings = ClaimSettings()
+    defaults: PolicySection = PolicySection()
+    hypervisors: list[HypervisorSection] | None = None
+    flavors: list[FlavorSection] = []
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> Self:
+        for section, items in (("hypervisors", self.hypervisors or []), ("flavors", self.flavors)):
+            seen: set[str] = set()
+            for item in items:
+                if item.name in seen:
+                    raise ValueError(f"{section}: the name {brief_repr(item.name)} is used twice")
+                seen.add(item.name)
+        return self
+
+
+def validate_document(raw: object) -> ConfigFile:
+    """A parsed YAML document checked against the schema, its CPU sets sharing one budget.
+
+    Raises pydantic's ValidationError: virtcap.config.errors explains it.
+    """
+    return ConfigFile.model_validate(raw, context={_CpuBudget.KEY: _CpuBudget()})
