@@ -6,7 +6,15 @@ from pathlib import Path
 
 from virtcap.config import Config, parse_config
 from virtcap.demo.fleetgen import RUNNING, SHUTOFF, DiskSpec, DomainSpec, HostSpec, write_fleet
-from virtcap.model.facts import DiskFacts, DomainFacts, DomainState, HostFacts, NovaFlavor, StorageFacts
+from virtcap.model.facts import (
+    DiskFacts,
+    DomainFacts,
+    DomainState,
+    HostFacts,
+    NovaFlavor,
+    NovaInstance,
+    StorageFacts,
+)
 
 GIB = 1024**3
 MIB = 1024**2
@@ -19,6 +27,7 @@ def domain(
     memory: int = 1 * GIB,
     disks: tuple[DiskFacts, ...] = (),
     flavor: NovaFlavor | None = None,
+    nova: NovaInstance | None = None,
     hugepages: bool = False,
     pins: tuple[frozenset[int] | None, ...] | None = None,
     current_memory: int | None = None,
@@ -33,7 +42,7 @@ def domain(
         hugepages=hugepages,
         vcpu_pins=pins if pins is not None else (None,) * vcpus,
         disks=disks,
-        nova_flavor=flavor,
+        nova=nova if nova is not None else (NovaInstance(flavor) if flavor is not None else None),
     )
 
 

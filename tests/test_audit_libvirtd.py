@@ -19,8 +19,8 @@ import pytest
 from tests.libvirtd import Libvirtd
 from virtcap.audit.oneshot import audit_fleet_once
 from virtcap.config import parse_config
-from virtcap.model.capacity import Resource
 from virtcap.model.facts import DomainState
+from virtcap.model.resources import Resource
 from virtcap.service.snapshot import HypervisorSnapshot
 
 pytestmark = pytest.mark.libvirtd

@@ -22,8 +22,9 @@ from virtcap.audit.hypervisor import (
 from virtcap.audit.oneshot import audit_fleet_once
 from virtcap.config import DiskSource, parse_config
 from virtcap.exposition.report import fleet_document, render_tables
-from virtcap.model.capacity import HostPolicy, Resource, host_capacity
+from virtcap.model.capacity import HostPolicy, host_capacity
 from virtcap.model.facts import DomainState, HostFacts
+from virtcap.model.resources import Resource
 from virtcap.service.snapshot import HypervisorSnapshot
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -81,8 +82,9 @@ def test_disks(mixed: HostFacts) -> None:
 
 def test_nova_metadata_pinning_and_hugepages(mixed: HostFacts) -> None:
     nova = next(d for d in mixed.domains if d.name == "nova-1")
-    assert nova.nova_flavor is not None
-    assert (nova.nova_flavor.name, nova.nova_flavor.vcpus, nova.nova_flavor.root_gib) == ("m1.large", 4, 80)
+    assert nova.nova is not None
+    flavor = nova.nova.flavor
+    assert (flavor.name, flavor.vcpus, flavor.root_gib) == ("m1.large", 4, 80)
     pinned = next(d for d in mixed.domains if d.name == "pinned-1")
     assert pinned.vcpu_pins == (frozenset({2}), frozenset({4}))
     assert pinned.hugepages
@@ -93,7 +95,7 @@ def test_a_bad_domain_does_not_fail_its_host(mixed: HostFacts) -> None:
     assert "domain broken-metadata: Nova flavor <memory> is not a whole number" in problems
     assert "domain stopped-1: disk vda (/elsewhere/stopped-1.img)" in problems
     broken = next(d for d in mixed.domains if d.name == "broken-metadata")
-    assert broken.nova_flavor is None and broken.memory_bytes == 1 * GIB
+    assert broken.nova is None and broken.memory_bytes == 1 * GIB
 
 
 def test_capacity_of_the_mixed_host(mixed: HostFacts) -> None:
@@ -104,8 +106,8 @@ def test_capacity_of_the_mixed_host(mixed: HostFacts) -> None:
     assert resources[Resource.VCPU].used == 12
     assert (resources[Resource.VCPU].total, resources[Resource.VCPU].limit) == (1, 4)
     assert (resources[Resource.PCPU].total, resources[Resource.PCPU].used) == (2, 2)
-    # memory: 4 GiB + 8192 MiB + 2 + 1 + 1 GiB; pinned-1 is on hugepages
-    assert resources[Resource.MEMORY].used == 16 * GIB
+    # memory: 4 GiB + 8192 MiB + 2 + 1 + 1 GiB, and pinned-1's 2 GiB, which hugepages back
+    assert resources[Resource.MEMORY].used == 18 * GIB
     # disk: web-1 20 + 50 (rbd and cdrom excluded); nova-1 flavor 80 + 10 + 1 GiB swap; stopped-1 unknown
     assert resources[Resource.DISK].used == 70 * GIB + 91 * GIB
     assert resources[Resource.DISK].allocated_by_state[DomainState.PAUSED] == 91 * GIB

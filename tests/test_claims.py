@@ -82,7 +82,7 @@ def test_a_claim_that_does_not_fit_gets_409_with_every_reason(server: Server) ->
         "mixed": [
             "Free vcpu -8.00 VCPU < requested 1 VCPU",
             "Free pcpu 0.00 PCPU < requested 1 PCPU",
-            "Free memory 15872.00 MiB < requested 16384 MiB",
+            "Free memory 13824.00 MiB < requested 16384 MiB",
         ]
     }
     assert metric(server, "virtcap_claims_pending", hypervisor="mixed") == 0
@@ -162,7 +162,9 @@ def test_sizes_beyond_what_sqlite_stores_are_refused_even_where_nothing_limits_t
         assert status == 400 and "disk" in answer["error"], answer
         status, largest = claim(server, hypervisor="nopool", disk=BEYOND_SQLITE - 1)
         assert status == 201, largest
-        assert call(server, "GET", f"/api/v1/claims/{largest['id']}")[1]["disk"] == BEYOND_SQLITE - 1
+        # held in whole GiB, as Placement counts disk: the bytes asked for, rounded up
+        held = call(server, "GET", f"/api/v1/claims/{largest['id']}")[1]["disk"]
+        assert held == -(-(BEYOND_SQLITE - 1) // GIB) * GIB
 
 
 def test_changes_need_a_writer(server: Server) -> None:
@@ -187,21 +189,22 @@ def test_without_writers_no_change_is_possible(tmp_path: Path) -> None:
 
 
 def test_the_last_resources_go_to_exactly_as_many_claims_as_fit(server: Server) -> None:
-    # small: 64 - 21 = 43 vCPUs free. 41 builds race for 2 each: exactly 21 fit.
+    # small: 64 - 20 = 44 vCPUs free (its pinned Nova guest's flavor asks for a PCPU instead).
+    # 41 builds race for 3 each: exactly 14 fit, and 2 vCPUs are left.
     free = metric(server, "hypervisor_resource_free", hypervisor="small", resource="vcpu", unit="cpus")
-    assert free == 43
+    assert free == 44
     with concurrent.futures.ThreadPoolExecutor(max_workers=20) as pool:
-        statuses = list(pool.map(lambda _: claim(server, hypervisor="small", vcpu=2)[0], range(41)))
-    assert statuses.count(201) == 21
-    assert statuses.count(409) == 20
-    fresh_metric(server, "hypervisor_resource_free", 1, hypervisor="small", resource="vcpu", unit="cpus")
+        statuses = list(pool.map(lambda _: claim(server, hypervisor="small", vcpu=3)[0], range(41)))
+    assert statuses.count(201) == 14
+    assert statuses.count(409) == 27
+    fresh_metric(server, "hypervisor_resource_free", 2, hypervisor="small", resource="vcpu", unit="cpus")
 
 
 def test_a_claim_is_reconciled_when_its_domain_appears(tmp_path: Path) -> None:
     # nova-1 exists on "mixed": the next audit finds the claimed UUID there and releases the claim
     with running_server(["--config", str(write_config(tmp_path, interval="1s"))], tmp_path) as server:
         memory = {"hypervisor": "mixed", "resource": "memory", "unit": "bytes"}
-        assert metric(server, "hypervisor_resource_used", **memory) == 16 * GIB
+        assert metric(server, "hypervisor_resource_used", **memory) == 18 * GIB
         status, on_mixed = claim(server, hypervisor="mixed", memory="1GiB", domain_uuid=NOVA_1_UUID.upper())
         assert status == 201, on_mixed
         assert on_mixed["domain_uuid"] == NOVA_1_UUID
@@ -213,7 +216,7 @@ def test_a_claim_is_reconciled_when_its_domain_appears(tmp_path: Path) -> None:
         )
         fresh_metric(server, "virtcap_claims_total", 1, outcome="reconciled")
         # the domain carries the allocation now: nothing is counted twice
-        fresh_metric(server, "hypervisor_resource_used", 16 * GIB, **memory)
+        fresh_metric(server, "hypervisor_resource_used", 18 * GIB, **memory)
         time.sleep(2.5)  # two more audits of "big"
         assert call(server, "GET", f"/api/v1/claims/{on_big['id']}")[0] == 200
 
@@ -401,7 +404,7 @@ def test_audits_go_on_while_the_database_refuses_to_release_a_reconciled_claim(t
             # reconciled all the same: the domain carries the allocation, nothing counts twice
             assert call(server, "GET", f"/api/v1/claims/{on_mixed['id']}")[0] == 404
             memory = {"hypervisor": "mixed", "resource": "memory", "unit": "bytes"}
-            fresh_metric(server, "hypervisor_resource_used", 16 * GIB, **memory)
+            fresh_metric(server, "hypervisor_resource_used", 18 * GIB, **memory)
             fresh_metric(server, "virtcap_claims_total", 1, outcome="reconciled")
             assert call(server, "GET", f"/api/v1/claims/{on_big['id']}")[0] == 200
             assert "the database refuses the delete" in server.log_text()

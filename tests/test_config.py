@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from virtcap.config import ConfigError, load_config, parse_config
-from virtcap.model.capacity import Resource
+from virtcap.model.resources import Resource
 
 GIB = 1024**3
 MIB = 1024**2

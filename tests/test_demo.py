@@ -8,8 +8,8 @@ from pathlib import Path
 from virtcap.audit.oneshot import audit_fleet_once
 from virtcap.demo import DEMO_DIR, demo_config
 from virtcap.demo.generate import demo_hosts, main
-from virtcap.model.capacity import Resource
 from virtcap.model.facts import DomainState
+from virtcap.model.resources import Resource
 
 
 def test_committed_node_files_are_what_the_generator_writes(tmp_path: Path) -> None:

@@ -35,7 +35,7 @@ from virtcap.demo.fleetgen import (
     write_fleet,
 )
 from virtcap.demo.generate import demo_hosts
-from virtcap.model.capacity import Resource
+from virtcap.model.resources import Resource
 
 GIB = 1024**3
 MIB = 1024**2
@@ -91,6 +91,9 @@ def random_host(rng: random.Random, name: str) -> HostSpec:
         roll = rng.random()
         if roll < 0.1:
             domain = replace(domain, pins=tuple(rng.choice((2, 4)) for _ in range(domain.vcpus)))
+            if domain.flavor is not None:  # Nova pins a guest because its flavor says so
+                dedicated = replace(domain.flavor, extra_specs=(("hw:cpu_policy", "dedicated"),))
+                domain = replace(domain, flavor=dedicated)
         elif roll < 0.2:
             domain = replace(domain, pins=tuple(rng.choice((0, 2)) for _ in range(domain.vcpus)))
         if rng.random() < 0.1:
@@ -144,9 +147,12 @@ def expected_host(
         else:
             cpus, memory = domain.vcpus, domain.memory_mib * MIB
             disk = sum(d.capacity_gib * GIB for d in domain.disks if d.kind in ("file", "volume"))
-        pinned_dedicated = dedicated is not None and domain.pins is not None and set(domain.pins) <= dedicated
-        by_state["pcpu" if pinned_dedicated else "vcpu"][group] += cpus
-        by_state["memory"][group] += 0 if domain.hugepages else memory
+        if flavor is not None:  # Nova's scheduler: the flavor's CPU policy, whatever the pins
+            pcpus = ("hw:cpu_policy", "dedicated") in flavor.extra_specs
+        else:
+            pcpus = dedicated is not None and domain.pins is not None and set(domain.pins) <= dedicated
+        by_state["pcpu" if pcpus else "vcpu"][group] += cpus
+        by_state["memory"][group] += memory  # hugepage-backed memory too, as Nova allocates it
         by_state["disk"][group] += disk
     # A CPU set naming an offline CPU: Nova refuses its configuration, nothing is offered at all.
     named = (shared or set()) | (dedicated or set())
@@ -240,14 +246,14 @@ def test_the_demo_matches_the_independent_computation() -> None:
     document = json.loads(result.stdout)
     hosts = {host.name: host for host in demo_hosts()}
     config = demo_config()
-    flavors = {f.name: {r.value: amount for r, amount in f.request.items()} for f in config.flavors}
+    flavors = {f.name: {r.label: amount for r, amount in f.request.items()} for f in config.flavors}
     for entry in document["hypervisors"]:
         if entry["name"] not in hosts:
             assert entry["up"] is False and entry["error"]
             continue
         hypervisor = next(h for h in config.hypervisors if h.name == entry["name"])
         policy: dict[str, Any] = {
-            "allocation_ratios": {r.value: v for r, v in hypervisor.policy.allocation_ratios.items()},
+            "allocation_ratios": {r.label: v for r, v in hypervisor.policy.allocation_ratios.items()},
             "reserved": {
                 "vcpu": hypervisor.policy.reserved[Resource.VCPU],
                 "memory": f"{hypervisor.policy.reserved[Resource.MEMORY] // MIB}MiB",

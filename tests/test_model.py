@@ -12,12 +12,14 @@ from virtcap.model.capacity import (
     NOVA_ALLOCATION_RATIOS,
     NOVA_RESERVED,
     HostPolicy,
-    Resource,
+    Inventory,
     ResourceCapacity,
     claim_test,
     host_capacity,
 )
-from virtcap.model.facts import DiskFacts, DomainState, NovaFlavor
+from virtcap.model.facts import DiskFacts, DomainState, NovaFlavor, NovaInstance
+from virtcap.model.nova import nova_request
+from virtcap.model.resources import STANDARD_CLASSES, Resource
 
 R = Resource
 S = DomainState
@@ -159,11 +161,76 @@ def test_without_sets_pinning_still_consumes_vcpu() -> None:
     assert (capacity[R.VCPU].used, capacity[R.PCPU].used, capacity[R.PCPU].total) == (2, 0, 0)
 
 
-def test_hugepage_memory_is_not_ordinary_memory() -> None:
+def test_hugepage_memory_is_still_memory() -> None:
+    # Nova allocates MEMORY_MB for a hugepage-backed guest; its pages are also taken per NUMA cell
     facts = host(domains=(domain("huge", memory=16 * GIB, hugepages=True), domain("plain", memory=2 * GIB)))
     result = host_capacity(facts, policy())
-    assert result.resources[R.MEMORY].used == 2 * GIB
-    assert result.uncounted_hugepage_bytes == 16 * GIB
+    assert result.resources[R.MEMORY].used == 18 * GIB
+    assert result.hugepage_memory_bytes == 16 * GIB
+
+
+def _nova(vcpus: int = 4, specs: dict[str, str] | None = None, **changes: object) -> NovaInstance:
+    flavor = NovaFlavor(
+        "f", vcpus, 2048, root_gib=20, ephemeral_gib=5, swap_mib=1025, extra_specs=specs or {}
+    )
+    return NovaInstance(flavor, **changes)  # type: ignore[arg-type]
+
+
+def test_nova_request_follows_the_flavor_and_its_extra_specs() -> None:
+    gib = 20 + 5 + 2  # swap of 1025 MiB is two whole GiB
+    assert nova_request(_nova()) == {R.VCPU: 4, R.MEMORY: 2048 * MIB, R.DISK: gib * GIB}
+    assert nova_request(_nova(boot_from_volume=True))[R.DISK] == (gib - 20) * GIB
+    assert nova_request(_nova(specs={"hw:cpu_policy": "dedicated"}))[R.PCPU] == 4
+    assert R.VCPU not in nova_request(_nova(specs={"hw:cpu_policy": "dedicated"}))
+    image = nova_request(_nova(image_properties={"hw_cpu_policy": "dedicated"}))
+    assert (image.get(R.VCPU), image[R.PCPU]) == (None, 4)
+    isolate = {"hw:cpu_policy": "dedicated", "hw:emulator_threads_policy": "isolate"}
+    assert nova_request(_nova(specs=isolate))[R.PCPU] == 5
+    for mask in ("1,3", "^0,^2", "0-3,^0,^2"):
+        mixed = nova_request(_nova(specs={"hw:cpu_policy": "mixed", "hw:cpu_dedicated_mask": mask}))
+        assert (mixed[R.VCPU], mixed[R.PCPU]) == (2, 2), mask
+    realtime = {"hw:cpu_policy": "mixed", "hw:cpu_realtime": "yes", "hw:cpu_realtime_mask": "^0"}
+    rt = nova_request(_nova(specs=realtime))
+    assert (rt[R.PCPU], rt[R.VCPU]) == (3, 1)
+    overridden = nova_request(
+        _nova(specs={"resources:VCPU": "7", "resources:DISK_GB": "0", "resources1:CUSTOM_FPGA": "1"})
+    )
+    fpga = Resource.custom_class("CUSTOM_FPGA")
+    assert overridden == {R.VCPU: 7, R.MEMORY: 2048 * MIB, fpga: 1}
+    granular = nova_request(_nova(specs={"resources1:CUSTOM_FPGA": "1", "resources_x:CUSTOM_FPGA": "2"}))
+    assert granular[fpga] == 3
+    # What Nova skips with a warning is skipped: unknown classes, amounts that are not whole numbers
+    skipped = {"resources:VGPU": "1", "resources:CUSTOM_X": "two", "resources:x": "1"}
+    ignored = nova_request(_nova(specs=skipped))
+    assert ignored == nova_request(_nova())
+
+
+FPGA = Resource.custom_class("CUSTOM_FPGA")
+
+
+def test_a_declared_custom_inventory_is_accounted_like_any_class() -> None:
+    fpga_flavor = NovaFlavor("fpga", 2, 1024, 10, 0, 0, extra_specs={"resources:CUSTOM_FPGA": "2"})
+    facts = host(domains=(domain("accel", flavor=fpga_flavor),))
+    inventories = {FPGA: Inventory(total=8, reserved=2, max_unit=4, step_size=2, allocation_ratio=1.5)}
+    result = host_capacity(facts, policy(inventories=inventories), flavors={"fpga": {FPGA: 2, R.VCPU: 1}})
+    fpga = result.resources[FPGA]
+    assert (fpga.total, fpga.reserved, fpga.limit, fpga.used, fpga.free, fpga.max_unit) == (8, 2, 9, 2, 7, 4)
+    assert result.schedulable == {"fpga": 3} and result.bottlenecks == {"fpga": FPGA}
+    assert claim_test(result.resources, {FPGA: 6}) == [
+        "Requested custom_fpga 6 CUSTOM_FPGA > max_unit 4 CUSTOM_FPGA: larger than the whole hypervisor"
+    ]
+    assert claim_test(result.resources, {FPGA: 3}) == [
+        "Requested custom_fpga 3 CUSTOM_FPGA is not a multiple of step_size 2 CUSTOM_FPGA"
+    ]
+    assert claim_test(result.resources, {FPGA: 4}) == []
+    # A host without the inventory fits none, and a domain using the class there shows it
+    bare = host_capacity(facts, policy(), flavors={"fpga": {FPGA: 2}})
+    assert bare.schedulable == {"fpga": 0}
+    assert (bare.resources[FPGA].total, bare.resources[FPGA].used, bare.resources[FPGA].free) == (0, 2, -2)
+    other = Resource.custom_class("CUSTOM_LICENCE")
+    assert claim_test(bare.resources, {other: 1}) == [
+        "Requested custom_licence 1 CUSTOM_LICENCE: no inventory of CUSTOM_LICENCE on this hypervisor"
+    ]
 
 
 def test_actual_usage_comes_from_the_host() -> None:
@@ -356,7 +423,7 @@ def test_invariants(
     )
     result = host_capacity(facts, chosen, flavors={"m1.small": SMALL})
     counted = chosen.counted_states
-    assert set(result.resources) == set(R)
+    assert set(result.resources) == set(STANDARD_CLASSES)
     for capacity in result.resources.values():
         assert capacity.used == sum(v for s, v in capacity.allocated_by_state.items() if s in counted)
         if capacity.total is None:

@@ -165,7 +165,7 @@ def _compare_host(virtcap: HostCapacity | str, nova: dict[str, Any], found: list
     }
     if nova.get("stage") == "inventory":
         if not all(refused.values()):
-            offered = [resource.value for resource, why in refused.items() if not why]
+            offered = [resource.label for resource, why in refused.items() if not why]
             found.append(f"Nova refuses to start ({nova['error']}), virtcap still offers {offered}")
         return 1
     inventory = nova["inventory"]

@@ -348,10 +348,10 @@ def _compare_case(
         resource = next(r for r, name in PLACEMENT_CLASS.items() if name == refusal["class"])
         word = WORDS[refusal["kind"]]
         compared += 1
-        if not any(resource.value in reason and word in reason for reason in reasons):
+        if not any(resource.label in reason and word in reason for reason in reasons):
             found.append(
                 f"the refusal: Placement refuses {refusal['class']} ({refusal['kind']}), "
-                f"virtcap says {reasons} (expected a reason about {resource.value} with {word!r})"
+                f"virtcap says {reasons} (expected a reason about {resource.label} with {word!r})"
             )
     return compared
 

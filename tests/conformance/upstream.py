@@ -21,7 +21,7 @@ from typing import Any, TextIO
 import pytest
 
 from tests.serving import DIES_WITH_THE_TESTS
-from virtcap.model.capacity import Resource
+from virtcap.model.resources import Resource
 
 MIB = 1024**2
 GIB = 1024**3

@@ -9,7 +9,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 
-from virtcap.model.facts import NovaFlavor
+from virtcap.model.facts import NovaFlavor, NovaInstance, NovaOwner
 from virtcap.units import parse_cpu_set
 
 NOVA_NAMESPACE = "http://openstack.org/xmlns/libvirt/nova/1.1"
@@ -73,7 +73,7 @@ class DomainDefinition:
     hugepages: bool
     vcpu_pins: tuple[frozenset[int] | None, ...]
     disks: tuple[DiskReference, ...]
-    nova_flavor: NovaFlavor | None
+    nova: NovaInstance | None
     problems: tuple[str, ...] = ()
 
 
@@ -92,11 +92,11 @@ def parse_domain_xml(xml: str) -> DomainDefinition:
     vcpus = _whole_number(vcpu_element, "vcpu") if vcpu_element is not None else 1
     problems: list[str] = []
     try:
-        nova_flavor = _nova_flavor(top.get("metadata"))
+        nova = _nova_instance(top.get("metadata"))
     except DomainXMLError as error:
         # Metadata is free-form: a broken flavor is ignored, the definition itself still counts.
         problems.append(f"domain {name}: {error}; accounted from its definition instead")
-        nova_flavor = None
+        nova = None
     memory_bytes = _memory_bytes(top.get("memory"))
     current_memory = top.get("currentMemory")
     backing = top.get("memoryBacking")
@@ -115,7 +115,7 @@ def parse_domain_xml(xml: str) -> DomainDefinition:
         hugepages=backing is not None and backing.find("hugepages") is not None,
         vcpu_pins=_vcpu_pins(vcpu_element, tuning, vcpus),
         disks=tuple(_disk_reference(disk) for disk in disk_elements),
-        nova_flavor=nova_flavor,
+        nova=nova,
         problems=tuple(problems),
     )
 
@@ -186,17 +186,35 @@ def _disk_reference(disk: ET.Element) -> DiskReference:
     return DiskReference(target=target, device=device, kind=kind, path=path)
 
 
-def _nova_flavor(metadata: ET.Element | None) -> NovaFlavor | None:
-    flavor = metadata.find(f"{_NOVA}instance/{_NOVA}flavor") if metadata is not None else None
-    if flavor is None:
-        return None
+MAX_NOVA_ITEMS = 1024
+"""Extra specs or image properties read from one domain's metadata: Nova's API bounds them far
+lower; a definition with more is not Nova's, and reading it all would cost every audit."""
 
+
+def _nova_instance(metadata: ET.Element | None) -> NovaInstance | None:
+    instance = metadata.find(f"{_NOVA}instance") if metadata is not None else None
+    flavor = instance.find(f"{_NOVA}flavor") if instance is not None else None
+    if instance is None or flavor is None:
+        return None
+    root = instance.find(f"{_NOVA}root")
+    return NovaInstance(
+        flavor=_nova_flavor(flavor),
+        image_properties=_named_values(instance.find(f"{_NOVA}image/{_NOVA}properties"), "property"),
+        boot_from_volume=root is not None and root.get("type") == "volume",
+        owner=_nova_owner(instance.find(f"{_NOVA}owner")),
+    )
+
+
+def _nova_flavor(flavor: ET.Element) -> NovaFlavor:
     def number(tag: str) -> int:
         text = flavor.findtext(f"{_NOVA}{tag}", default="0").strip() or "0"
         try:
-            return int(text)
+            value = int(text)
         except ValueError:
             raise DomainXMLError(f"Nova flavor <{tag}> is not a whole number: {text!r}") from None
+        if value < 0:
+            raise DomainXMLError(f"Nova flavor <{tag}> is negative: {text!r}")
+        return value
 
     return NovaFlavor(
         name=flavor.get("name", ""),
@@ -205,4 +223,32 @@ def _nova_flavor(metadata: ET.Element | None) -> NovaFlavor | None:
         root_gib=number("disk"),
         ephemeral_gib=number("ephemeral"),
         swap_mib=number("swap"),
+        extra_specs=_named_values(flavor.find(f"{_NOVA}extraSpecs"), "extraSpec"),
+    )
+
+
+def _named_values(parent: ET.Element | None, tag: str) -> dict[str, str]:
+    """`<nova:extraSpec name="hw:cpu_policy">dedicated</nova:extraSpec>` and the like, by name."""
+    if parent is None:
+        return {}
+    values: dict[str, str] = {}
+    for index, element in enumerate(parent.iterfind(f"{_NOVA}{tag}")):
+        if index >= MAX_NOVA_ITEMS:
+            raise DomainXMLError(f"Nova metadata has more than {MAX_NOVA_ITEMS} <{tag}> elements")
+        name = element.get("name")
+        if name:
+            values[name] = (element.text or "").strip()
+    return values
+
+
+def _nova_owner(owner: ET.Element | None) -> NovaOwner | None:
+    if owner is None:
+        return None
+    user = owner.find(f"{_NOVA}user")
+    project = owner.find(f"{_NOVA}project")
+    return NovaOwner(
+        project_id=project.get("uuid", "") if project is not None else "",
+        project_name=(project.text or "").strip() if project is not None else "",
+        user_id=user.get("uuid", "") if user is not None else "",
+        user_name=(user.text or "").strip() if user is not None else "",
     )

@@ -14,25 +14,33 @@ memory and delete the rows once the database accepts writes again (see `_forget`
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import contextlib
 import logging
 import math
 import sqlite3
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, TypeVar
+from collections.abc import Mapping
 
-from virtcap.config import ClaimSettings, ConfigError
-from virtcap.model.capacity import RESOURCES, Amounts, Resource, claim_test
+from virtcap.claims.database import SQLITE_MAX_INTEGER, ClaimDatabase
+from virtcap.claims.records import Claim, ClaimRequest
+from virtcap.config import ClaimSettings
+from virtcap.model.capacity import Amounts, claim_test, placement_units
 from virtcap.model.facts import HostFacts
+from virtcap.model.resources import Resource
 from virtcap.service.snapshot import HypervisorSnapshot
 from virtcap.service.store import SnapshotStore
-from virtcap.units import MAX_SIZE
+
+__all__ = [  # the records are defined in virtcap.claims.records, beside the database that stores them
+    "ANY_HYPERVISOR",
+    "Claim",
+    "ClaimDatabase",
+    "ClaimLedger",
+    "ClaimRejectedError",
+    "ClaimRequest",
+    "ClaimStorageError",
+    "UnknownHypervisorError",
+]
 
 log = logging.getLogger(__name__)
 
@@ -40,27 +48,6 @@ ANY_HYPERVISOR = "any"
 EXPIRY_PERIOD_SECONDS = 1.0
 UNWRITTEN_RETRY_SECONDS = 5.0
 """While the database refuses writes, how often the rows of released claims are tried again."""
-_T = TypeVar("_T")
-
-
-@dataclass(frozen=True, slots=True)
-class Claim:
-    id: str
-    hypervisor: str
-    amounts: Amounts
-    created_at: float
-    expires_at: float
-    domain_uuid: str | None
-    owner: str
-
-
-@dataclass(frozen=True, slots=True)
-class ClaimRequest:
-    hypervisor: str
-    amounts: Amounts
-    ttl: float
-    domain_uuid: str | None
-    owner: str
 
 
 class ClaimRejectedError(Exception):
@@ -77,104 +64,6 @@ class UnknownHypervisorError(Exception):
 
 class ClaimStorageError(Exception):
     """The database refused a write: nothing was acknowledged and nothing changed in memory."""
-
-
-SQLITE_MAX_INTEGER = MAX_SIZE
-"""The largest INTEGER SQLite stores (a larger amount would raise OverflowError on insert), which
-is why sizes are bounded there in the first place."""
-
-
-class ClaimDatabase:
-    """SQLite on one dedicated thread: the event loop never waits on a disk write."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="claims-db")
-        self._conn: sqlite3.Connection | None = None
-
-    async def open(self) -> list[Claim]:
-        try:
-            return await self._run(self._open)
-        except (OSError, sqlite3.Error) as error:
-            raise ConfigError(f"claims.database: cannot open {self.path}: {error}") from None
-
-    def _open(self) -> list[Claim]:
-        Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=FULL")
-        conn.execute(
-            """CREATE TABLE IF NOT EXISTS claims (
-                id TEXT PRIMARY KEY, hypervisor TEXT NOT NULL,
-                vcpu INTEGER NOT NULL, pcpu INTEGER NOT NULL, memory INTEGER NOT NULL, disk INTEGER NOT NULL,
-                created_at REAL NOT NULL, expires_at REAL NOT NULL, domain_uuid TEXT, owner TEXT NOT NULL)"""
-        )
-        self._conn = conn
-        rows = conn.execute(
-            "SELECT id, hypervisor, vcpu, pcpu, memory, disk, created_at, expires_at, domain_uuid, owner"
-            " FROM claims"
-        ).fetchall()
-        return [
-            Claim(
-                id=row[0],
-                hypervisor=row[1],
-                amounts=dict(zip(RESOURCES, (row[2], row[3], row[4], row[5]), strict=True)),
-                created_at=row[6],
-                expires_at=row[7],
-                domain_uuid=row[8],
-                owner=row[9],
-            )
-            for row in rows
-        ]
-
-    async def insert(self, claim: Claim) -> None:
-        await self._run(self._insert, claim)
-
-    def _insert(self, claim: Claim) -> None:
-        a = claim.amounts
-        row = (
-            claim.id,
-            claim.hypervisor,
-            a[Resource.VCPU],
-            a[Resource.PCPU],
-            a[Resource.MEMORY],
-            a[Resource.DISK],
-            claim.created_at,
-            claim.expires_at,
-            claim.domain_uuid,
-            claim.owner,
-        )
-        self._write("INSERT INTO claims VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [row])
-
-    async def delete(self, ids: Iterable[str]) -> None:
-        await self._run(self._delete, list(ids))
-
-    def _delete(self, ids: list[str]) -> None:
-        self._write("DELETE FROM claims WHERE id = ?", [(i,) for i in ids])
-
-    def _write(self, statement: str, rows: list[tuple[Any, ...]]) -> None:
-        """One transaction: after an error (full, read-only, I/O) none of the rows changed, and
-        whatever the error, no transaction is left open to fail every later write."""
-        conn = self._conn
-        assert conn is not None
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            conn.executemany(statement, rows)
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                with contextlib.suppress(sqlite3.Error):
-                    conn.execute("ROLLBACK")
-            raise
-
-    async def close(self) -> None:
-        if self._conn is not None:
-            await self._run(self._conn.close)
-        self._executor.shutdown(wait=True)
-
-    async def _run(self, function: Any, *args: Any) -> _T:
-        result: _T = await asyncio.get_running_loop().run_in_executor(self._executor, function, *args)
-        return result
 
 
 class ClaimLedger:
@@ -201,11 +90,11 @@ class ClaimLedger:
         await self.database.close()
 
     def claimed(self, hypervisor: str) -> dict[Resource, int]:
-        totals = dict.fromkeys(RESOURCES, 0)
+        totals: dict[Resource, int] = {}
         for claim in self.claims.values():
             if claim.hypervisor == hypervisor:
                 for resource, amount in claim.amounts.items():
-                    totals[resource] += amount
+                    totals[resource] = totals.get(resource, 0) + amount
         return totals
 
     def pending(self) -> Counter[str]:
@@ -232,7 +121,7 @@ class ClaimLedger:
             claim = Claim(
                 id=str(uuid.uuid4()),
                 hypervisor=name,
-                amounts=dict(request.amounts),
+                amounts=whole_units(request.amounts),
                 created_at=now,
                 expires_at=now + request.ttl,
                 domain_uuid=request.domain_uuid,
@@ -393,3 +282,12 @@ class ClaimLedger:
         if refresh:
             for name in {claim.hypervisor for claim in claims}:
                 self.store.apply_claims(name, self.claimed(name))
+
+
+def whole_units(amounts: Amounts) -> dict[Resource, int]:
+    """A claim's amounts rounded up to Placement's whole units (MiB, GiB), as an allocation is."""
+    return {
+        resource: placement_units(resource, amount) * resource.placement_unit
+        for resource, amount in amounts.items()
+        if amount > 0
+    }

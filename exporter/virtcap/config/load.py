@@ -34,9 +34,10 @@ from virtcap.model.capacity import (
     NOVA_RESERVED,
     Amounts,
     HostPolicy,
-    Resource,
+    Inventory,
     amounts,
 )
+from virtcap.model.resources import Resource, resource_by_label
 from virtcap.units import format_cpu_set
 
 __all__ = [
@@ -169,8 +170,16 @@ def _merge_policy(
         cpu_shared_set=shared,
         cpu_dedicated_set=dedicated,
         count_inactive_domains=True if inactive is None else inactive,
+        inventories=_inventories(defaults, own),
     )
     return policy, _override(defaults.disk, own.disk) or DEFAULT_DISK
+
+
+def _inventories(defaults: PolicySection, own: PolicySection) -> dict[Resource, Inventory]:
+    declared = {**(defaults.inventories or {}), **(own.inventories or {})}
+    return {
+        Resource.custom_class(name): Inventory(**section.model_dump()) for name, section in declared.items()
+    }
 
 
 def _override(default: _T | None, own: _T | None) -> _T | None:
@@ -178,4 +187,4 @@ def _override(default: _T | None, own: _T | None) -> _T | None:
 
 
 def _set_fields(section: AllocationRatios | Reserved) -> dict[Resource, Any]:
-    return {Resource(key): value for key, value in section.model_dump(exclude_none=True).items()}
+    return {resource_by_label(key): value for key, value in section.model_dump(exclude_none=True).items()}

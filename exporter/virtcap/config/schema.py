@@ -23,6 +23,7 @@ from pydantic import (
     model_validator,
 )
 
+from virtcap.model.resources import CUSTOM_CLASS
 from virtcap.units import (
     MAX_CPU,
     brief_repr,
@@ -165,6 +166,47 @@ class DiskSource(_Section):
         return self
 
 
+MAX_INVENTORY_AMOUNT = 2**53
+"""Placement stores inventory amounts as 32-bit integers; a JSON number beyond 2**53 is not exact."""
+MAX_CUSTOM_CLASSES = 64
+
+
+class InventorySection(_Section):
+    """A custom class's inventory, in Placement's terms (as Nova's provider configuration
+    declares one): amounts are whole units of the class."""
+
+    total: int = Field(ge=1, le=MAX_INVENTORY_AMOUNT)
+    reserved: int = Field(default=0, ge=0, le=MAX_INVENTORY_AMOUNT)
+    min_unit: int = Field(default=1, ge=1, le=MAX_INVENTORY_AMOUNT)
+    max_unit: int | None = Field(default=None, ge=1, le=MAX_INVENTORY_AMOUNT)
+    step_size: int = Field(default=1, ge=1, le=MAX_INVENTORY_AMOUNT)
+    allocation_ratio: Ratio = 1.0
+
+    @model_validator(mode="after")
+    def _units_agree(self) -> Self:
+        if self.max_unit is not None and self.max_unit < self.min_unit:
+            raise ValueError(f"max_unit {self.max_unit} is below min_unit {self.min_unit}")
+        if self.allocation_ratio == 0:
+            raise ValueError("expected an allocation_ratio above 0")
+        return self
+
+
+def _custom_class_names(value: object) -> object:
+    if isinstance(value, dict):
+        if len(value) > MAX_CUSTOM_CLASSES:
+            raise ValueError(f"expected at most {MAX_CUSTOM_CLASSES} custom classes, got {len(value)}")
+        for name in value:
+            if not isinstance(name, str) or not CUSTOM_CLASS.fullmatch(name):
+                raise ValueError(
+                    f"expected custom resource class names (CUSTOM_ and then capital letters, digits "
+                    f"and _; the standard classes come from the host), got {brief_repr(name, 60)}"
+                )
+    return value
+
+
+Inventories = Annotated[dict[str, InventorySection], BeforeValidator(_custom_class_names)]
+
+
 class PolicySection(_Section):
     """The keys of `defaults`, each of which a hypervisor may override."""
 
@@ -174,6 +216,9 @@ class PolicySection(_Section):
     cpu_dedicated_set: CpuSet | None = None
     disk: DiskSource | None = None
     count_inactive_domains: bool | None = None
+    inventories: Inventories | None = None
+    """CUSTOM_* classes the hypervisor offers (licences, FPGAs, local NVMe), by class name; a
+    hypervisor's own entries are added to those of `defaults`, class by class."""
 
     @model_validator(mode="before")
     @classmethod

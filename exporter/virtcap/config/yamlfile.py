@@ -14,7 +14,7 @@ anything expensive happens:
   not refer to a value that contains it.
 
 Every problem is a ConfigError of one line, `source[:line:column]: [key: ]what was expected`.
-ConfigError lives here, below virtcap.config.settings, so that any module reading YAML (the fleet
+ConfigError lives here, below the rest of virtcap.config, so that any module reading YAML (the fleet
 configuration, the web configuration) can use this one without an import cycle.
 """
 

@@ -11,7 +11,7 @@ import random
 import uuid
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from xml.sax.saxutils import quoteattr
+from xml.sax.saxutils import escape, quoteattr
 
 from virtcap.audit.domain_xml import NOVA_NAMESPACE
 
@@ -32,6 +32,7 @@ class FlavorSpec:
     root_gib: int
     ephemeral_gib: int = 0
     swap_mib: int = 0
+    extra_specs: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -114,7 +115,7 @@ def _domain_xml(domain: DomainSpec) -> str:
             f"<nova:flavor name={quoteattr(f.name)}><nova:memory>{f.memory_mib}</nova:memory>"
             f"<nova:disk>{f.root_gib}</nova:disk><nova:swap>{f.swap_mib}</nova:swap>"
             f"<nova:ephemeral>{f.ephemeral_gib}</nova:ephemeral><nova:vcpus>{f.vcpus}</nova:vcpus>"
-            "</nova:flavor></nova:instance></metadata>"
+            f"{_extra_specs_xml(f.extra_specs)}</nova:flavor></nova:instance></metadata>"
         )
     parts.append("    <os><type arch='x86_64'>hvm</type></os>")
     parts.append("    <devices>")
@@ -123,6 +124,13 @@ def _domain_xml(domain: DomainSpec) -> str:
     parts.append(f"    <test:runstate>{domain.state}</test:runstate>")
     parts.append("  </domain>")
     return "\n".join(parts)
+
+
+def _extra_specs_xml(specs: tuple[tuple[str, str], ...]) -> str:
+    if not specs:
+        return ""
+    items = "".join(f"<nova:extraSpec name={quoteattr(k)}>{escape(v)}</nova:extraSpec>" for k, v in specs)
+    return f"<nova:extraSpecs>{items}</nova:extraSpecs>"
 
 
 def volume_name(domain: DomainSpec, disk: DiskSpec) -> str:

@@ -102,7 +102,9 @@ def _pinned_host(rng: random.Random) -> HostSpec:
     domains = []
     for index, cpu in enumerate((2,)):
         base = random_domain(rng, name, index, RUNNING, nova_share=1.0, local_share=1.0, flavors=(SMALL,))
-        domains.append(replace(base, pins=(cpu,)))
+        # Nova pins the guests of a flavor with hw:cpu_policy=dedicated, and writes that extra spec
+        dedicated = replace(SMALL, extra_specs=(("hw:cpu_policy", "dedicated"),))
+        domains.append(replace(base, pins=(cpu,), flavor=dedicated if base.flavor is not None else None))
     states = [RUNNING] * 3 + [SHUTOFF] * 17
     for index, state in enumerate(states, start=len(domains)):
         domains.append(

@@ -9,56 +9,31 @@ no reserved amount, limit or free, and it limits no request.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
 
 from virtcap.model.facts import DomainFacts, DomainState, HostFacts
+from virtcap.model.nova import nova_request
+from virtcap.model.resources import GIB, MIB, STANDARD_CLASSES, Resource, display_order
 
-GIB = 1024**3
-MIB = 1024**2
-
-
-class Resource(StrEnum):
-    VCPU = "vcpu"
-    PCPU = "pcpu"
-    MEMORY = "memory"
-    DISK = "disk"
-
-    @property
-    def unit(self) -> str:
-        return "cpus" if self in (Resource.VCPU, Resource.PCPU) else "bytes"
-
-    @property
-    def placement_unit(self) -> int:
-        """How many of our units (cpus, bytes) make one of Placement's: MEMORY_MB counts MiB,
-        DISK_GB counts GiB, and capacity is truncated in those units, not in bytes."""
-        return _PLACEMENT_UNITS[self]
-
-
-_PLACEMENT_UNITS: Mapping[Resource, int] = {
-    Resource.VCPU: 1,
-    Resource.PCPU: 1,
-    Resource.MEMORY: MIB,
-    Resource.DISK: GIB,
-}
-
-RESOURCES: tuple[Resource, ...] = tuple(Resource)
 STATES: tuple[DomainState, ...] = tuple(DomainState)
 
-# Nova's defaults since release 27 (2023.1): ACCOUNTING.md's table.
-NOVA_ALLOCATION_RATIOS: Mapping[Resource, float] = {
-    Resource.VCPU: 4.0,
-    Resource.PCPU: 1.0,
-    Resource.MEMORY: 1.0,
-    Resource.DISK: 1.0,
-}
-NOVA_RESERVED: Mapping[Resource, int] = {
-    Resource.VCPU: 0,
-    Resource.PCPU: 0,
-    Resource.MEMORY: 512 * MIB,
-    Resource.DISK: 0,
-}
+NOVA_ALLOCATION_RATIOS: Mapping[Resource, float] = {r: r.default_allocation_ratio for r in STANDARD_CLASSES}
+NOVA_RESERVED: Mapping[Resource, int] = {r: r.default_reserved for r in STANDARD_CLASSES}
+
+
+@dataclass(frozen=True, slots=True)
+class Inventory:
+    """An inventory the operator declares (a CUSTOM_* class: licences, FPGAs, local NVMe), in
+    Placement's terms and the class's unit, as Nova's provider configuration declares one."""
+
+    total: int
+    reserved: int = 0
+    min_unit: int = 1
+    max_unit: int | None = None
+    """None: the total, as Nova reports its own classes."""
+    step_size: int = 1
+    allocation_ratio: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +45,8 @@ class HostPolicy:
     cpu_shared_set: frozenset[int] | None = None
     cpu_dedicated_set: frozenset[int] | None = None
     count_inactive_domains: bool = True
+    inventories: Mapping[Resource, Inventory] = field(default_factory=dict)
+    """Declared inventories of classes the hypervisor cannot measure (CUSTOM_*)."""
 
     @property
     def counted_states(self) -> frozenset[DomainState]:
@@ -101,6 +78,11 @@ class ResourceCapacity:
     refused: str | None = None
     """Why Placement would hold no inventory of the class (reserved above total, a CPU set naming
     offline CPUs): the hypervisor then offers none of it, and says so."""
+    min_unit: int = 1
+    step_size: int = 1
+    """In Placement's unit of the class, as min_unit and max_unit: one allocation is a multiple."""
+    declared_max_unit: int | None = None
+    """A declared inventory's max_unit, in the class's unit; None: the total."""
 
     @property
     def unit(self) -> str:
@@ -132,7 +114,9 @@ class ResourceCapacity:
         instance never overcommits against itself, yet may be larger than total - reserved."""
         if self.total is None:
             return None
-        return 0 if self.refused is not None else self.total
+        if self.refused is not None:
+            return 0
+        return self.total if self.declared_max_unit is None else self.declared_max_unit
 
     @property
     def allocated(self) -> int:
@@ -168,8 +152,9 @@ class HostCapacity:
     """Every resource; one whose total is unknown (disk without storage) has no limit."""
     domains_by_state: Mapping[DomainState, int]
     schedulable: Mapping[str, int]
-    uncounted_hugepage_bytes: int = 0
-    """Hugepage-backed guest memory: tracked per NUMA cell by Nova, not as ordinary memory."""
+    hugepage_memory_bytes: int = 0
+    """Memory of counted domains backed by hugepages: part of used memory (Nova allocates it as
+    MEMORY_MB), and also held in hugepages, which Nova tracks per NUMA cell."""
     bottlenecks: Mapping[str, Resource | None] = field(default_factory=dict)
     """Per flavor, the resource that limits how many more instances fit."""
 
@@ -182,25 +167,16 @@ class HostCapacity:
 
 def domain_allocation(domain: DomainFacts, dedicated_cpus: frozenset[int] | None) -> dict[Resource, int]:
     """What one domain is allocated, in whole MiB of memory and whole GiB of disk as Placement
-    counts them. The Nova flavor in its metadata wins where present."""
-    flavor = domain.nova_flavor
-    vcpus = flavor.vcpus if flavor is not None else domain.vcpus
-    if flavor is not None:
-        memory = flavor.memory_mib * MIB
-        # Nova's scheduler asks for swap in whole GiB, rounded up.
-        disk = (
-            flavor.root_gib + flavor.ephemeral_gib + placement_units(Resource.DISK, flavor.swap_mib * MIB)
-        ) * GIB
-    else:
-        memory = placement_units(Resource.MEMORY, domain.memory_bytes) * MIB
-        local = sum(d.capacity_bytes or 0 for d in domain.disks if d.local)
-        disk = placement_units(Resource.DISK, local) * GIB
-    cpu_resource = Resource.PCPU if is_dedicated(domain, dedicated_cpus) else Resource.VCPU
+    counts them: Nova's own request for a Nova instance (its metadata), else virtcap's rule for
+    plain domains (ACCOUNTING.md). Hugepage-backed memory counts as memory either way."""
+    if domain.nova is not None:
+        return nova_request(domain.nova)
+    local = sum(d.capacity_bytes or 0 for d in domain.disks if d.local)
+    cpus = Resource.PCPU if is_dedicated(domain, dedicated_cpus) else Resource.VCPU
     return {
-        Resource.VCPU: vcpus if cpu_resource is Resource.VCPU else 0,
-        Resource.PCPU: vcpus if cpu_resource is Resource.PCPU else 0,
-        Resource.MEMORY: 0 if domain.hugepages else memory,
-        Resource.DISK: disk,
+        cpus: domain.vcpus,
+        Resource.MEMORY: placement_units(Resource.MEMORY, domain.memory_bytes) * MIB,
+        Resource.DISK: placement_units(Resource.DISK, local) * GIB,
     }
 
 
@@ -213,7 +189,8 @@ def is_dedicated(domain: DomainFacts, dedicated_cpus: frozenset[int] | None) -> 
 
 def host_totals(facts: HostFacts, policy: HostPolicy) -> dict[Resource, int | None]:
     """The inventory totals Nova's libvirt driver reports: CPUs of the sets (or every CPU),
-    memory, and the storage for instance disks floored to whole GiB (None when none was found)."""
+    memory, and the storage for instance disks floored to whole GiB (None when none was found);
+    then the declared inventories."""
     if policy.cpu_shared_set is not None:
         vcpu_total = len(policy.cpu_shared_set)
     elif policy.cpu_dedicated_set is not None:
@@ -221,18 +198,31 @@ def host_totals(facts: HostFacts, policy: HostPolicy) -> dict[Resource, int | No
     else:
         vcpu_total = facts.cpus
     storage = facts.storage
-    return {
+    totals: dict[Resource, int | None] = {
         Resource.VCPU: vcpu_total,
         Resource.PCPU: len(policy.cpu_dedicated_set or ()),
         Resource.MEMORY: facts.memory_bytes // MIB * MIB,
         Resource.DISK: storage.capacity_bytes // GIB * GIB if storage is not None else None,
     }
+    for resource, inventory in policy.inventories.items():
+        totals[resource] = inventory.total * resource.placement_unit
+    return totals
 
 
 def inventory_reserved(resource: Resource, policy: HostPolicy) -> int:
     """The reserved amount in whole units of the class, rounded up: Nova reserves
     ceil(reserved_host_disk_mb / 1024) GiB of disk."""
+    declared = policy.inventories.get(resource)
+    if declared is not None:
+        return declared.reserved * resource.placement_unit
     return placement_units(resource, policy.reserved.get(resource, 0)) * resource.placement_unit
+
+
+def allocation_ratio(resource: Resource, policy: HostPolicy) -> float:
+    declared = policy.inventories.get(resource)
+    if declared is not None:
+        return declared.allocation_ratio
+    return policy.allocation_ratios.get(resource, resource.default_allocation_ratio)
 
 
 def refusals(
@@ -254,14 +244,13 @@ def refusals(
             if offline:
                 cpus_named = format_cpu_list(offline)
                 why = f"{key} names CPUs that are not online ({cpus_named}): Nova refuses the configuration"
-                return dict.fromkeys(RESOURCES, why)
+                return dict.fromkeys(totals, why)
     refused = {}
     for resource, total in totals.items():
         reserved = inventory_reserved(resource, policy)
         if total is not None and total > 0 and reserved > total:
-            refused[resource] = (
-                f"reserved {resource.value} exceeds its total: Placement refuses the inventory"
-            )
+            why = f"reserved {resource.label} exceeds its total: Placement refuses the inventory"
+            refused[resource] = why
     return refused
 
 
@@ -272,7 +261,6 @@ def format_cpu_list(cpus: frozenset[int]) -> str:
 def host_actual_usage(facts: HostFacts) -> dict[Resource, float | None]:
     return {
         Resource.VCPU: facts.busy_cpus,
-        Resource.PCPU: None,
         Resource.MEMORY: facts.memory_in_use_bytes,
         Resource.DISK: facts.storage.used_bytes if facts.storage is not None else None,
     }
@@ -284,37 +272,58 @@ def host_capacity(
     flavors: Mapping[str, Amounts] | None = None,
     claimed: Amounts | None = None,
 ) -> HostCapacity:
-    allocated: dict[Resource, dict[DomainState, int]] = {r: dict.fromkeys(STATES, 0) for r in RESOURCES}
+    """Every class the hypervisor offers, and every class a domain or a claim uses even where it
+    is not offered (a CUSTOM_* class of a Nova flavor on a host without that inventory: total 0,
+    so its free amount goes negative and shows the mismatch)."""
+    allocated: dict[Resource, dict[DomainState, int]] = {}
     domains_by_state = dict.fromkeys(STATES, 0)
     hugepage_bytes = 0
     for domain in facts.domains:
         domains_by_state[domain.state] += 1
-        for resource, amount in domain_allocation(domain, policy.cpu_dedicated_set).items():
-            allocated[resource][domain.state] += amount
+        allocation = domain_allocation(domain, policy.cpu_dedicated_set)
+        for resource, amount in allocation.items():
+            allocated.setdefault(resource, dict.fromkeys(STATES, 0))[domain.state] += amount
         if domain.hugepages and domain.state in policy.counted_states:
-            hugepage_bytes += domain.memory_bytes
+            hugepage_bytes += allocation.get(Resource.MEMORY, 0)
     actual = host_actual_usage(facts)
     claimed = claimed or {}
     totals = host_totals(facts, policy)
+    for resource in _used_classes(allocated, claimed):
+        totals.setdefault(resource, 0)
     refused = refusals(facts, policy, totals)
     resources = {
         resource: ResourceCapacity(
             resource=resource,
-            total=total,
-            reserved=inventory_reserved(resource, policy) if total is not None else None,
-            allocation_ratio=policy.allocation_ratios.get(resource, 1.0),
-            allocated_by_state=allocated[resource],
+            total=totals[resource],
+            reserved=inventory_reserved(resource, policy) if totals[resource] is not None else None,
+            allocation_ratio=allocation_ratio(resource, policy),
+            allocated_by_state=allocated.get(resource) or dict.fromkeys(STATES, 0),
             counted_states=policy.counted_states,
             claimed=claimed.get(resource, 0),
-            actual=actual[resource],
+            actual=actual.get(resource),
             refused=refused.get(resource),
+            min_unit=declared.min_unit if declared is not None else 1,
+            step_size=declared.step_size if declared is not None else 1,
+            declared_max_unit=_declared_max_unit(resource, declared),
         )
-        for resource, total in totals.items()
+        for resource in display_order(totals)
+        for declared in (policy.inventories.get(resource),)
     }
     fits = {name: flavor_fit(resources, request) for name, request in (flavors or {}).items()}
     schedulable = {name: count for name, (count, _) in fits.items()}
     bottlenecks = {name: resource for name, (_, resource) in fits.items()}
     return HostCapacity(resources, domains_by_state, schedulable, hugepage_bytes, bottlenecks)
+
+
+def _used_classes(allocated: Mapping[Resource, object], claimed: Amounts) -> Iterable[Resource]:
+    yield from allocated
+    yield from (resource for resource, amount in claimed.items() if amount)
+
+
+def _declared_max_unit(resource: Resource, declared: Inventory | None) -> int | None:
+    if declared is None or declared.max_unit is None:
+        return None
+    return declared.max_unit * resource.placement_unit
 
 
 def placement_units(resource: Resource, amount: int) -> int:
@@ -323,30 +332,66 @@ def placement_units(resource: Resource, amount: int) -> int:
     return -(-amount // unit)
 
 
+def refusal(capacity: ResourceCapacity | None, resource: Resource, amount: int) -> str | None:
+    """Why Placement refuses an allocation of `amount` (in the class's unit) of one class, in
+    Nova's words; None when it fits. Without a known total the class is unlimited, as in Nova's
+    claim test."""
+    why = inventory_refusal(capacity, resource, amount)
+    if why is not None or capacity is None or capacity.free is None:
+        return why
+    if placement_units(resource, amount) > placement_free(capacity):
+        unit, scale = resource.refusal_unit, resource.placement_unit
+        return (
+            f"Free {resource.label} {capacity.free / scale:.2f} {unit} "
+            f"< requested {_amount(amount, scale)} {unit}"
+        )
+    return None
+
+
+def inventory_refusal(capacity: ResourceCapacity | None, resource: Resource, amount: int) -> str | None:
+    """Why no allocation of `amount` fits whatever the usage: no inventory of the class, above
+    max_unit, below min_unit or off step_size. None when only free capacity can refuse it."""
+    unit, scale = resource.refusal_unit, resource.placement_unit
+    requested = f"Requested {resource.label} {_amount(amount, scale)} {unit}"
+    if capacity is None:
+        return f"{requested}: no inventory of {resource.placement_class} on this hypervisor"
+    if capacity.max_unit is None:
+        return None
+    wanted = placement_units(resource, amount)
+    if wanted > placement_units(resource, capacity.max_unit):
+        largest = _amount(capacity.max_unit, scale)
+        return f"{requested} > max_unit {largest} {unit}: larger than the whole hypervisor"
+    if wanted < capacity.min_unit:
+        return f"{requested} < min_unit {capacity.min_unit} {unit}"
+    if wanted % capacity.step_size:
+        return f"{requested} is not a multiple of step_size {capacity.step_size} {unit}"
+    return None
+
+
 def flavor_fit(
     resources: Mapping[Resource, ResourceCapacity], request: Amounts
 ) -> tuple[int, Resource | None]:
     """How many more instances of a flavor fit, and the resource that limits them: how many
     allocations of the request Placement would accept in a row.
 
-    0 when a requested amount exceeds the class's max_unit (its total: an instance never
-    overcommits against itself), else the minimum over requested resources of floor(free /
-    request) in the class's unit, never below 0. A resource without a known total is unlimited,
-    as in Nova's claim test: it never limits the count nor is it the bottleneck.
+    0 when one allocation is refused whatever the usage (a class without inventory, above
+    max_unit, below min_unit, off step_size), else the minimum over requested classes of
+    floor(free / request) in the class's unit, never below 0. A class without a known total is
+    unlimited, as in Nova's claim test: it never limits the count nor is it the bottleneck.
     """
     best: tuple[int, Resource | None] = (0, None)
     first = True
-    for resource, amount in request.items():
+    for resource in display_order(request):
+        amount = request[resource]
+        if amount <= 0:
+            continue
         capacity = resources.get(resource)
-        if amount <= 0 or capacity is None:
-            continue
-        free, max_unit = capacity.free, capacity.max_unit
-        if free is None or max_unit is None:
-            continue
-        wanted = placement_units(resource, amount)
-        if wanted > placement_units(resource, max_unit):
+        if inventory_refusal(capacity, resource, amount) is not None:
             return 0, resource
-        fits = max(placement_free(capacity) // wanted, 0)
+        assert capacity is not None
+        if capacity.free is None:
+            continue
+        fits = max(placement_free(capacity) // placement_units(resource, amount), 0)
         if first or fits < best[0]:
             best, first = (fits, resource), False
     return best
@@ -360,40 +405,15 @@ def placement_free(capacity: ResourceCapacity) -> int:
     return limit // resource.placement_unit - placement_units(resource, capacity.used)
 
 
-# Nova's claim test words and units: "Free memory 1024.00 MiB < requested 2048 MiB".
-_CLAIM_UNITS: Mapping[Resource, tuple[str, int]] = {
-    Resource.VCPU: ("VCPU", 1),
-    Resource.PCPU: ("PCPU", 1),
-    Resource.MEMORY: ("MiB", MIB),
-    Resource.DISK: ("GiB", GIB),
-}
-
-
 def claim_test(resources: Mapping[Resource, ResourceCapacity], request: Amounts) -> list[str]:
-    """Every reason a request does not fit, in Nova's wording; empty when it fits.
-
-    Per resource: without a limit (unknown total) it is unlimited; otherwise the request fails
-    when it is larger than the class's max_unit (the total) or than free = limit - used.
-    """
-    reasons: list[str] = []
-    for resource in RESOURCES:
-        requested = request.get(resource, 0)
-        capacity = resources.get(resource)
-        if requested <= 0 or capacity is None:
-            continue
-        free, max_unit = capacity.free, capacity.max_unit
-        if free is None or max_unit is None:
-            continue
-        unit, scale = _CLAIM_UNITS[resource]
-        wanted = _amount(requested, scale)
-        wanted_units = placement_units(resource, requested)
-        if wanted_units > placement_units(resource, max_unit):
-            reasons.append(
-                f"Requested {resource.value} {wanted} {unit} > max_unit {_amount(max_unit, scale)} {unit}: "
-                "larger than the whole hypervisor"
-            )
-        elif wanted_units > placement_free(capacity):
-            reasons.append(f"Free {resource.value} {free / scale:.2f} {unit} < requested {wanted} {unit}")
+    """Every reason a request does not fit, in Nova's wording ("Free memory 1024.00 MiB <
+    requested 2048 MiB"); empty when it fits."""
+    reasons = []
+    for resource in display_order(request):
+        if request[resource] > 0:
+            why = refusal(resources.get(resource), resource, request[resource])
+            if why is not None:
+                reasons.append(why)
     return reasons
 
 

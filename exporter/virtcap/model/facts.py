@@ -6,6 +6,7 @@ the audit reports what the hypervisor says, the model decides what it means.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -19,20 +20,6 @@ class DomainState(StrEnum):
     OTHER = "other"
 
 
-# libvirt's virDomainState numbers. BLOCKED is a running guest waiting on a resource.
-_LIBVIRT_STATES = {
-    1: DomainState.RUNNING,  # VIR_DOMAIN_RUNNING
-    2: DomainState.RUNNING,  # VIR_DOMAIN_BLOCKED
-    3: DomainState.PAUSED,  # VIR_DOMAIN_PAUSED
-    5: DomainState.SHUTOFF,  # VIR_DOMAIN_SHUTOFF
-}
-
-
-def state_from_libvirt(code: int) -> DomainState:
-    """NOSTATE, SHUTDOWN (being shut down), CRASHED and PMSUSPENDED count as `other`."""
-    return _LIBVIRT_STATES.get(code, DomainState.OTHER)
-
-
 @dataclass(frozen=True, slots=True)
 class NovaFlavor:
     """The flavor Nova wrote into the domain's metadata: the allocation Nova itself accounts."""
@@ -43,6 +30,29 @@ class NovaFlavor:
     root_gib: int
     ephemeral_gib: int
     swap_mib: int
+    extra_specs: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class NovaOwner:
+    """Who the instance belongs to: Keystone ids, and names as Nova recorded them."""
+
+    project_id: str
+    project_name: str
+    user_id: str
+    user_name: str
+
+
+@dataclass(frozen=True, slots=True)
+class NovaInstance:
+    """What nova-compute wrote into `<nova:instance>`: enough to compute the allocation Nova's
+    scheduler made for the instance, and whose it is."""
+
+    flavor: NovaFlavor
+    image_properties: Mapping[str, str] = field(default_factory=dict)
+    boot_from_volume: bool = False
+    """`<nova:root type="volume">`: the root disk is a volume, not local storage."""
+    owner: NovaOwner | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +85,7 @@ class DomainFacts:
     vcpu_pins: tuple[frozenset[int] | None, ...]
     """Per vCPU, the host CPUs it is pinned to, or None where it floats."""
     disks: tuple[DiskFacts, ...]
-    nova_flavor: NovaFlavor | None
+    nova: NovaInstance | None
     problems: tuple[str, ...] = ()
 
 

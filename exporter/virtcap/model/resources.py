@@ -1,0 +1,108 @@
+"""Resource classes: what a hypervisor offers and what domains and claims consume, as data.
+
+Each class is Placement's resource class (VCPU, MEMORY_MB, CUSTOM_...) with what virtcap needs to
+show and test it: the `resource` label value, the unit amounts are kept and shown in (cpus,
+bytes, or a plain count), how many of those make one of Placement's units (a MiB, a GiB), Nova's
+defaults, and the unit its claim test words a refusal in.
+
+Adding a class is one place: a standard class is one entry in STANDARD_CLASSES (and, if the
+hypervisor measures its total, the reading of that total in the audit); a CUSTOM_* class needs no
+code at all: it is an inventory in the configuration, consumed by Nova's `resources:CUSTOM_...`
+extra specs and by claims.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import ClassVar
+
+MIB = 1024**2
+GIB = 1024**3
+
+CUSTOM_PREFIX = "CUSTOM_"
+CUSTOM_CLASS = re.compile(r"CUSTOM_[A-Z0-9_]{1,248}")
+"""Placement's rule for custom class names (at most 255 characters in all)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    label: str
+    """The `resource` label value and JSON key: `vcpu`, `memory`, `custom_fpga`."""
+    placement_class: str
+    """Placement's name of the class: `VCPU`, `MEMORY_MB`, `CUSTOM_FPGA`."""
+    unit: str
+    """What amounts are kept and shown in: `cpus`, `bytes`, or `integer` for a plain count."""
+    placement_unit: int = 1
+    """How many of our units make one of Placement's: MEMORY_MB counts MiB, DISK_GB counts GiB, and
+    capacity is truncated in those units, not in bytes."""
+    claim_unit: str = ""
+    """The unit Nova's claim test words a refusal in ("Free memory 1024.00 MiB < ..."); the class's
+    own name when empty."""
+    default_allocation_ratio: float = 1.0
+    default_reserved: int = 0
+
+    VCPU: ClassVar[Resource]
+    PCPU: ClassVar[Resource]
+    MEMORY: ClassVar[Resource]
+    DISK: ClassVar[Resource]
+
+    def __str__(self) -> str:
+        return self.label
+
+    @property
+    def custom(self) -> bool:
+        return self.placement_class.startswith(CUSTOM_PREFIX)
+
+    @property
+    def refusal_unit(self) -> str:
+        return self.claim_unit or self.placement_class
+
+    @classmethod
+    def custom_class(cls, name: str) -> Resource:
+        """A CUSTOM_* class: a plain count, labelled by its name in lower case (as kube-state-metrics
+        labels extended resources), with Placement's defaults."""
+        if not CUSTOM_CLASS.fullmatch(name):
+            raise ValueError(
+                f"expected a custom resource class: CUSTOM_ and then capital letters, digits and _, "
+                f"got {name[:60]!r}"
+            )
+        return cls(label=name.lower(), placement_class=name, unit="integer")
+
+
+# Nova's defaults since release 27 (2023.1): see ACCOUNTING.md's table.
+Resource.VCPU = Resource("vcpu", "VCPU", "cpus", claim_unit="VCPU", default_allocation_ratio=4.0)
+Resource.PCPU = Resource("pcpu", "PCPU", "cpus", claim_unit="PCPU")
+Resource.MEMORY = Resource("memory", "MEMORY_MB", "bytes", MIB, "MiB", default_reserved=512 * MIB)
+Resource.DISK = Resource("disk", "DISK_GB", "bytes", GIB, "GiB")
+
+STANDARD_CLASSES: tuple[Resource, ...] = (Resource.VCPU, Resource.PCPU, Resource.MEMORY, Resource.DISK)
+"""The classes every hypervisor has an inventory of (or a known reason not to), in display order."""
+
+_BY_LABEL = {resource.label: resource for resource in STANDARD_CLASSES}
+_BY_PLACEMENT_CLASS = {resource.placement_class: resource for resource in STANDARD_CLASSES}
+
+
+def resource_by_label(label: str) -> Resource:
+    """A standard class by its label (`vcpu`), as configuration keys and claim fields name it."""
+    return _BY_LABEL[label]
+
+
+def resource_class(name: str) -> Resource:
+    """A class by Placement's name: a standard one, or a CUSTOM_* class. ValueError otherwise,
+    naming the classes virtcap accounts."""
+    standard = _BY_PLACEMENT_CLASS.get(name)
+    if standard is not None:
+        return standard
+    if name.startswith(CUSTOM_PREFIX):
+        return Resource.custom_class(name)
+    known = ", ".join(_BY_PLACEMENT_CLASS)
+    raise ValueError(f"expected one of {known} or a CUSTOM_* class, got {name[:60]!r}")
+
+
+def display_order(resources: Iterable[Resource]) -> list[Resource]:
+    """Standard classes first in their order, then custom ones by name: the order of every listing."""
+    found = set(resources)
+    standard = [r for r in STANDARD_CLASSES if r in found]
+    return standard + sorted(found - set(STANDARD_CLASSES), key=lambda r: r.label)
