@@ -32,8 +32,8 @@ def test_reconnecting_frees_the_old_connection(libvirtd: Libvirtd) -> None:
         old: list[weakref.ref[Any]] = []
         for _ in range(3):
             await asyncio.to_thread(auditor._connection)
-            old.append(weakref.ref(auditor._conn))
-            auditor._conn_broken = True  # what a close callback or a failed call does
+            old.append(weakref.ref(auditor.connection.current))
+            auditor.connection.mark_broken()  # what a close callback or a failed call does
         await asyncio.to_thread(auditor._connection)  # the third is released here
         await auditor.stop()
         return old

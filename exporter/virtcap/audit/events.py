@@ -23,7 +23,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
 import libvirt
 
@@ -56,7 +55,7 @@ def _run_forever() -> None:
             time.sleep(_ERROR_PAUSE_SECONDS)
 
 
-def hand_to_loop(loop: asyncio.AbstractEventLoop, callback: Callable[..., Any], *args: Any) -> None:
+def hand_to_loop(loop: asyncio.AbstractEventLoop, callback: Callable[..., object], *args: object) -> None:
     """Run `callback(*args)` on the asyncio loop, from a libvirt callback on the event thread.
 
     Never blocks. A loop that has closed (shutdown) has nobody left to tell.

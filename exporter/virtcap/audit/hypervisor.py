@@ -11,12 +11,14 @@ import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import cast
 from urllib.parse import urlsplit
 
 import libvirt
 
+from virtcap.audit.domain_states import ACTIVE_STATES, state_from_libvirt
 from virtcap.audit.domain_xml import NON_LOCAL_DEVICES, DiskReference, DomainXMLError, parse_domain_xml
+from virtcap.audit.libvirt_api import VirConnect, VirDomain
 from virtcap.config import DiskSource
 from virtcap.model.facts import (
     CpuIdentity,
@@ -25,7 +27,6 @@ from virtcap.model.facts import (
     DomainFacts,
     HostFacts,
     StorageFacts,
-    state_from_libvirt,
 )
 
 MIB = 1024**2
@@ -36,10 +37,6 @@ MEMINFO = Path("/proc/meminfo")
 # libvirt's test driver (virConnectGetType): an in-process fake whose node CPU times and block
 # info are made-up constants, not measurements.
 TEST_DRIVER = "TEST"
-
-# RUNNING, BLOCKED, PAUSED, SHUTDOWN (being shut down) and PMSUSPENDED guests hold memory;
-# SHUTOFF and CRASHED ones have no process, NOSTATE tells nothing.
-_ACTIVE_STATE_CODES = frozenset({1, 2, 3, 4, 7})
 
 # Storage pools whose volumes live on the network or on storage shared between hosts.
 SHARED_POOL_TYPES = frozenset({"netfs", "iscsi", "iscsi-direct", "rbd", "gluster", "sheepdog", "vstorage"})
@@ -60,9 +57,10 @@ class DomainUnreadableError(Exception):
     """One domain could not be read: reported among the host's problems, never guessed at."""
 
 
-def open_read_only(uri: str) -> Any:
+def open_read_only(uri: str) -> VirConnect:
+    """A read-only connection: where libvirt's objects enter, typed from here on."""
     try:
-        return libvirt.openReadOnly(uri)
+        return cast(VirConnect, libvirt.openReadOnly(uri))
     except libvirt.libvirtError as error:
         raise AuditError(f"cannot connect: {error.get_error_message()}") from None
 
@@ -88,7 +86,7 @@ def version_string(encoded: int) -> str:
 
 
 def audit_host(
-    conn: Any,
+    conn: VirConnect,
     uri: str,
     disk: DiskSource | None,
     previous_cpu: CpuTimes | None = None,
@@ -147,7 +145,7 @@ def audit_host(
     )
 
 
-def read_cpu_identity(conn: Any) -> CpuIdentity:
+def read_cpu_identity(conn: VirConnect) -> CpuIdentity:
     """The host CPU model and architecture, from the capabilities XML.
 
     Slow on some drivers (seconds on QEMU without KVM) and constant for a connection's life:
@@ -165,14 +163,14 @@ def read_cpu_identity(conn: Any) -> CpuIdentity:
     )
 
 
-def _hostname(conn: Any) -> str:
+def _hostname(conn: VirConnect) -> str:
     try:
         return str(conn.getHostname())
     except libvirt.libvirtError:
         return ""
 
 
-def _online_cpus(conn: Any) -> frozenset[int] | None:
+def _online_cpus(conn: VirConnect) -> frozenset[int] | None:
     try:
         _count, online, _online_count = conn.getCPUMap()
     except libvirt.libvirtError:
@@ -180,7 +178,7 @@ def _online_cpus(conn: Any) -> frozenset[int] | None:
     return frozenset(cpu for cpu, is_online in enumerate(online) if is_online)
 
 
-def read_cpu_times(conn: Any) -> CpuTimes | None:
+def read_cpu_times(conn: VirConnect) -> CpuTimes | None:
     """The host's cumulative busy CPU time, or None where the driver does not measure it.
 
     A missing figure is unknown, never 0: two samples of a constant would report an idle host.
@@ -217,7 +215,7 @@ def _busy_cpus(previous: CpuTimes | None, current: CpuTimes | None) -> float | N
 _NO_DISK_TOTAL = "disk has no limit: its allocations are counted, its total is unknown"
 
 
-def _storage(conn: Any, uri: str, disk: DiskSource | None, problems: list[str]) -> StorageFacts | None:
+def _storage(conn: VirConnect, uri: str, disk: DiskSource | None, problems: list[str]) -> StorageFacts | None:
     if disk is None:
         return None
     if disk.pool is not None:
@@ -250,7 +248,7 @@ def _storage(conn: Any, uri: str, disk: DiskSource | None, problems: list[str]) 
     )
 
 
-def _memory_in_use(conn: Any, uri: str, domains: list[DomainFacts]) -> tuple[int | None, str | None]:
+def _memory_in_use(conn: VirConnect, uri: str, domains: list[DomainFacts]) -> tuple[int | None, str | None]:
     """Nova's formula, MemTotal - (MemFree + Buffers + Cached), from the best source at hand.
 
     Where the driver offers no node memory statistics, the sum of the active guests' balloons
@@ -260,6 +258,7 @@ def _memory_in_use(conn: Any, uri: str, domains: list[DomainFacts]) -> tuple[int
         in_use = read_meminfo_in_use()
         if in_use is not None:
             return in_use, "host"
+    stats: dict[str, int] | None
     try:
         stats = conn.getMemoryStats(libvirt.VIR_NODE_MEMORY_STATS_ALL_CELLS)
     except libvirt.libvirtError:
@@ -292,7 +291,7 @@ def read_meminfo_in_use(path: Path = MEMINFO) -> int | None:
     return fields["MemTotal"] - (fields["MemFree"] + fields["Buffers"] + fields["Cached"])
 
 
-def _list_domains(conn: Any) -> list[tuple[Any, int | None]]:
+def _list_domains(conn: VirConnect) -> list[tuple[VirDomain, int | None]]:
     """Every domain with its state code, in one call where the driver can.
 
     libvirt-python releases the GIL around every call, and a thread coming back from one waits
@@ -315,7 +314,7 @@ def _list_domains(conn: Any) -> list[tuple[Any, int | None]]:
         raise AuditError(f"cannot list domains: {error.get_error_message()}") from None
 
 
-def _audit_domain(domain: Any, state_code: int | None, volumes: _VolumeIndex) -> DomainFacts | None:
+def _audit_domain(domain: VirDomain, state_code: int | None, volumes: _VolumeIndex) -> DomainFacts | None:
     """None when the domain vanished while being read (undefined between list and read)."""
     try:
         if state_code is None:
@@ -331,7 +330,7 @@ def _audit_domain(domain: Any, state_code: int | None, volumes: _VolumeIndex) ->
         raise DomainUnreadableError(f"{_label(domain)}: {error}; left out of the accounting") from None
     label = f"domain {definition.name}"
     state = state_from_libvirt(state_code)
-    active = state_code in _ACTIVE_STATE_CODES
+    active = state_code in ACTIVE_STATES
     problems = list(definition.problems)
     disks = tuple(_disk_facts(domain, reference, volumes, problems, label) for reference in definition.disks)
     return DomainFacts(
@@ -346,12 +345,12 @@ def _audit_domain(domain: Any, state_code: int | None, volumes: _VolumeIndex) ->
         hugepages=definition.hugepages,
         vcpu_pins=definition.vcpu_pins,
         disks=disks,
-        nova_flavor=definition.nova_flavor,
+        nova=definition.nova,
         problems=tuple(problems),
     )
 
 
-def _label(domain: Any) -> str:
+def _label(domain: VirDomain) -> str:
     try:
         return f"domain {domain.name()}"
     except libvirt.libvirtError:
@@ -359,7 +358,7 @@ def _label(domain: Any) -> str:
 
 
 def _disk_facts(
-    domain: Any, reference: DiskReference, volumes: _VolumeIndex, problems: list[str], label: str
+    domain: VirDomain, reference: DiskReference, volumes: _VolumeIndex, problems: list[str], label: str
 ) -> DiskFacts:
     if (
         reference.device in NON_LOCAL_DEVICES
@@ -396,7 +395,7 @@ class _Volume:
 class _VolumeIndex:
     """Every volume of every active storage pool, listed once per audit and only when needed."""
 
-    conn: Any
+    conn: VirConnect
     block_info_is_real: bool = True
     problems: list[str] = field(default_factory=list)
     _paths: dict[str, _Volume] | None = None

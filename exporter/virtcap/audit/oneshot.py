@@ -4,7 +4,6 @@ by the audit timeout, a failing one reported as down without holding up the othe
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from virtcap.audit.hypervisor import AuditError, audit_host, open_read_only, redact_uri
 from virtcap.audit.threads import run_in_daemon_thread
@@ -17,7 +16,7 @@ CPU_SAMPLE_WINDOW = 0.5
 
 
 def audit_hypervisor_blocking(hypervisor: Hypervisor, cpu_window: float) -> HostFacts:
-    conn: Any = open_read_only(hypervisor.uri)
+    conn = open_read_only(hypervisor.uri)
     try:
         return audit_host(conn, hypervisor.uri, hypervisor.disk, cpu_window=cpu_window)
     finally:

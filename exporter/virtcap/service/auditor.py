@@ -4,6 +4,10 @@ Per hypervisor at most one libvirt call is in flight. One that hangs past the au
 marks the hypervisor down; it is never started again while the first is stuck, so the number of
 threads stays bounded by the number of hypervisors however long libvirt hangs. Lifecycle events
 (a domain defined, started, undefined...) trigger a prompt re-audit, coalescing bursts.
+
+The auditor keeps the schedule and hands what each audit found to the store; the connection's
+lifecycle is virtcap.audit.connection's, its libvirt callbacks virtcap.audit.subscriptions', and
+the one call in flight virtcap.audit.threads.SerialCaller's.
 """
 
 from __future__ import annotations
@@ -11,24 +15,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 import random
 import threading
 from collections.abc import Mapping
-from typing import Any
 
 import libvirt
 
+from virtcap.audit.connection import IN_PROCESS_DRIVER, HypervisorConnection
 from virtcap.audit.events import hand_to_loop
 from virtcap.audit.hypervisor import (
     AuditError,
     audit_host,
-    open_read_only,
     read_cpu_identity,
     read_cpu_times,
     redact_uri,
 )
-from virtcap.audit.threads import run_in_daemon_thread
+from virtcap.audit.libvirt_api import VirConnect
+from virtcap.audit.threads import SerialCaller
 from virtcap.claims.ledger import ClaimLedger
 from virtcap.config import AuditSettings, Hypervisor
 from virtcap.model.capacity import Amounts
@@ -44,8 +47,6 @@ EVENT_COALESCE_SECONDS = 0.2
 FIRST_RETRY_SECONDS = 1.0
 JITTER = 0.1
 """Each interval is stretched or shrunk by up to 10% so that a fleet does not audit in lockstep."""
-CLOSE_WAIT_SECONDS = 2.0
-IN_PROCESS_DRIVER = "TEST"
 
 
 class HypervisorAuditor:
@@ -67,16 +68,18 @@ class HypervisorAuditor:
         self.store = store
         self.slots = slots
         self.uri_for_humans = redact_uri(hypervisor.uri)
+        self.connection = HypervisorConnection(
+            hypervisor.name,
+            hypervisor.uri,
+            settings,
+            on_closed=self._connection_lost,
+            on_lifecycle=self.poke,
+        )
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
-        self._in_flight: asyncio.Future[HostFacts] | None = None
+        self._calls = SerialCaller(name=f"audit-{hypervisor.name}")
         self._previous_cpu: CpuTimes | None = None
         self._retry_delay = 0.0
-        # The connection is used by one audit thread at a time; the loop only flags it broken.
-        self._conn: Any = None
-        self._lifecycle_callback: int | None = None
-        """The id of the lifecycle callback registered on `_conn`, deregistered with it."""
-        self._conn_broken = False
         self._identity_pending = False
         self._identity: CpuIdentity | None = None
         self._announced = False
@@ -105,19 +108,12 @@ class HypervisorAuditor:
 
     @property
     def hung(self) -> bool:
-        return self._in_flight is not None and not self._in_flight.done()
+        return self._calls.stuck
 
     async def stop(self) -> None:
         self._stopped = True
         await self.supervisor.stop(self.task_name)
-        conn, self._conn = self._conn, None
-        callback, self._lifecycle_callback = self._lifecycle_callback, None
-        if conn is not None and not self.hung:
-            # close() talks to the daemon: never let a hung one hold up the shutdown.
-            closing = run_in_daemon_thread(lambda: _release(conn, callback), name=f"close-{self.name}")
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(CLOSE_WAIT_SECONDS):
-                    await closing
+        await self.connection.close(in_use=self.hung)
 
     async def _run(self) -> None:
         delay = 0.0
@@ -149,12 +145,8 @@ class HypervisorAuditor:
             )
             return False
         async with self.slots:
-            call = run_in_daemon_thread(self._audit_blocking, name=f"audit-{self.name}")
-            call.add_done_callback(_consume_outcome)
-            self._in_flight = call
             try:
-                async with asyncio.timeout(self.settings.timeout):
-                    facts = await asyncio.shield(call)
+                facts = await self._calls.call(self._audit_blocking, self.settings.timeout)
             except TimeoutError:
                 self._record_failure(
                     f"audit timed out after {self.settings.timeout:g}s ({self.uri_for_humans})", "timeout"
@@ -164,7 +156,7 @@ class HypervisorAuditor:
                 self._record_failure(f"{error} ({self.uri_for_humans})", "failure")
                 return False
             except libvirt.libvirtError as error:
-                self._conn_broken = True
+                self.connection.mark_broken()
                 self._record_failure(f"{error.get_error_message()} ({self.uri_for_humans})", "failure")
                 return False
         self._previous_cpu = facts.cpu_times
@@ -184,7 +176,14 @@ class HypervisorAuditor:
         else:
             log.debug("audit failed", extra={"hypervisor": self.name, "error": error})
 
-    # Everything below runs in the audit thread, except the libvirt callbacks (on the loop).
+    def _connection_lost(self, reason: int) -> None:
+        """The daemon closed the connection (told on the loop): the next audit reconnects."""
+        self._announced = False
+        log.warning("connection closed", extra={"hypervisor": self.name, "reason": reason})
+        if not self._stopped:
+            self.poke()
+
+    # Everything below runs in the audit thread, except where said.
 
     def _audit_blocking(self) -> HostFacts:
         conn = self._connection()
@@ -193,82 +192,39 @@ class HypervisorAuditor:
                 conn, self.hypervisor.uri, self.hypervisor.disk, previous_cpu=self._previous_cpu
             )
         except AuditError:
-            self._conn_broken = True
+            self.connection.mark_broken()
             raise
         if facts.hypervisor_type == IN_PROCESS_DRIVER:
             self._release_in_process(conn)
         return facts
 
-    def _release_in_process(self, conn: Any) -> None:
+    def _connection(self) -> VirConnect:
+        conn, opened = self.connection.get()
+        if opened:
+            # Busy CPUs are a rate: this first sample lets the first audit tell them already.
+            self._previous_cpu = read_cpu_times(conn)
+            self._identity_pending = self._identity is None
+            if not self._announced:  # in-process connections reopen every audit: say it once
+                log.info("connected", extra={"hypervisor": self.name, "uri": self.uri_for_humans})
+                self._announced = True
+        return conn
+
+    def _release_in_process(self, conn: VirConnect) -> None:
         """libvirt's test driver is a private hypervisor inside this process, about 0.6 MiB a
         connection: nothing outside can change it, so no connection is kept between audits."""
         if self._identity is None:
             self._identity = read_cpu_identity(conn)  # cheap on this driver
             hand_to_loop(self._loop, self.store.set_identity, self.name, self._identity)
         self._identity_pending = False
-        self._conn = None
-        _close_quietly(conn)
-
-    def _connection(self) -> Any:
-        if self._conn is not None and self._conn_broken:
-            old, self._conn = self._conn, None
-            callback, self._lifecycle_callback = self._lifecycle_callback, None
-            # Its callbacks hold a reference to it: deregistered, the old connection can be freed.
-            threading.Thread(target=_release, args=(old, callback), daemon=True).start()
-        if self._conn is None:
-            conn = open_read_only(self.hypervisor.uri)
-            if conn.getType() != IN_PROCESS_DRIVER:  # nothing outside can change an in-process one
-                self._lifecycle_callback = self._watch(conn)
-            # Busy CPUs are a rate: this first sample lets the first audit tell them already.
-            self._previous_cpu = read_cpu_times(conn)
-            self._conn, self._conn_broken = conn, False
-            self._identity_pending = self._identity is None
-            if not self._announced:  # in-process connections reopen every audit: say it once
-                log.info("connected", extra={"hypervisor": self.name, "uri": self.uri_for_humans})
-                self._announced = True
-        return self._conn
-
-    def _watch(self, conn: Any) -> int | None:
-        """Keepalive (so that a hung daemon ends our calls), close and lifecycle callbacks; the
-        lifecycle callback's id, to deregister it with the connection.
-
-        Drivers without them (the test driver has no keepalive) simply go without.
-        """
-        with contextlib.suppress(libvirt.libvirtError):
-            # libvirt counts whole seconds and reads 0 as "no keepalive": never round down to it.
-            interval = max(1, math.ceil(self.settings.keepalive_interval))
-            conn.setKeepAlive(interval, self.settings.keepalive_count)
-        with contextlib.suppress(libvirt.libvirtError):
-            conn.registerCloseCallback(self._on_closed, None)
-        try:
-            callback: int = conn.domainEventRegisterAny(
-                None, libvirt.VIR_DOMAIN_EVENT_ID_LIFECYCLE, self._on_lifecycle, None
-            )
-        except libvirt.libvirtError:
-            return None
-        return callback
-
-    # libvirt's event thread runs these two: they only hand the news to the asyncio loop.
-
-    def _on_closed(self, _conn: Any, reason: int, _opaque: object) -> None:
-        hand_to_loop(self._loop, self._connection_lost, reason)
-
-    def _on_lifecycle(self, _conn: Any, _domain: Any, _event: int, _detail: int, _opaque: object) -> None:
-        hand_to_loop(self._loop, self.poke)
-
-    def _connection_lost(self, reason: int) -> None:
-        self._conn_broken = True
-        self._announced = False
-        log.warning("connection closed", extra={"hypervisor": self.name, "reason": reason})
-        if not self._stopped:
-            self.poke()
+        self.connection.discard()
 
     def _read_identity_once(self) -> None:
-        """The CPU identity is slow to read on some drivers: once per connection, off the audit."""
-        if not self._identity_pending or self._conn is None:
+        """The CPU identity is slow to read on some drivers: once per connection, off the audit.
+        Runs on the loop, and reads in a thread of its own."""
+        conn = self.connection.current
+        if not self._identity_pending or conn is None:
             return
         self._identity_pending = False
-        conn = self._conn
 
         def read() -> None:
             try:
@@ -279,29 +235,6 @@ class HypervisorAuditor:
             hand_to_loop(self._loop, self.store.set_identity, self.name, identity)
 
         threading.Thread(target=read, name=f"identity-{self.name}", daemon=True).start()
-
-
-def _close_quietly(conn: Any) -> None:
-    with contextlib.suppress(libvirt.libvirtError):
-        conn.close()
-
-
-def _release(conn: Any, lifecycle_callback: int | None) -> None:
-    """Deregister a connection's callbacks and close it. On a broken connection the daemon cannot
-    be told, but libvirt drops its own reference to each callback (and so to the connection)
-    before it tries."""
-    if lifecycle_callback is not None:
-        with contextlib.suppress(libvirt.libvirtError):
-            conn.domainEventDeregisterAny(lifecycle_callback)
-    with contextlib.suppress(libvirt.libvirtError):
-        conn.unregisterCloseCallback()
-    _close_quietly(conn)
-
-
-def _consume_outcome(future: asyncio.Future[Any]) -> None:
-    """A call that finished after its timeout has nobody awaiting it; retrieve its error."""
-    if not future.cancelled():
-        future.exception()
 
 
 class FleetAuditor:

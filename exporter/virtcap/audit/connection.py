@@ -1,0 +1,128 @@
+"""One hypervisor's libvirt connection, kept open from one audit to the next.
+
+The audit thread alone uses the connection: it opens it on demand and, once it is broken (a call
+failed, or the daemon closed it), releases it and opens another. The asyncio loop never calls
+libvirt: it only flags the connection broken, and on stop hands its release to a worker thread
+that it waits for at most CLOSE_WAIT_SECONDS.
+
+An opened connection gets a keepalive, so that a hung daemon ends our calls, and the callbacks of
+virtcap.audit.subscriptions; a released one loses its callbacks again, since each holds a
+reference to the connection, which would otherwise never be freed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import threading
+from collections.abc import Callable
+
+import libvirt
+
+from virtcap.audit.hypervisor import open_read_only
+from virtcap.audit.libvirt_api import VirConnect
+from virtcap.audit.subscriptions import ConnectionEvents, Subscription
+from virtcap.audit.threads import run_in_daemon_thread
+from virtcap.config import AuditSettings
+
+CLOSE_WAIT_SECONDS = 2.0
+IN_PROCESS_DRIVER = "TEST"
+
+
+class HypervisorConnection:
+    """Opens, keeps, replaces and closes the connection to `uri`.
+
+    `on_closed(reason)` is told on the asyncio loop when the daemon closes the connection (it is
+    then already flagged broken), `on_lifecycle()` when a domain changes.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        uri: str,
+        settings: AuditSettings,
+        on_closed: Callable[[int], None],
+        on_lifecycle: Callable[[], None],
+    ) -> None:
+        self.name = name
+        self.uri = uri
+        self.settings = settings
+        self._on_closed = on_closed
+        self._events = ConnectionEvents(asyncio.get_running_loop(), self._closed, on_lifecycle)
+        # The connection is used by one audit thread at a time; the loop only flags it broken.
+        self._conn: VirConnect | None = None
+        self._subscription: Subscription | None = None
+        """The callbacks registered on `_conn`, deregistered with it."""
+        self._broken = False
+
+    @property
+    def current(self) -> VirConnect | None:
+        """The open connection, if any."""
+        return self._conn
+
+    def mark_broken(self) -> None:
+        """A call on the connection failed: the next audit opens another."""
+        self._broken = True
+
+    # The audit thread runs these two.
+
+    def get(self) -> tuple[VirConnect, bool]:
+        """The connection to audit with, and whether it was opened just now. A broken one is
+        released and replaced; AuditError when none can be opened."""
+        if self._conn is not None and self._broken:
+            old, self._conn = self._conn, None
+            subscription, self._subscription = self._subscription, None
+            # Its callbacks hold a reference to it: deregistered, the old connection can be freed.
+            threading.Thread(target=_release, args=(old, subscription), daemon=True).start()
+        if self._conn is not None:
+            return self._conn, False
+        conn = open_read_only(self.uri)
+        if conn.getType() != IN_PROCESS_DRIVER:  # nothing outside can change an in-process one
+            self._keep_alive(conn)
+            self._subscription = self._events.subscribe(conn)
+        self._conn, self._broken = conn, False
+        return conn, True
+
+    def discard(self) -> None:
+        """Close the connection now instead of keeping it for the next audit."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            _close_quietly(conn)
+
+    def _keep_alive(self, conn: VirConnect) -> None:
+        """So that a hung daemon ends our calls. Drivers without keepalive (the test driver) simply
+        go without."""
+        with contextlib.suppress(libvirt.libvirtError):
+            # libvirt counts whole seconds and reads 0 as "no keepalive": never round down to it.
+            interval = max(1, math.ceil(self.settings.keepalive_interval))
+            conn.setKeepAlive(interval, self.settings.keepalive_count)
+
+    # The asyncio loop runs these two.
+
+    async def close(self, *, in_use: bool) -> None:
+        """Release the connection, unless a call that timed out is still `in_use` of it."""
+        conn, self._conn = self._conn, None
+        subscription, self._subscription = self._subscription, None
+        if conn is not None and not in_use:
+            # close() talks to the daemon: never let a hung one hold up the shutdown.
+            closing = run_in_daemon_thread(lambda: _release(conn, subscription), name=f"close-{self.name}")
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(CLOSE_WAIT_SECONDS):
+                    await closing
+
+    def _closed(self, reason: int) -> None:
+        self._broken = True
+        self._on_closed(reason)
+
+
+def _close_quietly(conn: VirConnect) -> None:
+    with contextlib.suppress(libvirt.libvirtError):
+        conn.close()
+
+
+def _release(conn: VirConnect, subscription: Subscription | None) -> None:
+    """Deregister a connection's callbacks and close it; blocks."""
+    if subscription is not None:
+        subscription.cancel()
+    _close_quietly(conn)
