@@ -17,6 +17,7 @@ not vary here (test_placement.py varies it).
 from __future__ import annotations
 
 import json
+import os
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,7 @@ import pytest
 
 from tests.conformance.nodes import MAP_CPUS, ONLINE_CPUS, write_node
 from tests.conformance.upstream import GIB, MIB, PLACEMENT_CLASS, UNIT, Oracle, agree, generator
+from tests.libvirtd import Libvirtd
 from virtcap.audit.oneshot import audit_hypervisor_blocking
 from virtcap.config import ConfigError, parse_config
 from virtcap.model.capacity import HostCapacity, host_capacity
@@ -225,13 +227,34 @@ def test_issue_13_hosts(oracle: Oracle, tmp_path: Path, case: HostCase) -> None:
     agree("inventory comparisons", mismatches, compared)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="found by the conformance suite, not among issue 13's ten: Nova's VCPU total is the "
-    "online CPUs of virNodeGetCPUMap, virtcap's the CPU count of virNodeGetInfo; libvirt's test "
-    "driver answers 8 CPUs with 0, 2 and 4 online to the first, whatever its node file says",
-)
-def test_vcpu_total_is_the_online_cpus(oracle: Oracle, tmp_path: Path) -> None:
-    cases = [HostCase(16 * GIB_IN_KIB, cpus=cpus) for cpus in (1, 2, 4, 8, 16)]
-    mismatches, compared = compare(oracle, cases, tmp_path)
-    agree("inventory comparisons", mismatches, compared)
+def test_on_a_real_qemu_host_vcpu_total_is_the_online_cpus(
+    oracle: Oracle, libvirtd: Libvirtd, tmp_path: Path
+) -> None:
+    """Nova counts the online CPUs of virNodeGetCPUMap, virtcap the CPUs of virNodeGetInfo: on a
+    real QEMU host both are the online CPUs. (libvirt's test driver answers a canned map of 8
+    CPUs, 0, 2 and 4 online, whatever its node file says, which is why the generated hosts
+    above have 3 CPUs.)"""
+    instances = tmp_path / "instances"
+    instances.mkdir()
+    stat = os.statvfs(instances)
+    answer = oracle.ask(
+        [
+            {
+                "op": "inventory",
+                "uri": libvirtd.uri,
+                "instances_path": str(instances),
+                "filesystem_bytes": stat.f_blocks * stat.f_frsize,
+                "options": {},
+            }
+        ]
+    )[0]
+    assert "inventory" in answer, answer
+    config = json.dumps(
+        {"hypervisors": [{"name": "real", "uri": libvirtd.uri, "disk": {"path": str(instances)}}]}
+    )
+    hypervisor = parse_config(config, "conformance").hypervisors[0]
+    facts = audit_hypervisor_blocking(hypervisor, cpu_window=0.0)
+    assert facts.online_cpus is not None and len(facts.online_cpus) == facts.cpus
+    found: list[str] = []
+    compared = _compare_host(host_capacity(facts, hypervisor.policy), answer, found)
+    agree("inventory comparisons on a real QEMU host", found, compared)
