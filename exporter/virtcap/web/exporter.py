@@ -1,0 +1,37 @@
+"""What the handlers of a running exporter share: one Exporter, reachable from every request."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from virtcap.claims.ledger import ClaimLedger
+from virtcap.config import Config
+from virtcap.service.auditor import FleetAuditor
+from virtcap.service.store import SnapshotStore
+from virtcap.service.supervise import Supervisor
+from virtcap.web.auth import BasicAuth
+from virtcap.web.connections import ConnectionGuard
+from virtcap.web.render import MetricsCache
+from virtcap.web.webconfig import WebConfigSource
+
+
+@dataclass
+class Exporter:
+    config: Config
+    store: SnapshotStore
+    supervisor: Supervisor
+    fleet: FleetAuditor
+    cache: MetricsCache
+    claims: ClaimLedger
+    web: WebConfigSource
+    """The web config, followed while serving: TLS, readers (basic_auth_users), headers, rate limit."""
+    writers: BasicAuth
+    """Who may create and delete claims (claims.writers): always required, whatever the readers."""
+    connections: ConnectionGuard | None = None
+
+
+def exporter_of(request: web.Request) -> Exporter:
+    exporter: Exporter = request.app["exporter"]
+    return exporter

@@ -1,0 +1,54 @@
+"""Who may change claims: a writer of claims.writers, for every mutating request, whatever the
+web configuration's readers (webconfig.py's middleware) allow."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
+
+from virtcap.config import Config
+from virtcap.web.connections import ConnectionLimits
+from virtcap.web.exporter import Exporter
+
+MAX_REQUEST_BYTES = 64 * 1024
+"""The most a request may send (aiohttp's client_max_size), and what a refused one is read of."""
+
+_MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+def writes(request: web.Request) -> bool:
+    """Changes are authenticated by claims.writers, not by the web config's readers."""
+    return request.method in _MUTATING
+
+
+def writer_hashes(config: Config) -> dict[str, bytes]:
+    return {user: hashed.encode() for user, hashed in config.claims.writers.items()}
+
+
+def writers_middleware(exporter: Exporter) -> Middleware:
+    """Changes need a writer (claims.writers), always; readers are the web config's middleware.
+
+    The two are separate so that a scraper's credentials can never create or delete claims.
+    """
+
+    @web.middleware
+    async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
+        header = request.headers.get("Authorization")
+        if request.method in _MUTATING:
+            if request.match_info.http_exception is not None:
+                return await handler(request)  # no such route or method: 404 or 405 as it is
+            refused = await exporter.writers.refusal(header)
+            if refused is not None:
+                # read the (bounded) body anyway, so that the client sees the 401, not a reset;
+                # a body that stalls gets the 401 all the same
+                limits = exporter.connections.limits if exporter.connections else ConnectionLimits()
+                with contextlib.suppress(Exception):
+                    async with asyncio.timeout(limits.read_timeout):
+                        await request.content.read(MAX_REQUEST_BYTES)
+                return refused
+        return await handler(request)
+
+    return authenticate

@@ -1,0 +1,67 @@
+"""SIGHUP: the configuration file read again while serving, the running one kept if it is bad."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+
+from virtcap.config import Config, ConfigError
+from virtcap.web.exporter import Exporter
+from virtcap.web.middleware import writer_hashes
+
+# The lifecycle's logger, as before reloads had a module of their own: the lines keep their name.
+log = logging.getLogger("virtcap.web.server")
+
+
+class ConfigReloads:
+    """SIGHUP: read the file again, off the event loop, one reload at a time.
+
+    The file is parsed in a thread (a large or hostile file must not stall scrapes); a file that
+    cannot be used, for any reason, is logged and the running configuration kept whole.
+    """
+
+    def __init__(self, exporter: Exporter, reload_config: Callable[[], Config]) -> None:
+        self.exporter = exporter
+        self.reload_config = reload_config
+        self._wanted = asyncio.Event()
+        self._task = asyncio.create_task(self._serve(), name="reload-config")
+
+    def request(self) -> None:
+        self._wanted.set()
+
+    async def stop(self) -> None:
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+
+    async def _serve(self) -> None:
+        while True:
+            await self._wanted.wait()
+            self._wanted.clear()  # signals during a reload: one more reload after it
+            try:
+                await self._reload()
+            except Exception:  # never let a bad reload end reloading for good
+                log.exception("configuration not reloaded")
+
+    async def _reload(self) -> None:
+        exporter = self.exporter
+        try:
+            config = await asyncio.to_thread(self.reload_config)
+        except ConfigError as error:
+            log.error("configuration not reloaded", extra={"error": str(error)})
+            return
+        running_database = exporter.claims.database.path
+        if config.claims.database != running_database:
+            log.warning(
+                "claims.database changed: takes effect at the next start",
+                extra={"running": running_database, "configured": config.claims.database},
+            )
+        exporter.claims.settings = config.claims.model_copy(update={"database": running_database})
+        exporter.config = config
+        exporter.cache.stale_after = config.audit.staleness_bound
+        exporter.writers.replace_users(writer_hashes(config))
+        await exporter.fleet.apply(config.hypervisors, config.audit, config.flavor_requests)
+        exporter.store.touch()
+        log.info("configuration reloaded", extra={"hypervisors": len(config.hypervisors)})

@@ -1,0 +1,91 @@
+"""The /metrics exposition, rendered in a thread whenever a snapshot changes and kept for scrapes.
+
+Scrapes never wait for libvirt or for a render: every scrape is served the cached bytes (gzipped
+once per render, when a scraper asks for it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import gzip
+import time
+
+from virtcap.claims.ledger import ClaimLedger
+from virtcap.exposition.families import FragmentCache, TaskHealth, views
+from virtcap.service.store import SnapshotStore
+from virtcap.service.supervise import Supervisor
+
+RENDER_GAP_SECONDS = 0.5
+"""At most two renders a second (fewer for a fleet that takes long to render): a large fleet
+changes all the time, and scrapes need not see every change."""
+
+
+class MetricsCache:
+    """The fleet's exposition, rendered once per change and served to every scrape."""
+
+    def __init__(
+        self, store: SnapshotStore, stale_after: float, claims: ClaimLedger, supervisor: Supervisor
+    ) -> None:
+        self.store = store
+        self.claims = claims
+        self.supervisor = supervisor
+        self.stale_after = stale_after
+        self.body = b""
+        self.version = -1
+        """The store version the body shows."""
+        self._gzipped: bytes | None = None
+        self._fragments = FragmentCache()
+        # Its own thread: renders never queue behind other work of the default pool, and the
+        # fragment cache is rendered by one thread at a time.
+        self._renderer = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="render")
+        self.rendered = asyncio.Event()
+
+    def gzipped(self) -> bytes:
+        if self._gzipped is None:
+            self._gzipped = gzip.compress(self.body, compresslevel=6)
+        return self._gzipped
+
+    async def run(self) -> None:
+        while True:
+            self.store.changed.clear()
+            version = self.store.version
+            started = time.monotonic()
+            snapshot = views(self.store, time.time(), self.stale_after, self.claims.pending())
+            tasks = TaskHealth(dict(self.supervisor.failures), self.supervisor.dead_by_kind())
+            body = await asyncio.get_running_loop().run_in_executor(
+                self._renderer, self._fragments.render, snapshot, dict(self.claims.outcomes), tasks
+            )
+            self.body, self.version, self._gzipped = body, version, None
+            self.rendered.set()
+            # Rendering a large fleet takes a while: never spend more than a third of the time on it.
+            await self._pause(version, max(RENDER_GAP_SECONDS, 2 * (time.monotonic() - started)))
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._until_next_stale()):
+                    await self.store.changed.wait()
+
+    async def _pause(self, rendered_version: int, gap: float) -> None:
+        """The gap between renders, cut short by the first complete picture of the fleet: /-/ready
+        waits for it, and a small fleet is audited well within one gap."""
+        ready_since = self.store.ready_since
+        if ready_since is not None and rendered_version < ready_since:
+            return
+        if ready_since is not None:
+            await asyncio.sleep(gap)
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(gap):
+                await self.store.all_audited.wait()
+
+    def _until_next_stale(self) -> float | None:
+        """Data of a down hypervisor must vanish when it turns stale, even if nothing else changes."""
+        now = time.time()
+        deadlines = [
+            state.last_good.taken_at + self.stale_after
+            for state in self.store.hypervisors.values()
+            if not state.up
+            and state.last_good is not None
+            and state.last_good.taken_at + self.stale_after > now
+        ]
+        return max(min(deadlines) - now, 0.0) + 0.01 if deadlines else None
