@@ -1,8 +1,10 @@
-"""The API against its OpenAPI description: the same routes, and no input that makes a 500."""
+"""The API against its OpenAPI description: the same routes, the same documents, the same sizes and
+durations, and no input that makes a 500."""
 
 from __future__ import annotations
 
 import json
+import re
 import string
 import urllib.parse
 from collections.abc import Iterator
@@ -12,11 +14,13 @@ import pytest
 from aiohttp import web
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from jsonschema import Draft202012Validator
 
 from tests.claims_client import auth, call, write_config
 from tests.serving import Server, running_server
+from virtcap.units import parse_duration, parse_size
 from virtcap.web.api import add_routes
-from virtcap.web.openapi import OPENAPI
+from virtcap.web.openapi import OPENAPI, openapi_document
 
 
 def test_the_description_lists_exactly_the_routes_the_server_has() -> None:
@@ -99,3 +103,278 @@ def test_no_claim_id_makes_a_server_error(server: Server, claim_id: str) -> None
 @given(raw=st.binary(max_size=200))
 def test_no_raw_body_makes_a_server_error(server: Server, raw: bytes) -> None:
     assert call(server, "POST", "/api/v1/claims", raw, auth())[0] in (201, 400, 409)
+
+
+# The description against the parser: what the API answers fits it, what it accepts the description
+# accepts, and for sizes and durations, the other way round too, except for what only arithmetic
+# can tell (ARITHMETIC below).
+
+GIB = 1024**3
+MIB = 1024**2
+MAX_SIZE = 2**63 - 1
+
+
+def validator(document: dict[str, Any], name: str) -> Draft202012Validator:
+    schema = {"$ref": f"#/components/schemas/{name}", "components": document["components"]}
+    return Draft202012Validator(schema)
+
+
+@pytest.fixture(scope="module")
+def served(server: Server) -> dict[str, Any]:
+    status, document = call(server, "GET", "/api/v1/openapi.json")
+    assert status == 200
+    assert document["openapi"].startswith("3.1.")
+    return dict(document)
+
+
+def test_every_schema_of_the_description_is_json_schema_2020_12() -> None:
+    for schema in openapi_document()["components"]["schemas"].values():
+        Draft202012Validator.check_schema(schema)
+
+
+def test_the_description_fits_what_the_api_answers(server: Server, served: dict[str, Any]) -> None:
+    request = {
+        "hypervisor": "big",
+        "vcpu": 2,
+        "memory": "1.5GiB",
+        "resources": {"DISK_GB": 3},
+        "ttl": "1m",
+        "domain_uuid": "6f1c3e0a-9a58-4c44-bc5e-1d7d0b9a6e2f",
+        "owner": "contract",
+    }
+    validator(served, "ClaimBody").validate(request)
+    status, created = call(server, "POST", "/api/v1/claims", request, auth())
+    assert status == 201, created
+    validator(served, "ClaimDocument").validate(created)
+    assert created["vcpu"] == 2 and created["memory"] == 1536 * MIB and created["disk"] == 3 * GIB
+    assert created["resources"] == {"VCPU": 2, "MEMORY_MB": 1536, "DISK_GB": 3}
+
+    status, listing = call(server, "GET", "/api/v1/claims")
+    assert status == 200
+    validator(served, "ClaimList").validate(listing)
+    assert created in listing["claims"]
+    status, one = call(server, "GET", f"/api/v1/claims/{created['id']}")
+    assert (status, one) == (200, created)
+    status, capacity = call(server, "GET", "/api/v1/capacity")
+    assert status == 200
+    validator(served, "CapacityDocument").validate(capacity)
+
+    status, refused = call(
+        server, "POST", "/api/v1/claims", {"hypervisor": "small", "memory": "1TiB"}, auth()
+    )
+    assert status == 409 and refused["reasons"]
+    validator(served, "ErrorBody").validate(refused)
+    status, wrong = call(server, "POST", "/api/v1/claims", {"hypervisor": "big", "vcpu": -1}, auth())
+    assert status == 400
+    validator(served, "ErrorBody").validate(wrong)
+    status, released = call(server, "DELETE", f"/api/v1/claims/{created['id']}", headers=auth())
+    assert (status, released) == (200, created)
+    status, missing = call(server, "GET", f"/api/v1/claims/{created['id']}")
+    assert status == 404
+    validator(served, "ErrorBody").validate(missing)
+
+
+def test_any_class_is_claimed_in_placement_units_and_answered_so(server: Server) -> None:
+    status, created = call(
+        server,
+        "POST",
+        "/api/v1/claims",
+        {"hypervisor": "big", "resources": {"VCPU": 1, "MEMORY_MB": 512}, "ttl": "1s"},
+        auth(),
+    )
+    assert status == 201, created
+    assert (created["vcpu"], created["memory"], created["pcpu"], created["disk"]) == (1, 512 * MIB, 0, 0)
+    assert created["resources"] == {"VCPU": 1, "MEMORY_MB": 512}
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (
+            {"resources": {"FPGA": 1}},
+            "resources: expected one of VCPU, PCPU, MEMORY_MB, DISK_GB or a CUSTOM_* class, got 'FPGA'",
+        ),
+        ({"resources": {"CUSTOM_fpga": 1}}, "resources: expected a custom resource class"),
+        ({"resources": {"CUSTOM_FPGA": 1.5}}, "resources.CUSTOM_FPGA: expected a whole number, got 1.5"),
+        ({"resources": {"CUSTOM_FPGA": "1"}}, "resources.CUSTOM_FPGA: expected a whole number"),
+        ({"resources": {"CUSTOM_FPGA": True}}, "resources.CUSTOM_FPGA: expected a whole number"),
+        ({"resources": {"CUSTOM_FPGA": -1}}, "resources: CUSTOM_FPGA: expected a whole number from 0 to"),
+        ({"resources": {"VCPU": 1_000_001}}, "resources: VCPU: expected a whole number from 0 to 1000000"),
+        ({"resources": {"MEMORY_MB": MAX_SIZE // MIB + 1}}, f"from 0 to {MAX_SIZE // MIB}, got"),
+        (
+            {"resources": {f"CUSTOM_{n}": 1 for n in range(65)}},
+            "resources: expected at most 64 classes, got 65",
+        ),
+        ({"resources": [["VCPU", 1]]}, "resources: expected a mapping"),
+        (
+            {"resources": {"CUSTOM_FPGA": 0}},
+            "asks for at least one of vcpu, pcpu, memory, disk or a class in resources",
+        ),
+        ({"resources": {}}, "asks for at least one of vcpu, pcpu, memory, disk or a class in resources"),
+        ({"vcpu": 1, "resources": {"VCPU": 1}}, "vcpu and resources.VCPU ask for the same class"),
+        (
+            {"memory": 0, "resources": {"MEMORY_MB": 1}},
+            "memory and resources.MEMORY_MB ask for the same class",
+        ),
+    ],
+)
+def test_a_bad_class_or_amount_gets_400_with_a_clear_message(
+    server: Server, served: dict[str, Any], body: dict[str, Any], message: str
+) -> None:
+    body = {"hypervisor": "big", **body}
+    status, answer = call(server, "POST", "/api/v1/claims", body, auth())
+    assert status == 400, answer
+    assert message in answer["error"], answer
+    assert not validator(served, "ClaimBody").is_valid(body)
+
+
+EMPTY = object()
+NBSP, IDEOGRAPHIC_SPACE, EM_SPACE, BOM = "\u00a0", "\u3000", "\u2003", "\ufeff"
+ARABIC_3, FULLWIDTH_1, MATH_1 = "\u0663", "\uff11", "\U0001d7cf"
+SIZES_ACCEPTED: list[object] = [
+    0, 1, MAX_SIZE, "0", "1", "512MiB", "512 MiB", " 4GiB ", "\t4GiB\n", "1.5GiB", "1.50KiB", "1B",
+    "1.0B", "1024KiB", "0001GiB", "8388607TiB", str(MAX_SIZE), "0" * 60 + "1GiB", " " * 100 + "1GiB",
+    f"{IDEOGRAPHIC_SPACE}1GiB{NBSP}", f"1{EM_SPACE}GiB", f"{ARABIC_3}GiB", f"{FULLWIDTH_1}KiB",
+    f"{MATH_1}MiB", "1\x1cGiB",
+]  # fmt: skip
+SIZES_REFUSED: list[object] = [
+    -1, MAX_SIZE + 1, 2**70, 1.5, True, None, [], {}, "", " ", "lots", "-4GiB", "+4GiB", "4gib",
+    "4 GB", "4KB", "4GiBs", "4 G iB", ".5GiB", "5.GiB", "1e3", "0x10", "1,5GiB", "1_000",
+    f"{BOM}1GiB", "0" * 61 + "1GiB", "1GiB B", "1GiB\n\n1",
+]  # fmt: skip
+SIZES_ARITHMETIC: list[object] = [
+    "1.3KiB",  # not whole bytes
+    "0.5B",
+    "1.1",
+    "8388608TiB",  # more than 2^63-1 bytes
+    str(MAX_SIZE + 1),
+    1.0,  # a JSON number with a fraction: JSON Schema's integer, not a size
+    1000.0,
+]
+DURATIONS_ACCEPTED: list[object] = [
+    1, 0.5, 1e-9, 3600, 31_536_000, "1s", "5m", "1h", "1m30s", "500ms", " 15m ", "0.5s", "0s1ms",
+    "1h0m", "8760h", f"{ARABIC_3}s", f"{IDEOGRAPHIC_SPACE}1m{IDEOGRAPHIC_SPACE}", None, EMPTY,
+]  # fmt: skip
+DURATIONS_REFUSED: list[object] = [
+    0, -1, 0.0, 31_536_001, True, [], "", "1", "1 s", "1d", "1S", "s", "1.s", ".5s", "-1s", "1h30",
+    "0s", "0m0s", "0.000ms", f"{BOM}1s", "0" * 63 + "1s",
+]  # fmt: skip
+DURATIONS_ARITHMETIC = ["8761h", "525601m", "8760h1s"]  # more than a year, in parts
+
+
+def parsed(server: Server, body: dict[str, Any]) -> bool:
+    """Whether the API took the body's values (the claim may still not fit, or be longer than
+    this server's claims.max_ttl, which the description cannot know)."""
+    status, answer = call(server, "POST", "/api/v1/claims", body, auth())
+    assert status in (201, 400, 409), (status, answer)
+    return status != 400 or "(claims.max_ttl)" in answer["error"]
+
+
+def size_body(key: str, value: object) -> dict[str, Any]:
+    return {"hypervisor": "big", "vcpu": 1, key: value, "ttl": "1s"}
+
+
+def ttl_body(value: object) -> dict[str, Any]:
+    body: dict[str, Any] = {"hypervisor": "big", "vcpu": 1}
+    if value is not EMPTY:
+        body["ttl"] = value
+    return body
+
+
+@pytest.mark.parametrize("key", ["memory", "disk"])
+def test_the_description_takes_exactly_the_sizes_the_api_takes(
+    server: Server, served: dict[str, Any], key: str
+) -> None:
+    schema = validator(served, "ClaimBody")
+    for value in SIZES_ACCEPTED:
+        body = size_body(key, value)
+        assert (schema.is_valid(body), parsed(server, body)) == (True, True), value
+    for value in SIZES_REFUSED:
+        body = size_body(key, value)
+        assert (schema.is_valid(body), parsed(server, body)) == (False, False), value
+    for value in SIZES_ARITHMETIC:  # the description says so in words
+        body = size_body(key, value)
+        assert (schema.is_valid(body), parsed(server, body)) == (True, False), value
+
+
+def test_the_description_takes_exactly_the_durations_the_api_takes(
+    server: Server, served: dict[str, Any]
+) -> None:
+    schema = validator(served, "ClaimBody")
+    for value in DURATIONS_ACCEPTED:
+        assert (schema.is_valid(ttl_body(value)), parsed(server, ttl_body(value))) == (True, True), value
+    for value in DURATIONS_REFUSED:
+        assert (schema.is_valid(ttl_body(value)), parsed(server, ttl_body(value))) == (False, False), value
+    for value in DURATIONS_ARITHMETIC:
+        assert (schema.is_valid(ttl_body(value)), parsed(server, ttl_body(value))) == (True, False), value
+
+
+def test_the_description_takes_exactly_the_class_names_the_api_takes(
+    server: Server, served: dict[str, Any]
+) -> None:
+    schema = validator(served, "ClaimBody")
+    for name in ["VCPU", "PCPU", "MEMORY_MB", "DISK_GB", "CUSTOM_FPGA", "CUSTOM_1", "CUSTOM_" + "A" * 248]:
+        body = {"hypervisor": "big", "resources": {name: 1}, "ttl": "1s"}
+        assert (schema.is_valid(body), parsed(server, body)) == (True, True), name
+    for name in ["", "FPGA", "vcpu", "Vcpu", "CUSTOM_", "CUSTOM_fpga", "CUSTOM_A-B", "CUSTOM_" + "A" * 249,
+                 "VCPU\n", "CUSTOM_A\n", " VCPU", "MEMORY_GB"]:  # fmt: skip
+        body = {"hypervisor": "big", "resources": {name: 1}, "ttl": "1s"}
+        assert (schema.is_valid(body), parsed(server, body)) == (False, False), name
+
+
+# Sizes and durations from the characters that matter, in-process: the parser behind the API
+# (units.py) against the patterns, for many more spellings than a server can be asked about.
+QUANTITY_CHARACTERS = [
+    "0", "1", "5", ".", " ", "\t", "\n", "B", "K", "M", "G", "T", "i", "m", "s", "h", "-", "e",
+    ARABIC_3, "\u0660", FULLWIDTH_1, MATH_1, NBSP, IDEOGRAPHIC_SPACE, BOM, "\x1c",
+]  # fmt: skip
+quantity_text = st.text(alphabet=st.sampled_from(QUANTITY_CHARACTERS), max_size=12)
+SIZE_ARITHMETIC_MESSAGES = ("expected a whole number of bytes", "expected a size of at most")
+DURATION_ARITHMETIC_MESSAGES = ("at most 1 year",)
+
+
+def schema_takes(schema: dict[str, Any], value: str) -> bool:
+    return any(re.search(branch["pattern"], value) for branch in schema["anyOf"] if "pattern" in branch)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(
+    text=quantity_text | quantity_text.map(lambda text: text + "GiB") | quantity_text.map(lambda t: t + "s")
+)
+def test_the_patterns_take_what_the_parsers_take(text: str) -> None:
+    schemas = openapi_document()["components"]["schemas"]
+    for parse, schema, arithmetic in (
+        (parse_size, schemas["Size"], SIZE_ARITHMETIC_MESSAGES),
+        (parse_duration, schemas["Duration"], DURATION_ARITHMETIC_MESSAGES),
+    ):
+        try:
+            parse(text)
+        except ValueError as error:
+            # the pattern refuses it, or only arithmetic can tell, as the description says
+            assert not schema_takes(schema, text) or any(m in str(error) for m in arithmetic), (text, error)
+        else:
+            assert schema_takes(schema, text), text
+
+
+plausible_resources = st.dictionaries(
+    st.sampled_from(["VCPU", "PCPU", "MEMORY_MB", "DISK_GB", "CUSTOM_FPGA", "CUSTOM_", "FPGA", "vcpu", ""])
+    | st.text(max_size=8),
+    st.integers(-2, 2**64) | json_values,
+    max_size=4,
+)
+bodies_with_resources = st.fixed_dictionaries(
+    {}, optional={**plausible, "resources": plausible_resources | json_values}
+)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(body=bodies | bodies_with_resources)
+def test_the_description_takes_every_body_the_api_takes(
+    server: Server, served: dict[str, Any], body: dict[str, Any]
+) -> None:
+    status, answer = call(server, "POST", "/api/v1/claims", body, auth())
+    assert status in (201, 400, 409), (status, answer)
+    if status in (201, 409):
+        assert validator(served, "ClaimBody").is_valid(body), (body, status, answer)
+    if status != 201:
+        validator(served, "ErrorBody").validate(answer)

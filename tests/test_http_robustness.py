@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from tests.claims_client import WRITER, write_config
 from tests.serving import Server, running_server
-from virtcap.web.api import BODY_TIMEOUT_SECONDS, MAX_BODY_BYTES
+from virtcap.web.body import BODY_TIMEOUT_SECONDS, MAX_BODY_BYTES
 from virtcap.web.openapi import OPENAPI
 
 TIMEOUT = 10.0

@@ -1,169 +1,137 @@
-"""The OpenAPI description of /api/v1, served at /api/v1/openapi.json; a test keeps it in step
-with the routes the server really has."""
+"""The OpenAPI 3.1 description of /api/v1, served at /api/v1/openapi.json.
+
+Its schemas are generated from the models the API parses and answers with (models.py), so the
+description cannot drift from the parser; the paths are written here, and a test keeps them in
+step with the routes the server really has.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from functools import cache
+from typing import Any, Literal
+
+from pydantic import BaseModel
 
 from virtcap import __version__
-from virtcap.units import MAX_SIZE
+from virtcap.web.body import BODY_TIMEOUT_SECONDS, MAX_BODY_BYTES
+from virtcap.web.models import CapacityDocument, ClaimBody, ClaimDocument, ClaimList, ErrorBody
 
-_ERROR = {
-    "type": "object",
-    "required": ["error"],
-    "properties": {
-        "error": {"type": "string"},
-        "reasons": {
-            "type": "object",
-            "description": "Per hypervisor, every failing resource in Nova's words.",
-            "additionalProperties": {"type": "array", "items": {"type": "string"}},
-        },
-    },
-}
-_SIZE = {
-    "oneOf": [
-        {"type": "integer", "minimum": 0, "maximum": MAX_SIZE},
-        {"type": "string", "pattern": "^[0-9]+(\\.[0-9]+)?\\s*(B|KiB|MiB|GiB|TiB)?$"},
-    ],
-    "description": "Bytes, or a number with an IEC suffix such as 4GiB; at most 2^63-1 bytes.",
-}
-_CLAIM = {
-    "type": "object",
-    "required": ["id", "hypervisor", "vcpu", "pcpu", "memory", "disk", "created_at", "expires_at", "owner"],
-    "properties": {
-        "id": {"type": "string", "format": "uuid"},
-        "hypervisor": {"type": "string"},
-        "vcpu": {"type": "integer"},
-        "pcpu": {"type": "integer"},
-        "memory": {"type": "integer", "description": "bytes"},
-        "disk": {"type": "integer", "description": "bytes"},
-        "created_at": {"type": "string", "format": "date-time"},
-        "expires_at": {"type": "string", "format": "date-time"},
-        "domain_uuid": {"type": ["string", "null"], "format": "uuid"},
-        "owner": {"type": "string"},
-    },
-}
-_CLAIM_REQUEST = {
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["hypervisor"],
-    "properties": {
-        "hypervisor": {
-            "type": "string",
-            "description": "A configured hypervisor, or `any` to let virtcap place the claim.",
-        },
-        "vcpu": {"type": "integer", "minimum": 0},
-        "pcpu": {"type": "integer", "minimum": 0},
-        "memory": _SIZE,
-        "disk": _SIZE,
-        "ttl": {
-            "oneOf": [{"type": "number", "exclusiveMinimum": 0}, {"type": "string"}],
-            "description": "How long the claim is held unless reconciled, such as 15m (claims.default_ttl).",
-        },
-        "domain_uuid": {
-            "type": "string",
-            "format": "uuid",
-            "description": "The UUID the domain will have: when an audit finds it, the claim is released.",
-        },
-        "owner": {"type": "string", "maxLength": 256},
-    },
-}
+REF_TEMPLATE = "#/components/schemas/{model}"
+_MODELS: tuple[tuple[type[BaseModel], Literal["validation", "serialization"]], ...] = (
+    (ClaimBody, "validation"),
+    (ClaimDocument, "serialization"),
+    (ClaimList, "serialization"),
+    (ErrorBody, "serialization"),
+    (CapacityDocument, "serialization"),
+)
 
 
-def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
+def _ref(model: type[BaseModel]) -> dict[str, str]:
+    return {"$ref": REF_TEMPLATE.format(model=model.__name__)}
+
+
+def _json(model: type[BaseModel] | None, description: str) -> dict[str, Any]:
+    schema = _ref(model) if model is not None else {"type": "object"}
     return {"description": description, "content": {"application/json": {"schema": schema}}}
 
 
-_NOT_FOUND = _json(_ERROR, "No such claim (reconciled, expired or deleted).")
-_UNAUTHORIZED = {"description": "Missing or wrong credentials."}
-_UNAVAILABLE = {
-    **_json(_ERROR, "The claims database refuses writes (read-only, full, failing): nothing changed."),
-    "headers": {"Retry-After": {"schema": {"type": "integer"}, "description": "Seconds."}},
-}
-_CLAIM_ID = {"name": "claim_id", "in": "path", "required": True, "schema": {"type": "string"}}
+def _schemas() -> dict[str, Any]:
+    """Every model's JSON Schema, and the schemas they refer to, by name."""
+    schemas: dict[str, Any] = {}
+    for model, mode in _MODELS:
+        schema = model.model_json_schema(ref_template=REF_TEMPLATE, mode=mode)
+        schemas.update(schema.pop("$defs", {}))
+        schemas[model.__name__] = schema
+    return schemas
 
-OPENAPI: dict[str, Any] = {
-    "openapi": "3.0.3",
-    "info": {
-        "title": "virtcap",
-        "version": __version__,
-        "description": "Claims reserve capacity for builds in flight; capacity is the live fleet report.",
-    },
-    "components": {
-        "securitySchemes": {"basic": {"type": "http", "scheme": "basic"}},
-        "schemas": {"Claim": _CLAIM, "ClaimRequest": _CLAIM_REQUEST, "Error": _ERROR},
-    },
-    "paths": {
-        "/api/v1/claims": {
-            "post": {
-                "summary": "Claim capacity on a hypervisor (Nova's claim test, atomically).",
-                "security": [{"basic": []}],
-                "requestBody": {
-                    "required": True,
-                    "content": {
-                        "application/json": {"schema": {"$ref": "#/components/schemas/ClaimRequest"}}
+
+@cache
+def openapi_document() -> dict[str, Any]:
+    not_found = _json(ErrorBody, "No such claim (reconciled, expired or deleted).")
+    unauthorized = {"description": "Missing or wrong credentials."}
+    unavailable = {
+        **_json(ErrorBody, "The claims database refuses writes (read-only, full, failing): nothing changed."),
+        "headers": {"Retry-After": {"schema": {"type": "integer"}, "description": "Seconds."}},
+    }
+    claim_id = {"name": "claim_id", "in": "path", "required": True, "schema": {"type": "string"}}
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "virtcap",
+            "version": __version__,
+            "description": "Claims reserve capacity for builds in flight; capacity is the live fleet report.",
+        },
+        "components": {
+            "securitySchemes": {"basic": {"type": "http", "scheme": "basic"}},
+            "schemas": _schemas(),
+        },
+        "paths": {
+            "/api/v1/claims": {
+                "post": {
+                    "summary": "Claim capacity on a hypervisor (Nova's claim test, atomically).",
+                    "security": [{"basic": []}],
+                    "requestBody": {
+                        "required": True,
+                        "content": {"application/json": {"schema": _ref(ClaimBody)}},
+                    },
+                    "responses": {
+                        "201": _json(ClaimDocument, "The claim is held."),
+                        "400": _json(
+                            ErrorBody,
+                            "The request is malformed (not JSON, NaN or Infinity, nested, out of range)"
+                            " or names an unknown hypervisor or resource class.",
+                        ),
+                        "401": unauthorized,
+                        "408": _json(
+                            ErrorBody,
+                            f"The body did not arrive within {BODY_TIMEOUT_SECONDS:g} s of the headers.",
+                        ),
+                        "409": _json(ErrorBody, "The claim does not fit; every failing resource is given."),
+                        "413": _json(ErrorBody, f"The body is larger than {MAX_BODY_BYTES // 1024} KiB."),
+                        "503": unavailable,
                     },
                 },
-                "responses": {
-                    "201": _json({"$ref": "#/components/schemas/Claim"}, "The claim is held."),
-                    "400": _json(
-                        _ERROR,
-                        "The request is malformed (not JSON, NaN or Infinity, nested, out of range)"
-                        " or names an unknown hypervisor.",
-                    ),
-                    "401": _UNAUTHORIZED,
-                    "408": _json(_ERROR, "The body did not arrive within 5 seconds of the headers."),
-                    "409": _json(_ERROR, "The claim does not fit; every failing resource is given."),
-                    "413": _json(_ERROR, "The body is larger than 16 KiB."),
-                    "503": _UNAVAILABLE,
+                "get": {
+                    "summary": "The pending claims.",
+                    "responses": {"200": _json(ClaimList, "Every pending claim, oldest first.")},
                 },
             },
-            "get": {
-                "summary": "The pending claims.",
-                "responses": {
-                    "200": _json(
-                        {
-                            "type": "object",
-                            "properties": {
-                                "claims": {"type": "array", "items": {"$ref": "#/components/schemas/Claim"}}
-                            },
-                        },
-                        "Every pending claim, oldest first.",
-                    )
+            "/api/v1/claims/{claim_id}": {
+                "parameters": [claim_id],
+                "get": {
+                    "summary": "One pending claim.",
+                    "responses": {"200": _json(ClaimDocument, "The claim."), "404": not_found},
+                },
+                "delete": {
+                    "summary": "Release a claim.",
+                    "security": [{"basic": []}],
+                    "responses": {
+                        "200": _json(ClaimDocument, "The released claim."),
+                        "401": unauthorized,
+                        "404": not_found,
+                        "503": unavailable,
+                    },
                 },
             },
-        },
-        "/api/v1/claims/{claim_id}": {
-            "parameters": [_CLAIM_ID],
-            "get": {
-                "summary": "One pending claim.",
-                "responses": {
-                    "200": _json({"$ref": "#/components/schemas/Claim"}, "The claim."),
-                    "404": _NOT_FOUND,
-                },
+            "/api/v1/capacity": {
+                "get": {
+                    "summary": "The fleet's capacity, as `virtcap audit --format json` prints it.",
+                    "responses": {"200": _json(CapacityDocument, "The capacity report.")},
+                }
             },
-            "delete": {
-                "summary": "Release a claim.",
-                "security": [{"basic": []}],
-                "responses": {
-                    "200": _json({"$ref": "#/components/schemas/Claim"}, "The released claim."),
-                    "401": _UNAUTHORIZED,
-                    "404": _NOT_FOUND,
-                    "503": _UNAVAILABLE,
-                },
+            "/api/v1/openapi.json": {
+                "get": {
+                    "summary": "This description.",
+                    "responses": {"200": _json(None, "The OpenAPI document.")},
+                }
             },
         },
-        "/api/v1/capacity": {
-            "get": {
-                "summary": "The fleet's capacity, as `virtcap audit --format json` prints it.",
-                "responses": {"200": _json({"type": "object"}, "The capacity report.")},
-            }
-        },
-        "/api/v1/openapi.json": {
-            "get": {
-                "summary": "This description.",
-                "responses": {"200": _json({"type": "object"}, "The OpenAPI document.")},
-            }
-        },
-    },
-}
+    }
+
+
+def __getattr__(name: str) -> Any:
+    """`OPENAPI`, the document, built on first use: generating it takes a scan of Unicode (see
+    quantities.py), which a server that is never asked for its description need not do."""
+    if name == "OPENAPI":
+        return openapi_document()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,251 @@
+"""The claims API's documents as pydantic models: the request body it parses and the documents it
+answers with. openapi.py generates the API's description from them, so the two cannot differ."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any, Self
+from uuid import UUID
+
+from pydantic import BaseModel, ConfigDict, Field, Strict, WithJsonSchema, field_validator, model_validator
+
+from virtcap.claims.ledger import Claim
+from virtcap.model.resources import (
+    CUSTOM_CLASS,
+    STANDARD_CLASSES,
+    Resource,
+    display_order,
+    resource_class,
+)
+from virtcap.units import MAX_SIZE, brief_repr
+from virtcap.web.quantities import Duration, Size, not_zero
+
+MAX_CPUS = 1_000_000
+"""The most cpus (VCPU, PCPU) one claim asks for."""
+MAX_CLASSES = 64
+"""The most classes `resources` names in one claim."""
+_DATE_TIME = {"type": "string", "format": "date-time"}
+_UUID = {"type": "string", "format": "uuid"}
+
+
+def iso_time(timestamp: float) -> str:
+    """`2024-05-01T12:00:00Z`: UTC, to the second."""
+    return datetime.fromtimestamp(timestamp, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def most(resource: Resource) -> int:
+    """The largest amount of a class one claim asks for, in Placement's unit: what the database
+    stores, once in bytes, and no more cpus than MAX_CPUS."""
+    largest = MAX_SIZE // resource.placement_unit
+    return min(largest, MAX_CPUS) if resource.unit == "cpus" else largest
+
+
+def placement_amount(resource: Resource, amount: int) -> int:
+    """An amount (cpus, bytes, count) in Placement's unit of the class, a partial MiB or GiB
+    rounded up as an allocation is."""
+    return -(-amount // resource.placement_unit)
+
+
+def _amount_schema(resource: Resource | None) -> dict[str, Any]:
+    return {"type": "integer", "minimum": 0, "maximum": most(resource) if resource else MAX_SIZE}
+
+
+def _resources_schema() -> dict[str, Any]:
+    names = "|".join([*(r.placement_class for r in STANDARD_CLASSES), CUSTOM_CLASS.pattern])
+    return {
+        "type": "object",
+        "maxProperties": MAX_CLASSES,
+        # (?![\s\S]) ends the name: Python's $ would also match before a final newline.
+        "propertyNames": {"pattern": f"^(?:{names})(?![\\s\\S])"},
+        "properties": {r.placement_class: _amount_schema(r) for r in STANDARD_CLASSES},
+        "additionalProperties": _amount_schema(None),
+        "default": {},
+    }
+
+
+_STANDARD_FIELDS = ", ".join(r.label for r in STANDARD_CLASSES)
+_PLACEMENT_UNITS = ", ".join(
+    f"{r.placement_class} in {r.claim_unit if r.unit == 'bytes' else r.unit}" for r in STANDARD_CLASSES
+)
+
+
+def _claim_rules(schema: dict[str, Any]) -> None:
+    """What ClaimBody's model validator checks, said in JSON Schema: at least one class asked for
+    (a size with a digit other than 0 is not 0), and no class both as a field and in resources."""
+    asks: list[dict[str, Any]] = [
+        {
+            "required": [r.label],
+            "properties": {
+                r.label: {"minimum": 1} if r.unit == "cpus" else {"not": {"const": 0}, "pattern": not_zero()}
+            },
+        }
+        for r in STANDARD_CLASSES
+    ]
+    asks.append(
+        {
+            "required": ["resources"],
+            "properties": {"resources": {"not": {"additionalProperties": {"const": 0}}}},
+        }
+    )
+    schema["anyOf"] = asks
+    schema["allOf"] = [
+        {
+            "not": {
+                "required": [r.label, "resources"],
+                "properties": {"resources": {"required": [r.placement_class]}},
+            }
+        }
+        for r in STANDARD_CLASSES
+    ]
+
+
+ResourceAmounts = Annotated[dict[str, Annotated[int, Strict()]], WithJsonSchema(_resources_schema())]
+"""Placement class name to a whole amount in Placement's unit: the names checked before the
+amounts, each amount within its class's bounds (`most`)."""
+
+
+class ClaimBody(BaseModel):
+    """A claim: capacity to reserve on a hypervisor for a build in flight, until its domain appears,
+    its TTL passes or it is deleted. It asks for at least one class, each named once: `vcpu`,
+    `pcpu`, `memory`, `disk`, or any class in `resources`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, json_schema_extra=_claim_rules)
+
+    hypervisor: str = Field(
+        min_length=1,
+        max_length=253,
+        description="A configured hypervisor, or `any`: virtcap places the claim where it fits and "
+        "leaves the largest share of the scarcest class asked for free.",
+    )
+    vcpu: int = Field(default=0, ge=0, le=MAX_CPUS, strict=True, description="VCPU: shared cpus.")
+    pcpu: int = Field(default=0, ge=0, le=MAX_CPUS, strict=True, description="PCPU: dedicated cpus.")
+    memory: Size = Field(default=0, description="MEMORY_MB, in bytes; a partial MiB counts as a whole one.")
+    disk: Size = Field(default=0, description="DISK_GB, in bytes; a partial GiB counts as a whole one.")
+    resources: ResourceAmounts = Field(
+        default_factory=dict,
+        description=f"Any class by Placement's name, with a whole amount in Placement's unit "
+        f"({_PLACEMENT_UNITS}, CUSTOM_* classes in a plain count), such as "
+        f'{{"CUSTOM_FPGA": 1, "VCPU": 2, "MEMORY_MB": 4096}}; at most {MAX_CLASSES} classes. A class '
+        f"named here is not also one of {_STANDARD_FIELDS}.",
+    )
+    ttl: Duration | None = Field(
+        default=None,
+        description="How long the claim is held unless its domain appears, such as 15m; "
+        "claims.default_ttl when absent or null, at most claims.max_ttl.",
+    )
+    domain_uuid: UUID | None = Field(
+        default=None,
+        description="The UUID the domain will have: when an audit finds it, the claim is released.",
+    )
+    owner: str = Field(default="", max_length=256, description="Free text: who or what holds the claim.")
+
+    @field_validator("resources", mode="before")
+    @classmethod
+    def _known_classes(cls, value: object) -> object:
+        if isinstance(value, dict):
+            if len(value) > MAX_CLASSES:
+                raise ValueError(f"expected at most {MAX_CLASSES} classes, got {len(value)}")
+            for name in value:
+                if isinstance(name, str):
+                    resource_class(name)  # its ValueError names the classes there are
+        return value
+
+    @field_validator("resources")
+    @classmethod
+    def _within_bounds(cls, value: dict[str, int]) -> dict[str, int]:
+        for name, amount in value.items():
+            largest = most(resource_class(name))
+            if not 0 <= amount <= largest:
+                raise ValueError(
+                    f"{name}: expected a whole number from 0 to {largest}, got {brief_repr(amount)}"
+                )
+        return value
+
+    @model_validator(mode="after")
+    def _asks_for_something(self) -> Self:
+        for resource in STANDARD_CLASSES:
+            if resource.label in self.model_fields_set and resource.placement_class in self.resources:
+                raise ValueError(
+                    f"{resource.label} and resources.{resource.placement_class} ask for the same class: "
+                    "name it once"
+                )
+        if not self.amounts():
+            raise ValueError(f"a claim asks for at least one of {_STANDARD_FIELDS} or a class in resources")
+        return self
+
+    def amounts(self) -> dict[Resource, int]:
+        """What the claim asks for, in each class's unit (cpus, bytes, a count): none of zero."""
+        asked: dict[Resource, int] = {r: getattr(self, r.label) for r in STANDARD_CLASSES}
+        for name, amount in self.resources.items():
+            resource = resource_class(name)
+            asked[resource] = amount * resource.placement_unit
+        return {resource: amount for resource, amount in asked.items() if amount}
+
+
+class ClaimDocument(BaseModel):
+    """A claim held."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: Annotated[str, WithJsonSchema(_UUID)]
+    hypervisor: str = Field(description="Where the claim is held (the one chosen, for `any`).")
+    vcpu: int = Field(description="VCPU, in cpus.")
+    pcpu: int = Field(description="PCPU, in cpus.")
+    memory: int = Field(description="MEMORY_MB, in bytes.")
+    disk: int = Field(description="DISK_GB, in bytes.")
+    resources: dict[str, int] = Field(
+        description="Every class held, by Placement's name, in Placement's unit "
+        f"({_PLACEMENT_UNITS}, CUSTOM_* classes in a plain count); no class of 0."
+    )
+    created_at: Annotated[str, WithJsonSchema(_DATE_TIME)]
+    expires_at: Annotated[str, WithJsonSchema(_DATE_TIME)]
+    domain_uuid: Annotated[str | None, WithJsonSchema({"anyOf": [_UUID, {"type": "null"}]})]
+    owner: str
+
+    @classmethod
+    def of(cls, claim: Claim) -> ClaimDocument:
+        amounts = claim.amounts
+        held = [resource for resource in display_order(amounts) if amounts[resource]]
+        return cls(
+            id=claim.id,
+            hypervisor=claim.hypervisor,
+            **{r.label: amounts.get(r, 0) for r in STANDARD_CLASSES},
+            resources={r.placement_class: placement_amount(r, amounts[r]) for r in held},
+            created_at=iso_time(claim.created_at),
+            expires_at=iso_time(claim.expires_at),
+            domain_uuid=claim.domain_uuid,
+            owner=claim.owner,
+        )
+
+
+class ClaimList(BaseModel):
+    claims: list[ClaimDocument] = Field(description="Every pending claim, oldest first.")
+
+
+class ErrorBody(BaseModel):
+    """Why a request was refused."""
+
+    error: str = Field(description="What was wrong, in one line: the key and what was expected.")
+    reasons: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="A claim that does not fit (409): per hypervisor tried, every failing class "
+        "in Nova's words, such as `Free memory 1024.00 MiB < requested 2048 MiB`.",
+    )
+
+
+class HypervisorCapacity(BaseModel):
+    """One hypervisor of the capacity report (`virtcap audit --format json`): its capacity per
+    class, domains, schedulable flavors and problems once audited."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str
+    up: bool
+    error: str | None = Field(description="Why the last audit failed; null when it did not.")
+
+
+class CapacityDocument(BaseModel):
+    """The fleet's capacity, from the live snapshots."""
+
+    hypervisors: list[HypervisorCapacity] = Field(description="Every hypervisor audited at least once.")
+    generated_at: Annotated[str, WithJsonSchema(_DATE_TIME)]
