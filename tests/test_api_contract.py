@@ -16,8 +16,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
-from tests.claims_client import auth, call, write_config
+from tests.claims_client import WRITER, auth, call, write_config
 from tests.serving import Server, running_server
+from virtcap.cli import main
 from virtcap.units import parse_duration, parse_size
 from virtcap.web.api import add_routes
 from virtcap.web.openapi import OPENAPI, openapi_document
@@ -378,3 +379,21 @@ def test_the_description_takes_every_body_the_api_takes(
         assert validator(served, "ClaimBody").is_valid(body), (body, status, answer)
     if status != 201:
         validator(served, "ErrorBody").validate(answer)
+
+
+def test_virtcap_claim_asks_for_any_class(
+    server: Server, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("VIRTCAP_PASSWORD", WRITER[1])
+    common = ["claim", "create", "--url", server.base_url, "--user", WRITER[0], "--hypervisor", "big"]
+    assert main([*common, "--resource", "VCPU=1", "--resource", "MEMORY_MB=256", "--ttl", "1s"]) == 0
+    created = json.loads(capsys.readouterr().out)
+    assert created["resources"] == {"VCPU": 1, "MEMORY_MB": 256} and created["memory"] == 256 * MIB
+
+    assert main([*common, "--vcpu", "1", "--resource", "VCPU=1"]) == 1
+    assert "vcpu and resources.VCPU ask for the same class" in capsys.readouterr().err
+    assert main([*common, "--resource", "CUSTOM_X=1", "--resource", "CUSTOM_X=2"]) == 2
+    assert "CUSTOM_X given more than once" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main([*common, "--resource", "VCPU"])
+    assert "expected CLASS=N" in capsys.readouterr().err

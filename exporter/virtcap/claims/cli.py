@@ -10,9 +10,21 @@ import ssl
 import sys
 import urllib.error
 import urllib.request
+from collections import Counter
 from typing import Any
 
 PASSWORD_VARIABLE = "VIRTCAP_PASSWORD"
+EXIT_USAGE = 2
+_STANDARD = ("vcpu", "pcpu", "memory", "disk")
+"""The claim body's own fields for the standard classes; any class goes in its `resources`."""
+
+
+def _resource(text: str) -> tuple[str, int]:
+    """`CLASS=N`: the class is checked by the exporter, which names the classes there are."""
+    name, sep, amount = text.partition("=")
+    if not sep or not name or not amount.isascii() or not amount.isdigit():
+        raise argparse.ArgumentTypeError(f"expected CLASS=N such as CUSTOM_FPGA=1, got {text!r}")
+    return name, int(amount)
 
 
 def add_claim_commands(commands: Any) -> None:
@@ -28,10 +40,19 @@ def add_claim_commands(commands: Any) -> None:
         parser.add_argument("--user", help=f"basic auth user; the password is read from ${PASSWORD_VARIABLE}")
         parser.add_argument("--ca-file", help="CA certificate to verify an HTTPS exporter with")
     create.add_argument("--hypervisor", required=True, help="a configured hypervisor, or 'any'")
-    create.add_argument("--vcpu", type=int, default=0)
-    create.add_argument("--pcpu", type=int, default=0)
-    create.add_argument("--memory", default="0", help="bytes or with an IEC suffix, such as 4GiB")
-    create.add_argument("--disk", default="0", help="bytes or with an IEC suffix, such as 40GiB")
+    create.add_argument("--vcpu", type=int, help="shared cpus (VCPU)")
+    create.add_argument("--pcpu", type=int, help="dedicated cpus (PCPU)")
+    create.add_argument("--memory", help="bytes or with an IEC suffix, such as 4GiB")
+    create.add_argument("--disk", help="bytes or with an IEC suffix, such as 40GiB")
+    create.add_argument(
+        "--resource",
+        action="append",
+        type=_resource,
+        default=[],
+        metavar="CLASS=N",
+        help="any class by Placement's name, in Placement's unit, such as CUSTOM_FPGA=1 or "
+        "MEMORY_MB=4096; repeat it for more classes",
+    )
     create.add_argument("--ttl", help="how long to hold the claim, such as 15m (default: the exporter's)")
     create.add_argument(
         "--domain-uuid", help="the UUID the domain will have: its appearance releases the claim"
@@ -44,14 +65,17 @@ def run_claim(args: argparse.Namespace) -> int:
     """Prints the server's JSON answer; exit 0 on success, 1 when the server refused."""
     base = args.url.rstrip("/") + "/api/v1/claims"
     if args.action == "create":
-        body: dict[str, Any] = {
-            "hypervisor": args.hypervisor,
-            "vcpu": args.vcpu,
-            "pcpu": args.pcpu,
-            "memory": args.memory,
-            "disk": args.disk,
-            "owner": args.owner,
-        }
+        body: dict[str, Any] = {"hypervisor": args.hypervisor}
+        # only the classes asked for: a class is named once, here or in --resource
+        body.update({name: getattr(args, name) for name in _STANDARD if getattr(args, name) is not None})
+        named = Counter(name for name, _ in args.resource)
+        twice = sorted(name for name, count in named.items() if count > 1)
+        if twice:
+            print(f"virtcap: --resource: {', '.join(twice)} given more than once", file=sys.stderr)
+            return EXIT_USAGE
+        if args.resource:
+            body["resources"] = dict(args.resource)
+        body["owner"] = args.owner
         if args.ttl:
             body["ttl"] = args.ttl
         if args.domain_uuid:
