@@ -30,6 +30,10 @@ from virtcap.web.models import ClaimBody, ClaimDocument, ClaimList, iso_time
 from virtcap.web.openapi import openapi_document
 
 STORAGE_RETRY_AFTER_SECONDS = 10
+CLAIMS = web.AppKey("claims", ClaimLedger)
+"""The application's claims ledger, which the API reads and changes."""
+STORE = web.AppKey("store", SnapshotStore)
+"""The application's snapshots, which the capacity document shows."""
 
 
 def claim_document(claim: Claim) -> dict[str, Any]:
@@ -44,8 +48,7 @@ def _unavailable(error: ClaimStorageError) -> web.HTTPException:
 
 
 def _ledger(request: web.Request) -> ClaimLedger:
-    ledger: ClaimLedger = request.app["claims"]
-    return ledger
+    return request.app[CLAIMS]
 
 
 async def create_claim(request: web.Request) -> web.Response:
@@ -115,7 +118,7 @@ async def delete_claim(request: web.Request) -> web.Response:
 
 async def capacity(request: web.Request) -> web.Response:
     """The same document as `virtcap audit --format json`, from the live snapshots."""
-    store: SnapshotStore = request.app["store"]
+    store = request.app[STORE]
     snapshots = [state.latest for state in store.hypervisors.values() if state.latest is not None]
     document = fleet_document(snapshots)
     document["generated_at"] = iso_time(time.time())

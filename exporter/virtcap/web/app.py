@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from virtcap.web.api import add_routes
-from virtcap.web.exporter import Exporter
+from virtcap.web.api import CLAIMS, STORE, add_routes
+from virtcap.web.exporter import EXPORTER, Exporter
 from virtcap.web.middleware import MAX_REQUEST_BYTES, writers_middleware, writes
 from virtcap.web.pages import healthy, landing_page, ready
 from virtcap.web.scrape import metrics, probe
@@ -17,9 +17,9 @@ def build_app(exporter: Exporter) -> web.Application:
         middlewares.insert(0, exporter.connections.middleware())
     app = web.Application(middlewares=middlewares, client_max_size=MAX_REQUEST_BYTES)
     app.on_response_prepare.append(exporter.web.add_headers)
-    app["exporter"] = exporter
-    app["claims"] = exporter.claims
-    app["store"] = exporter.store
+    app[EXPORTER] = exporter
+    app[CLAIMS] = exporter.claims
+    app[STORE] = exporter.store
     add_routes(app)
     app.router.add_get("/", landing_page)
     app.router.add_get("/metrics", metrics)

@@ -32,6 +32,8 @@ class Exporter:
     connections: ConnectionGuard | None = None
 
 
+EXPORTER = web.AppKey("exporter", Exporter)
+
+
 def exporter_of(request: web.Request) -> Exporter:
-    exporter: Exporter = request.app["exporter"]
-    return exporter
+    return request.app[EXPORTER]
