@@ -107,7 +107,8 @@ amounts, each amount within its class's bounds (`most`)."""
 class ClaimBody(BaseModel):
     """A claim: capacity to reserve on a hypervisor for a build in flight, until its domain appears,
     its TTL passes or it is deleted. It asks for at least one class, each named once: `vcpu`,
-    `pcpu`, `memory`, `disk`, or any class in `resources`."""
+    `pcpu`, `memory`, `disk`, or any class in `resources`. Counts and amounts are JSON integers
+    written without a fraction or an exponent (2, not 2.0: JSON Schema cannot tell them apart)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, json_schema_extra=_claim_rules)
 

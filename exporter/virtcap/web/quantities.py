@@ -17,11 +17,14 @@ import array
 import re
 import sys
 import unicodedata
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from functools import cache
 from typing import Annotated, Any
 
-from pydantic import WithJsonSchema
+from pydantic import GetJsonSchemaHandler
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
 from typing_extensions import TypeAliasType
 
 from virtcap.config import Duration as ParsedDuration
@@ -93,15 +96,17 @@ def duration_pattern() -> str:
     return _stripped(f"(?=[\\s\\S]*{not_zero()})(?:{digit}+(?:\\.{digit}+)?(?:ms|s|m|h))+")
 
 
-class _Generated(WithJsonSchema):
-    """WithJsonSchema built when a JSON Schema is asked for: spelling out Unicode's digits and
-    spaces scans every character, which a server that never serves its description need not do."""
+@dataclass(frozen=True)
+class _Described:
+    """The JSON Schema of an annotated type, built when one is asked for (as WithJsonSchema's, but
+    later): spelling out Unicode's digits and spaces scans every character, which a server that is
+    never asked for its description need not do."""
 
-    def __init__(self, build: Any) -> None:
-        super().__init__(None)
-        self.build = build
+    build: Callable[[], dict[str, Any]]
 
-    def __get_pydantic_json_schema__(self, core_schema: Any, handler: Any) -> Any:
+    def __get_pydantic_json_schema__(
+        self, _core_schema: CoreSchema, _handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
         return self.build()
 
 
@@ -139,7 +144,7 @@ def duration_schema() -> dict[str, Any]:
     }
 
 
-Size = TypeAliasType("Size", Annotated[ParsedSize, _Generated(size_schema)])
+Size = TypeAliasType("Size", Annotated[ParsedSize, _Described(size_schema)])
 """The configuration's Size (virtcap.units.parse_size), described: `Size` in the OpenAPI document."""
-Duration = TypeAliasType("Duration", Annotated[ParsedDuration, _Generated(duration_schema)])
+Duration = TypeAliasType("Duration", Annotated[ParsedDuration, _Described(duration_schema)])
 """The configuration's Duration (parse_duration), described: `Duration` in the OpenAPI document."""
