@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,9 +16,12 @@ from virtcap.audit.oneshot import audit_fleet_once
 from virtcap.config import parse_config
 from virtcap.demo import demo_config
 from virtcap.exposition import families as exposition_module
+from virtcap.exposition.catalogue import CATALOGUE
 from virtcap.exposition.families import FragmentCache, HypervisorView, render, views
 from virtcap.exposition.report import fleet_document, render_tables
-from virtcap.model.facts import CpuIdentity
+from virtcap.model.capacity import ResourceCapacity
+from virtcap.model.facts import CpuIdentity, DomainState
+from virtcap.model.resources import MIB, Resource
 from virtcap.service.snapshot import HypervisorSnapshot
 from virtcap.service.store import SnapshotStore
 
@@ -273,3 +277,86 @@ flavors:
     offline_reason = "cpu_shared_set names CPUs that are not online (1): Nova refuses the configuration"
     assert offline_reason in document["offline"]["problems"]
     assert f"! {offline_reason}" in render_tables(snapshots)
+
+
+def test_custom_classes_are_in_every_resource_family_and_the_report(tmp_path: Path) -> None:
+    """The resources are the capacity's, not a fixed list: a CUSTOM_* class beside the standard
+    ones has its series in every hypervisor_resource_* family (a plain count, unit `integer`),
+    after the standard classes, and its entry in the report."""
+    (snapshot,) = asyncio.run(audit_fleet_once(storageless_fleet(tmp_path), cpu_window=0.0))
+    assert snapshot.capacity is not None
+    fpga = Resource.custom_class("CUSTOM_FPGA")
+    custom = ResourceCapacity(
+        resource=fpga,
+        total=4,
+        reserved=1,
+        allocation_ratio=1.0,
+        allocated_by_state={**dict.fromkeys(DomainState, 0), DomainState.RUNNING: 2},
+        counted_states=frozenset(DomainState),
+        claimed=1,
+        min_unit=1,
+        step_size=1,
+    )
+    capacity = replace(
+        snapshot.capacity,
+        resources={fpga: custom, **snapshot.capacity.resources},  # display order is not insertion order
+        bottlenecks={**snapshot.capacity.bottlenecks, "m1.small": fpga},
+    )
+    snapshot = replace(snapshot, capacity=capacity)
+    store = SnapshotStore()
+    store.track(["fresh"])
+    store.record(snapshot, "success")
+    samples = exposition(store)
+    fpga_series = {"hypervisor": "fresh", "resource": "custom_fpga", "unit": "integer"}
+    amounts = {"total": 4, "reserved": 1, "limit": 3, "used": 3, "free": 0, "claimed": 1}
+    for family, amount in amounts.items():
+        assert value(samples, f"hypervisor_resource_{family}", **fpga_series) == amount, family
+    assert value(samples, "hypervisor_resource_actual_usage", **fpga_series) is None  # unknown
+    assert value(samples, "hypervisor_resource_allocated", **fpga_series, state="running") == 2
+    ratio = value(samples, "hypervisor_resource_allocation_ratio", hypervisor="fresh", resource="custom_fpga")
+    assert ratio == 1.0
+    refused = value(
+        samples, "hypervisor_resource_inventory_refused", hypervisor="fresh", resource="custom_fpga"
+    )
+    assert refused == 0
+    bottleneck = {"hypervisor": "fresh", "flavor": "m1.small", "resource": "custom_fpga"}
+    assert value(samples, "hypervisor_flavor_bottleneck", **bottleneck) == 1
+    resource_families = {f.name for f in CATALOGUE if f.name.startswith("hypervisor_resource_")}
+    with_fpga = {name for name, labels in samples if ("resource", "custom_fpga") in labels}
+    assert with_fpga == resource_families - {"hypervisor_resource_actual_usage"} | {
+        "hypervisor_flavor_bottleneck"
+    }
+    limits = series(samples, "hypervisor_resource_limit", hypervisor="fresh")
+    order = [dict(labels)["resource"] for labels in limits]
+    assert order[-1] == "custom_fpga"
+
+    (document,) = fleet_document([snapshot])["hypervisors"]
+    assert list(document["resources"]) == ["vcpu", "pcpu", "memory", "disk", "custom_fpga"]
+    assert document["resources"]["custom_fpga"] == {
+        "unit": "integer",
+        "placement_class": "CUSTOM_FPGA",
+        "total": 4,
+        "reserved": 1,
+        "min_unit": 1,
+        "max_unit": 4,
+        "step_size": 1,
+        "allocation_ratio": 1.0,
+        "limit": 3,
+        "used": 3,
+        "free": 0,
+        "claimed": 1,
+        "actual": None,
+        "utilization": 1.0,
+        "effective_overcommit": 1.0,
+        "used_by_state": {"running": 2, "paused": 0, "shutoff": 0, "other": 0},
+        "counted_states": ["other", "paused", "running", "shutoff"],
+        "refused": None,
+    }
+    memory = document["resources"]["memory"]
+    assert memory["placement_class"] == "MEMORY_MB"
+    assert memory["max_unit"] == memory["total"]
+    assert memory["min_unit"] == memory["step_size"] == MIB  # Placement's 1 MiB, in bytes
+    assert document["resources"]["disk"]["max_unit"] is None  # its total is unknown
+    assert document["bottlenecks"]["m1.small"] == "custom_fpga"
+    rows = [line.split()[0] for line in render_tables([snapshot]).splitlines()[2:7]]
+    assert rows == ["vcpu", "pcpu", "memory", "disk", "custom_fpga"]

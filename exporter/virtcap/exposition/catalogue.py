@@ -110,7 +110,8 @@ RESOURCE_TOTAL = MetricFamily(
     "Physical amount of the resource.",
     _AMOUNT,
     UNIT_LABEL,
-    meaning="physical amount",
+    meaning="physical amount; of a custom class, its declared inventory (0 where a domain or claim uses "
+    "a class the hypervisor does not offer)",
 )
 RESOURCE_RESERVED = MetricFamily(
     "hypervisor_resource_reserved",
@@ -151,7 +152,8 @@ RESOURCE_ACTUAL_USAGE = MetricFamily(
     _AMOUNT,
     UNIT_LABEL,
     meaning="busy CPUs, memory in use, storage used (no series where unknown: busy CPUs need two "
-    "samples of a driver that measures CPU time, which libvirt's test driver does not)",
+    "samples of a driver that measures CPU time, which libvirt's test driver does not; none for a "
+    "custom class)",
 )
 RESOURCE_ALLOCATION_RATIO = MetricFamily(
     "hypervisor_resource_allocation_ratio",

@@ -18,8 +18,8 @@ from prometheus_client.registry import Collector
 from virtcap import __version__
 from virtcap.exposition import catalogue
 from virtcap.exposition.catalogue import AUDIT_OUTCOMES, CLAIM_OUTCOMES
-from virtcap.model.capacity import RESOURCES
 from virtcap.model.facts import CpuIdentity, DomainState
+from virtcap.model.resources import display_order
 from virtcap.service.snapshot import HypervisorSnapshot
 from virtcap.service.store import SnapshotStore
 
@@ -227,12 +227,11 @@ def build_families(hypervisors: Iterable[HypervisorView]) -> list[Metric]:
             schedulable.add_metric([name, flavor], count)
             limiting = capacity.bottlenecks.get(flavor)
             if limiting is not None:
-                bottleneck.add_metric([name, flavor, limiting.value], 1)
-        for resource in RESOURCES:
-            rc = capacity.resources.get(resource)
-            if rc is None:
-                continue
-            labels = [name, resource.value, resource.unit]
+                bottleneck.add_metric([name, flavor, limiting.label], 1)
+        # Every class the capacity has, custom ones too (`custom_fpga`, counted in `integer`).
+        for resource in display_order(capacity.resources):
+            rc = capacity.resources[resource]
+            labels = [name, resource.label, resource.unit]
             # Unknown amounts (a total that could not be read, usage the driver cannot tell) get
             # no series: a 0 would read as "nothing left" or "idle". In RESOURCE_AMOUNTS' order.
             for family, amount in zip(
@@ -240,8 +239,8 @@ def build_families(hypervisors: Iterable[HypervisorView]) -> list[Metric]:
             ):
                 if amount is not None:
                     family.add_metric(labels, amount)
-            ratio.add_metric([name, resource.value], rc.allocation_ratio)
-            refused.add_metric([name, resource.value], 1 if rc.refused is not None else 0)
+            ratio.add_metric([name, resource.label], rc.allocation_ratio)
+            refused.add_metric([name, resource.label], 1 if rc.refused is not None else 0)
             claimed.add_metric(labels, rc.claimed)
             for state in DomainState:
                 allocated.add_metric([*labels, state.value], rc.allocated_by_state[state])

@@ -7,6 +7,7 @@ from typing import Any
 
 from virtcap.model.capacity import ResourceCapacity
 from virtcap.model.facts import DomainState
+from virtcap.model.resources import display_order
 from virtcap.service.snapshot import HypervisorSnapshot
 from virtcap.units import format_bytes
 
@@ -14,11 +15,18 @@ BAR_WIDTH = 20
 
 
 def resource_document(capacity: ResourceCapacity) -> dict[str, Any]:
-    """One resource; total, reserved, limit and free are null where the total is unknown."""
+    """One resource, its inventory as Placement's (total, reserved, min_unit, max_unit, step_size,
+    allocation_ratio) and every amount in `unit`; total, reserved, max_unit, limit and free are
+    null where the total is unknown."""
+    scale = capacity.resource.placement_unit  # min_unit and step_size are in Placement's unit
     return {
         "unit": capacity.unit,
+        "placement_class": capacity.resource.placement_class,
         "total": capacity.total,
         "reserved": capacity.reserved,
+        "min_unit": capacity.min_unit * scale,
+        "max_unit": capacity.max_unit,
+        "step_size": capacity.step_size * scale,
         "allocation_ratio": capacity.allocation_ratio,
         "limit": capacity.limit,
         "used": capacity.used,
@@ -42,11 +50,13 @@ def hypervisor_document(snapshot: HypervisorSnapshot) -> dict[str, Any]:
     document.update(
         hostname=facts.hostname,
         domains={state.value: capacity.domains_by_state[state] for state in DomainState},
-        resources={resource.value: resource_document(rc) for resource, rc in capacity.resources.items()},
+        resources={
+            r.label: resource_document(capacity.resources[r]) for r in display_order(capacity.resources)
+        },
         schedulable=dict(capacity.schedulable),
-        bottlenecks={flavor: r.value if r else None for flavor, r in capacity.bottlenecks.items()},
+        bottlenecks={flavor: r.label if r else None for flavor, r in capacity.bottlenecks.items()},
         memory_actual_source=facts.memory_in_use_source,
-        hugepage_memory_bytes=capacity.uncounted_hugepage_bytes,
+        hugepage_memory_bytes=capacity.hugepage_memory_bytes,
         problems=[*facts.problems, *capacity.problems],
     )
     return document
@@ -67,7 +77,7 @@ def _render_one(snapshot: HypervisorSnapshot) -> str:
     domains = ", ".join(f"{count} {state.value}" for state, count in capacity.domains_by_state.items())
     lines = [f"{snapshot.name}: up, domains: {domains}"]
     header = ("resource", "total", "reserved", "ratio", "limit", "used", "free", "actual", "used / limit")
-    rows = [header] + [_resource_row(rc) for rc in capacity.resources.values()]
+    rows = [header] + [_resource_row(capacity.resources[r]) for r in display_order(capacity.resources)]
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     for row in rows:
         cells = [
@@ -87,7 +97,7 @@ def _render_one(snapshot: HypervisorSnapshot) -> str:
 def _resource_row(capacity: ResourceCapacity) -> tuple[str, ...]:
     show = _formatter(capacity)
     return (
-        capacity.resource.value,
+        capacity.resource.label,
         show(capacity.total),
         show(capacity.reserved),
         f"{capacity.allocation_ratio:g}",
