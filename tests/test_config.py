@@ -555,3 +555,57 @@ hypervisors:
     assert (c.policy.cpu_shared_set, c.policy.cpu_dedicated_set) == (None, None)
     with pytest.raises(ConfigError, match="contains no CPU"):
         parse_config('defaults: {cpu_shared_set: " , "}', "x.yaml")
+
+
+def test_flavor_extra_specs_ask_for_what_nova_would() -> None:
+    config = parse_config(
+        """
+flavors:
+  - {name: plain, vcpu: 2, memory: 1GiB, disk: 10GiB}
+  - name: pinned-fpga
+    vcpu: 4
+    memory: 1000MiB
+    disk: 10GiB
+    extra_specs:
+      "hw:cpu_policy": dedicated
+      "hw:emulator_threads_policy": isolate
+      "resources1:CUSTOM_FPGA": "1"
+""",
+        "inline",
+    )
+    requests = config.flavor_requests
+    fpga = Resource.custom_class("CUSTOM_FPGA")
+    assert requests["pinned-fpga"] == {
+        Resource.PCPU: 5,
+        Resource.MEMORY: 1000 * MIB,
+        Resource.DISK: 10 * GIB,
+        fpga: 1,
+    }
+    assert requests["plain"][Resource.VCPU] == 2
+
+
+@pytest.mark.parametrize(
+    ("document", "expected"),
+    [
+        (
+            "hypervisors: [{name: a, uri: 'test:///default', inventories: {VCPU: {total: 1}}}]",
+            "hypervisors[0].inventories: expected custom resource class names",
+        ),
+        (
+            "defaults: {inventories: {CUSTOM_X: {total: 2, min_unit: 2, max_unit: 1}}}",
+            "defaults.inventories.CUSTOM_X: max_unit 1 is below min_unit 2",
+        ),
+        (
+            "defaults: {inventories: {CUSTOM_X: {total: 0}}}",
+            "defaults.inventories.CUSTOM_X.total: expected a number at least 1",
+        ),
+        (
+            "flavors: [{name: f, vcpu: 1, pcpu: 1, memory: 1GiB, extra_specs: {'hw:cpu_policy': dedicated}}]",
+            "flavors[0]: a flavor with extra_specs asks for dedicated CPUs as Nova does",
+        ),
+    ],
+)
+def test_inventories_and_extra_specs_are_validated(document: str, expected: str) -> None:
+    with pytest.raises(ConfigError) as error:
+        parse_config(document, "inline")
+    assert f"inline: {expected}" in str(error.value)

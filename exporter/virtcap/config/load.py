@@ -23,6 +23,7 @@ from virtcap.config.schema import (
     ClaimSettings,
     ConfigFile,
     DiskSource,
+    FlavorSection,
     HypervisorSection,
     PolicySection,
     Reserved,
@@ -36,7 +37,10 @@ from virtcap.model.capacity import (
     HostPolicy,
     Inventory,
     amounts,
+    placement_units,
 )
+from virtcap.model.facts import NovaFlavor, NovaInstance
+from virtcap.model.nova import nova_request
 from virtcap.model.resources import Resource, resource_by_label
 from virtcap.units import format_cpu_set
 
@@ -118,13 +122,7 @@ def build_config(parsed: ConfigFile, source: str) -> Config:
         where = f"hypervisors[{index}]" if parsed.hypervisors is not None else "defaults"
         policy, disk = _merge_policy(parsed.defaults, entry, source, where, disjoint)
         hypervisors.append(Hypervisor(name=entry.name, uri=entry.uri, policy=policy, disk=disk))
-    flavors = tuple(
-        Flavor(
-            name=f.name,
-            request=amounts(vcpu=f.vcpu, pcpu=f.pcpu, memory=f.memory, disk=f.disk),
-        )
-        for f in parsed.flavors
-    )
+    flavors = tuple(Flavor(name=f.name, request=_flavor_request(f)) for f in parsed.flavors)
     return Config(
         source=source,
         audit=parsed.audit,
@@ -173,6 +171,23 @@ def _merge_policy(
         inventories=_inventories(defaults, own),
     )
     return policy, _override(defaults.disk, own.disk) or DEFAULT_DISK
+
+
+def _flavor_request(flavor: FlavorSection) -> Amounts:
+    """A flavor with extra specs asks for what Nova's scheduler would ask Placement for; one
+    without asks for its amounts as written."""
+    if not flavor.extra_specs:
+        return amounts(vcpu=flavor.vcpu, pcpu=flavor.pcpu, memory=flavor.memory, disk=flavor.disk)
+    nova = NovaFlavor(
+        name=flavor.name,
+        vcpus=flavor.vcpu,
+        memory_mib=placement_units(Resource.MEMORY, flavor.memory),
+        root_gib=placement_units(Resource.DISK, flavor.disk),
+        ephemeral_gib=0,
+        swap_mib=0,
+        extra_specs=flavor.extra_specs,
+    )
+    return nova_request(NovaInstance(nova))
 
 
 def _inventories(defaults: PolicySection, own: PolicySection) -> dict[Resource, Inventory]:

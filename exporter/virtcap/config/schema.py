@@ -236,17 +236,29 @@ class HypervisorSection(PolicySection):
     uri: str = Field(min_length=1, max_length=MAX_URI_CHARS)
 
 
+MAX_EXTRA_SPECS = 128
+ExtraSpecText = Annotated[str, Field(max_length=MAX_NAME_CHARS)]
+
+
 class FlavorSection(_Section):
     name: Name
     vcpu: int = Field(default=0, ge=0, le=MAX_FLAVOR_CPUS)
     pcpu: int = Field(default=0, ge=0, le=MAX_FLAVOR_CPUS)
     memory: Size
     disk: Size = 0
+    extra_specs: dict[ExtraSpecText, ExtraSpecText] = Field(default={}, max_length=MAX_EXTRA_SPECS)
+    """Nova's flavor extra specs, read as Nova's scheduler reads them: `hw:cpu_policy`,
+    `hw:cpu_dedicated_mask`, `hw:emulator_threads_policy`, `resources[N]:CLASS`..."""
 
     @model_validator(mode="after")
     def _requests_cpus(self) -> Self:
         if self.vcpu == 0 and self.pcpu == 0:
             raise ValueError("a flavor requests at least one vcpu or pcpu")
+        if self.extra_specs and self.pcpu:
+            raise ValueError(
+                "a flavor with extra_specs asks for dedicated CPUs as Nova does: vcpu with "
+                "hw:cpu_policy: dedicated, not pcpu"
+            )
         return self
 
 
