@@ -42,8 +42,10 @@ conformance: $(BIN)/virtcap upstream-venv
 
 test: system-deps $(BIN)/virtcap lint typecheck unit
 
-# The committed rule files and dashboards are generated from Jsonnet; a test fails when they drift.
-generate: system-deps
+# The committed rule files and dashboards are generated from Jsonnet, and the README's metrics table
+# from the metric catalogue; a test fails when any of them drifts.
+generate: system-deps $(BIN)/virtcap
+	$(BIN)/python -m virtcap.exposition.catalogue README.md
 	jsonnet -S -J alerts alerts/alerts.jsonnet > alerts/virtcap-alerts.yaml
 	jsonnet -S -J alerts alerts/rules.jsonnet > alerts/virtcap-rules.yaml
 	rm -f dashboards/generated/*.json
