@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 from virtcap.model.facts import DomainFacts, DomainState, HostFacts
 from virtcap.model.nova import nova_request
@@ -302,12 +303,9 @@ def host_capacity(
             claimed=claimed.get(resource, 0),
             actual=actual.get(resource),
             refused=refused.get(resource),
-            min_unit=declared.min_unit if declared is not None else 1,
-            step_size=declared.step_size if declared is not None else 1,
-            declared_max_unit=_declared_max_unit(resource, declared),
+            **_declared_units(resource, policy.inventories.get(resource)),
         )
         for resource in display_order(totals)
-        for declared in (policy.inventories.get(resource),)
     }
     fits = {name: flavor_fit(resources, request) for name, request in (flavors or {}).items()}
     schedulable = {name: count for name, (count, _) in fits.items()}
@@ -320,10 +318,18 @@ def _used_classes(allocated: Mapping[Resource, object], claimed: Amounts) -> Ite
     yield from (resource for resource, amount in claimed.items() if amount)
 
 
-def _declared_max_unit(resource: Resource, declared: Inventory | None) -> int | None:
-    if declared is None or declared.max_unit is None:
-        return None
-    return declared.max_unit * resource.placement_unit
+class _DeclaredUnits(TypedDict):
+    min_unit: int
+    step_size: int
+    declared_max_unit: int | None
+
+
+def _declared_units(resource: Resource, declared: Inventory | None) -> _DeclaredUnits:
+    """A declared inventory's unit constraints; Nova's (1, 1, the total) for measured classes."""
+    if declared is None:
+        return {"min_unit": 1, "step_size": 1, "declared_max_unit": None}
+    largest = None if declared.max_unit is None else declared.max_unit * resource.placement_unit
+    return {"min_unit": declared.min_unit, "step_size": declared.step_size, "declared_max_unit": largest}
 
 
 def placement_units(resource: Resource, amount: int) -> int:
