@@ -26,9 +26,9 @@ from virtcap.service.auditor import FleetAuditor
 from virtcap.service.snapshot import HypervisorSnapshot
 from virtcap.service.store import SnapshotStore
 from virtcap.service.supervise import FIRST_BACKOFF_SECONDS, Supervisor
+from virtcap.web.access import WebConfigSource
 from virtcap.web.auth import BasicAuth
 from virtcap.web.server import Exporter, MetricsCache, build_app
-from virtcap.web.webconfig import WebConfigSource
 
 
 async def eventually(condition: Callable[[], bool], timeout: float, what: str) -> None:

@@ -29,8 +29,9 @@ from aiohttp import web
 
 from tests.serving import running_server, wait_for
 from tests.tls import client_context, make_ca, make_cert
+from virtcap.web.access import WebConfigSource
 from virtcap.web.auth import BcryptPool
-from virtcap.web.webconfig import WebConfigSource, load_web_config
+from virtcap.web.webconfig import load_web_config
 
 
 @pytest.fixture(scope="module")

@@ -20,9 +20,9 @@ from virtcap.demo import demo_config
 from virtcap.exposition.report import fleet_document, render_tables
 from virtcap.logs import LEVELS, setup_logging
 from virtcap.units import parse_duration
+from virtcap.web.access import WebConfigSource
 from virtcap.web.connections import ConnectionLimits
 from virtcap.web.server import DEFAULT_PORT, parse_listen_address, serve
-from virtcap.web.webconfig import WebConfigSource
 
 EXIT_USAGE = 2
 # The demo accepts claims from the well-known writer demo/demo: not for other machines to reach.

@@ -11,10 +11,10 @@ from virtcap.config import Config
 from virtcap.service.auditor import FleetAuditor
 from virtcap.service.store import SnapshotStore
 from virtcap.service.supervise import Supervisor
+from virtcap.web.access import WebConfigSource
 from virtcap.web.auth import BasicAuth
 from virtcap.web.connections import ConnectionGuard
 from virtcap.web.render import MetricsCache
-from virtcap.web.webconfig import WebConfigSource
 
 
 @dataclass

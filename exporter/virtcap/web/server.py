@@ -20,6 +20,7 @@ from virtcap.config import Config, ConfigError
 from virtcap.service.auditor import FleetAuditor
 from virtcap.service.store import SnapshotStore
 from virtcap.service.supervise import Supervisor
+from virtcap.web.access import WebConfigSource
 from virtcap.web.app import build_app
 from virtcap.web.auth import BasicAuth
 from virtcap.web.connections import ConnectionGuard, ConnectionLimits, GuardedSite, raise_open_file_limit
@@ -27,7 +28,6 @@ from virtcap.web.exporter import Exporter
 from virtcap.web.middleware import writer_hashes
 from virtcap.web.reload import ConfigReloads
 from virtcap.web.render import MetricsCache
-from virtcap.web.webconfig import WebConfigSource
 
 __all__ = [  # what the command line and the tests take from here; each is defined in its own module
     "DEFAULT_PORT",
