@@ -73,6 +73,11 @@ def random_policy(rng: random.Random) -> dict[str, Any]:
             policy["cpu_shared_set"] = "0"
     else:
         policy["reserved"]["vcpu"] = rng.choice([0, 0, 2])
+    if rng.random() < 0.4:
+        inventory: dict[str, float] = {"total": rng.randint(1, 12), "reserved": rng.choice([0, 0, 1, 20])}
+        if rng.random() < 0.5:
+            inventory["allocation_ratio"] = rng.choice([1.0, 1.5, 2.0])
+        policy["inventories"] = {"CUSTOM_LICENCE": inventory}
     return policy
 
 
@@ -98,6 +103,9 @@ def random_host(rng: random.Random, name: str) -> HostSpec:
             domain = replace(domain, pins=tuple(rng.choice((0, 2)) for _ in range(domain.vcpus)))
         if rng.random() < 0.1:
             domain = replace(domain, hugepages=True)
+        if domain.flavor is not None and rng.random() < 0.3:
+            licensed = (*domain.flavor.extra_specs, ("resources:CUSTOM_LICENCE", str(rng.randint(1, 2))))
+            domain = replace(domain, flavor=replace(domain.flavor, extra_specs=licensed))
         domains.append(domain)
     return HostSpec(
         name=name,
@@ -134,9 +142,61 @@ def expected_host(
         "memory": host.memory_gib * GIB,
         "disk": TEST_DRIVER_POOL_BYTES,
     }
+    units = {"vcpu": 1, "pcpu": 1, "memory": MIB, "disk": GIB}
+    max_units = dict(totals)
+    for name, inventory in policy.get("inventories", {}).items():  # custom classes: plain counts
+        label = name.lower()
+        totals[label] = inventory["total"]
+        reserved[label] = inventory.get("reserved", 0)
+        ratios[label] = inventory.get("allocation_ratio", 1.0)
+        max_units[label] = inventory.get("max_unit", inventory["total"])
+        units[label] = 1
     counted = {"running", "paused", "other"} | ({"shutoff"} if policy["count_inactive_domains"] else set())
-    by_state = {r: dict.fromkeys(("running", "paused", "shutoff", "other"), 0) for r in totals}
-    domains = dict.fromkeys(("running", "paused", "shutoff", "other"), 0)
+    domains, by_state = _usage(host, dedicated, totals)
+    for label in by_state.keys() - totals.keys():  # used where the host has no inventory of it
+        totals[label] = reserved[label] = max_units[label] = 0
+        ratios[label], units[label] = 1.0, 1
+    # A CPU set naming an offline CPU: Nova refuses its configuration, nothing is offered at all.
+    named = (shared or set()) | (dedicated or set())
+    everything_refused = bool(named - TEST_DRIVER_ONLINE_CPUS)
+    resources = {}
+    for resource, total in totals.items():
+        refused = everything_refused or (total > 0 and reserved[resource] > total)
+        usable = 0 if refused else max(total - reserved[resource], 0)
+        # Placement's capacity, truncated in its own unit (cpus, MiB, GiB)
+        limit = int(usable // units[resource] * ratios[resource]) * units[resource]
+        used = sum(amount for state, amount in by_state[resource].items() if state in counted)
+        resources[resource] = {
+            "total": total,
+            "reserved": reserved[resource],
+            "allocation_ratio": ratios[resource],
+            "limit": limit,
+            "used": used,
+            "free": limit - used,
+            "used_by_state": by_state[resource],
+            "max_unit": 0 if refused else max_units[resource],
+        }
+    schedulable = {}
+    for name, request in flavors.items():
+        asked = {r: amount for r, amount in request.items() if amount > 0}
+        if any(r not in resources or amount > resources[r]["max_unit"] for r, amount in asked.items()):
+            schedulable[name] = 0
+        else:
+            schedulable[name] = max(
+                min(math.floor(resources[r]["free"] / amount) for r, amount in asked.items()), 0
+            )
+    for numbers in resources.values():
+        del numbers["max_unit"]
+    return {"domains": domains, "resources": resources, "schedulable": schedulable}
+
+
+def _usage(
+    host: HostSpec, dedicated: set[int] | None, totals: dict[str, int]
+) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
+    """Domains per state, and what they are allocated per resource and state."""
+    states = ("running", "paused", "shutoff", "other")
+    by_state = {r: dict.fromkeys(states, 0) for r in totals}
+    domains = dict.fromkeys(states, 0)
     for domain in host.domains:
         group = STATE_GROUPS.get(domain.state, "other")
         domains[group] += 1
@@ -154,39 +214,11 @@ def expected_host(
         by_state["pcpu" if pcpus else "vcpu"][group] += cpus
         by_state["memory"][group] += memory  # hugepage-backed memory too, as Nova allocates it
         by_state["disk"][group] += disk
-    # A CPU set naming an offline CPU: Nova refuses its configuration, nothing is offered at all.
-    named = (shared or set()) | (dedicated or set())
-    everything_refused = bool(named - TEST_DRIVER_ONLINE_CPUS)
-    units = {"vcpu": 1, "pcpu": 1, "memory": MIB, "disk": GIB}
-    resources = {}
-    for resource, total in totals.items():
-        refused = everything_refused or (total > 0 and reserved[resource] > total)
-        usable = 0 if refused else max(total - reserved[resource], 0)
-        # Placement's capacity, truncated in its own unit (cpus, MiB, GiB)
-        limit = int(usable // units[resource] * ratios[resource]) * units[resource]
-        used = sum(amount for state, amount in by_state[resource].items() if state in counted)
-        resources[resource] = {
-            "total": total,
-            "reserved": reserved[resource],
-            "allocation_ratio": ratios[resource],
-            "limit": limit,
-            "used": used,
-            "free": limit - used,
-            "used_by_state": by_state[resource],
-            "max_unit": 0 if refused else total,
-        }
-    schedulable = {}
-    for name, request in flavors.items():
-        asked = {r: amount for r, amount in request.items() if amount > 0}
-        if any(amount > resources[r]["max_unit"] for r, amount in asked.items()):
-            schedulable[name] = 0
-        else:
-            schedulable[name] = max(
-                min(math.floor(resources[r]["free"] / amount) for r, amount in asked.items()), 0
-            )
-    for numbers in resources.values():
-        del numbers["max_unit"]
-    return {"domains": domains, "resources": resources, "schedulable": schedulable}
+        for key, value in flavor.extra_specs if flavor is not None else ():
+            if key.startswith("resources:CUSTOM_"):
+                label = key.removeprefix("resources:").lower()
+                by_state.setdefault(label, dict.fromkeys(states, 0))[group] += int(value)
+    return domains, by_state
 
 
 def run_audit_json(config: Path) -> dict[str, Any]:
@@ -206,6 +238,7 @@ def compare(actual: dict[str, Any], expected: dict[str, Any], where: str) -> Non
     assert actual["up"], f"{where}: {actual['error']}"
     assert actual["domains"] == expected["domains"], where
     assert actual["schedulable"] == expected["schedulable"], where
+    assert set(actual["resources"]) == set(expected["resources"]), where
     for resource, numbers in expected["resources"].items():
         got = actual["resources"][resource]
         for key, value in numbers.items():
@@ -260,6 +293,14 @@ def test_the_demo_matches_the_independent_computation() -> None:
                 "disk": f"{hypervisor.policy.reserved[Resource.DISK] // GIB}GiB",
             },
             "count_inactive_domains": hypervisor.policy.count_inactive_domains,
+            "inventories": {
+                r.placement_class: {
+                    "total": i.total,
+                    "reserved": i.reserved,
+                    "allocation_ratio": i.allocation_ratio,
+                }
+                for r, i in hypervisor.policy.inventories.items()
+            },
         }
         if hypervisor.policy.cpu_shared_set is not None:
             assert hypervisor.policy.cpu_shared_set == {0}

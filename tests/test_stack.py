@@ -179,6 +179,7 @@ def test_the_stack_end_to_end_with_the_debian_binaries() -> None:
                     "pcpu",
                     "memory",
                     "disk",
+                    "custom_windows_licence",  # the demo's custom class, on compute-06
                 }
 
                 def overcommit_in_alertmanager() -> list[dict[str, Any]]:

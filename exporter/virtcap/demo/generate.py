@@ -113,15 +113,23 @@ def _pinned_host(rng: random.Random) -> HostSpec:
     return HostSpec(name, 16, 64, 2000, 200, domains=domains)
 
 
+WINDOWS_EVERY = 5
+"""One guest in five on the edge node runs Windows."""
+
+
 def _edge_host(rng: random.Random) -> HostSpec:
     """An OpenStack edge node: every instance carries Nova metadata, roots on Ceph (network
-    disks, still accounted by flavor), some guests backed by hugepages."""
+    disks, still accounted by flavor), some guests backed by hugepages, and Windows guests whose
+    flavor takes one of the host's licences (a custom class, CUSTOM_WINDOWS_LICENCE)."""
     name = "compute-06"
     domains = []
     for index, state in enumerate(_states(rng, 30, 3, 1, 0)):
         base = random_domain(
             rng, name, index, state, nova_share=1.0, local_share=0.0, flavors=(SMALL, MEDIUM, RAM_LARGE)
         )
+        if index % WINDOWS_EVERY == 1 and base.flavor is not None:
+            licensed = replace(base.flavor, extra_specs=(("resources:CUSTOM_WINDOWS_LICENCE", "1"),))
+            base = replace(base, flavor=licensed)
         domains.append(replace(base, hugepages=index % 7 == 0))
     return HostSpec(name, 24, 448, 1000, 100, domains=domains)
 

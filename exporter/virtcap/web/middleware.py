@@ -1,5 +1,5 @@
 """Who may change claims: a writer of claims.writers, for every mutating request, whatever the
-web configuration's readers (webconfig.py's middleware) allow."""
+web configuration's readers (access.py's middleware) allow."""
 
 from __future__ import annotations
 
