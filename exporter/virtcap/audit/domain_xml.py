@@ -7,16 +7,23 @@ disk references parsed here.
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from virtcap.model.facts import NovaFlavor, NovaInstance, NovaOwner
+from virtcap.model.facts import (
+    DomainPlacement,
+    GuestCell,
+    HugepageBacking,
+    NovaFlavor,
+    NovaInstance,
+    NovaOwner,
+)
 from virtcap.units import parse_cpu_set
 
 NOVA_NAMESPACE = "http://openstack.org/xmlns/libvirt/nova/1.1"
 _NOVA = f"{{{NOVA_NAMESPACE}}}"
 
 # `<memory unit=...>` units as libvirt documents them: bytes, SI (powers of 1000) and IEC.
-_MEMORY_UNITS = {
+MEMORY_UNITS = {
     "b": 1,
     "bytes": 1,
     "kb": 1000,
@@ -75,6 +82,7 @@ class DomainDefinition:
     disks: tuple[DiskReference, ...]
     nova: NovaInstance | None
     problems: tuple[str, ...] = ()
+    placement: DomainPlacement = field(default_factory=DomainPlacement)
 
 
 def parse_domain_xml(xml: str) -> DomainDefinition:
@@ -97,6 +105,12 @@ def parse_domain_xml(xml: str) -> DomainDefinition:
         # Metadata is free-form: a broken flavor is ignored, the definition itself still counts.
         problems.append(f"domain {name}: {error}; accounted from its definition instead")
         nova = None
+    try:
+        placement = _placement(top, top.get("devices"))
+    except DomainXMLError as error:
+        # The whole-host amounts do not depend on it: the domain still counts, its cells do not.
+        problems.append(f"domain {name}: {error}; its NUMA and device placement is unknown")
+        placement = DomainPlacement()
     memory_bytes = _memory_bytes(top.get("memory"))
     current_memory = top.get("currentMemory")
     backing = top.get("memoryBacking")
@@ -117,6 +131,7 @@ def parse_domain_xml(xml: str) -> DomainDefinition:
         disks=tuple(_disk_reference(disk) for disk in disk_elements),
         nova=nova,
         problems=tuple(problems),
+        placement=placement,
     )
 
 
@@ -139,9 +154,119 @@ def _memory_bytes(element: ET.Element | None, tag: str = "memory") -> int:
     if element is None:
         raise DomainXMLError(f"domain XML has no <{tag}>")
     unit = element.get("unit", "KiB").lower()
-    if unit not in _MEMORY_UNITS:
+    if unit not in MEMORY_UNITS:
         raise DomainXMLError(f"unknown {tag} unit {unit!r}")
-    return _whole_number(element, tag) * _MEMORY_UNITS[unit]
+    return _whole_number(element, tag) * MEMORY_UNITS[unit]
+
+
+MAX_PLACEMENT_ITEMS = 4096
+"""Guest cells, hugepage entries and host devices read from one definition: far beyond any real
+guest; a definition with more is refused rather than read at every audit."""
+
+
+def _placement(top: dict[str, ET.Element], devices: ET.Element | None) -> DomainPlacement:
+    tuning = top.get("cputune")
+    emulator = tuning.find("emulatorpin") if tuning is not None else None
+    numatune = top.get("numatune")
+    memory = numatune.find("memory") if numatune is not None else None
+    backing = top.get("memoryBacking")
+    hugepages = backing.find("hugepages") if backing is not None else None
+    cpu = top.get("cpu")
+    return DomainPlacement(
+        emulator_pins=_cpuset_or_none(emulator.get("cpuset") if emulator is not None else None),
+        guest_cells=tuple(_guest_cell(cell) for cell in _bounded(cpu, "numa/cell")),
+        memory_nodes=_cpuset_or_none(memory.get("nodeset") if memory is not None else None),
+        cell_memory_nodes={
+            _attribute_number(node, "cellid"): _cpuset(node.get("nodeset"), "memnode nodeset")
+            for node in _bounded(numatune, "memnode")
+        },
+        hugepages=_hugepages(hugepages),
+        pci_addresses=tuple(
+            address for hostdev in _bounded(devices, "hostdev") if (address := _pci_address(hostdev))
+        ),
+        mdev_uuids=tuple(uuid for hostdev in _bounded(devices, "hostdev") if (uuid := _mdev_uuid(hostdev))),
+    )
+
+
+def _bounded(parent: ET.Element | None, path: str) -> list[ET.Element]:
+    found = parent.findall(path) if parent is not None else []
+    if len(found) > MAX_PLACEMENT_ITEMS:
+        raise DomainXMLError(f"more than {MAX_PLACEMENT_ITEMS} <{path}> elements")
+    return found
+
+
+def _guest_cell(cell: ET.Element) -> GuestCell:
+    unit = cell.get("unit", "KiB").lower()
+    if unit not in MEMORY_UNITS:
+        raise DomainXMLError(f"unknown guest cell memory unit {unit!r}")
+    memory = cell.get("memory", "0").strip()
+    if not memory.isdigit():
+        raise DomainXMLError(f"guest cell memory is not a whole number: {memory!r}")
+    return GuestCell(
+        id=_attribute_number(cell, "id"),
+        vcpus=_cpuset(cell.get("cpus"), "guest cell cpus"),
+        memory_bytes=int(memory) * MEMORY_UNITS[unit],
+    )
+
+
+def _hugepages(hugepages: ET.Element | None) -> tuple[HugepageBacking, ...]:
+    if hugepages is None:
+        return ()
+    pages = _bounded(hugepages, "page")
+    if not pages:
+        return (HugepageBacking(size_kib=None),)
+    backings = []
+    for page in pages:
+        unit = page.get("unit", "KiB").lower()
+        size = page.get("size", "").strip()
+        if unit not in MEMORY_UNITS or not size.isdigit():
+            raise DomainXMLError(f"unreadable hugepage size {size!r} {unit!r}")
+        size_bytes = int(size) * MEMORY_UNITS[unit]
+        nodeset = page.get("nodeset")
+        backings.append(
+            HugepageBacking(
+                size_kib=size_bytes // 1024,
+                guest_cells=_cpuset(nodeset, "hugepage nodeset") if nodeset else None,
+            )
+        )
+    return tuple(backings)
+
+
+def _pci_address(hostdev: ET.Element) -> str | None:
+    """`0000:3b:00.1` for a PCI passthrough, as libvirt's node devices name addresses."""
+    if hostdev.get("type") != "pci":
+        return None
+    address = hostdev.find("source/address")
+    if address is None:
+        return None
+    try:
+        parts = [int(address.get(key, "0"), 0) for key in ("domain", "bus", "slot", "function")]
+    except ValueError:
+        raise DomainXMLError("unreadable PCI address of a <hostdev>") from None
+    domain, bus, slot, function = parts
+    return f"{domain:04x}:{bus:02x}:{slot:02x}.{function:x}"
+
+
+def _mdev_uuid(hostdev: ET.Element) -> str | None:
+    if hostdev.get("type") != "mdev":
+        return None
+    address = hostdev.find("source/address")
+    uuid = address.get("uuid") if address is not None else None
+    return uuid.lower() if uuid else None
+
+
+def _attribute_number(element: ET.Element, name: str) -> int:
+    text = element.get(name, "").strip()
+    if not text.isdigit():
+        raise DomainXMLError(f"<{element.tag} {name}> is not a whole number: {text!r}")
+    return int(text)
+
+
+def _cpuset(spec: str | None, what: str) -> frozenset[int]:
+    cpus = _cpuset_or_none(spec)
+    if cpus is None:
+        raise DomainXMLError(f"{what} is missing")
+    return cpus
 
 
 def _vcpu_pins(

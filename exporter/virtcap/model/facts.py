@@ -71,6 +71,44 @@ class DiskFacts:
 
 
 @dataclass(frozen=True, slots=True)
+class GuestCell:
+    """One NUMA cell the guest sees (`<cpu><numa><cell>`): its vCPUs and memory."""
+
+    id: int
+    vcpus: frozenset[int]
+    memory_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class HugepageBacking:
+    """A `<memoryBacking><hugepages><page>`: guest memory held in host pages of one size."""
+
+    size_kib: int | None
+    """None: the host's default hugepage size (a bare `<hugepages/>`)."""
+    guest_cells: frozenset[int] | None = None
+    """The guest cells it backs (`nodeset`); None: all of them."""
+
+
+@dataclass(frozen=True, slots=True)
+class DomainPlacement:
+    """Where a domain sits on the host's NUMA cells and devices, as its definition says: what
+    Nova's NUMA and PCI accounting consume, beside the whole-host amounts."""
+
+    emulator_pins: frozenset[int] | None = None
+    """`<cputune><emulatorpin>`: the host CPUs of the emulator threads."""
+    guest_cells: tuple[GuestCell, ...] = ()
+    memory_nodes: frozenset[int] | None = None
+    """`<numatune><memory nodeset>`: the host cells all guest memory comes from."""
+    cell_memory_nodes: Mapping[int, frozenset[int]] = field(default_factory=dict)
+    """`<numatune><memnode>`: per guest cell, the host cells its memory comes from."""
+    hugepages: tuple[HugepageBacking, ...] = ()
+    pci_addresses: tuple[str, ...] = ()
+    """Host PCI devices passed through (`<hostdev type='pci'>`), as `0000:3b:00.1`."""
+    mdev_uuids: tuple[str, ...] = ()
+    """Mediated devices (vGPUs) it holds (`<hostdev type='mdev'>`)."""
+
+
+@dataclass(frozen=True, slots=True)
 class DomainFacts:
     name: str
     uuid: str
@@ -87,6 +125,7 @@ class DomainFacts:
     disks: tuple[DiskFacts, ...]
     nova: NovaInstance | None
     problems: tuple[str, ...] = ()
+    placement: DomainPlacement = field(default_factory=DomainPlacement)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +155,29 @@ class StorageFacts:
 
 
 @dataclass(frozen=True, slots=True)
+class PageCount:
+    """The pages of one size in one NUMA cell."""
+
+    size_kib: int
+    total: int
+    free: int | None
+    """`virNodeGetFreePages`; None where the driver cannot tell."""
+
+
+@dataclass(frozen=True, slots=True)
+class NumaCell:
+    """One host NUMA cell, from the capabilities' `<topology>`."""
+
+    id: int
+    cpus: frozenset[int]
+    siblings: tuple[frozenset[int], ...]
+    """The thread siblings of each core with more than one thread (SMT), each set once."""
+    memory_bytes: int
+    pages: tuple[PageCount, ...]
+    """Per page size, smallest first: the small pages and each hugepage size."""
+
+
+@dataclass(frozen=True, slots=True)
 class HostFacts:
     hostname: str
     hypervisor_type: str
@@ -139,3 +201,5 @@ class HostFacts:
     audited_at: float
     audit_duration_seconds: float
     problems: tuple[str, ...] = field(default=())
+    numa_cells: tuple[NumaCell, ...] = ()
+    """Empty where the driver reports no topology."""
