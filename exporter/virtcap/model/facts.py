@@ -178,6 +178,37 @@ class NumaCell:
 
 
 @dataclass(frozen=True, slots=True)
+class MdevType:
+    """A mediated device type a physical device offers (a vGPU profile): libvirt's
+    `mdev_types` capability."""
+
+    type_id: str
+    name: str
+    device_api: str
+    available: int
+    """How many more instances of the type the device can create now."""
+
+
+@dataclass(frozen=True, slots=True)
+class PciDevice:
+    """A host PCI device from libvirt's node-device API, typed as Nova types them."""
+
+    address: str
+    """`0000:3b:02.1`, as Nova writes addresses."""
+    vendor_id: str
+    """Four lower-case hex digits, as in Nova's device_spec and alias: `8086`."""
+    product_id: str
+    numa_node: int | None
+    dev_type: str
+    """Nova's device types: `type-PCI`, `type-PF` (an SR-IOV physical function), `type-VF`."""
+    parent_address: str | None = None
+    """A VF's physical function."""
+    class_code: str = ""
+    """The PCI class, `0x030000` for a display controller."""
+    mdev_types: tuple[MdevType, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class HostFacts:
     hostname: str
     hypervisor_type: str
@@ -203,3 +234,4 @@ class HostFacts:
     problems: tuple[str, ...] = field(default=())
     numa_cells: tuple[NumaCell, ...] = ()
     """Empty where the driver reports no topology."""
+    pci_devices: tuple[PciDevice, ...] = ()

@@ -1,0 +1,105 @@
+"""Host PCI devices and their mediated device types, from libvirt's node-device XML.
+
+Pure: one device's XML in, a PciDevice (or None for a device that is not PCI) out. Devices are
+typed as Nova's libvirt driver types them: a device with an SR-IOV `virt_functions` capability is
+a physical function (`type-PF`), one with a `phys_function` is a virtual function (`type-VF`) of
+that parent, any other a plain `type-PCI`.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+
+from virtcap.model.facts import MdevType, PciDevice
+
+MAX_MDEV_TYPES = 256
+
+
+class NodeDeviceError(ValueError):
+    """A node device's XML cannot be read; the audit reports it as a problem of the host."""
+
+
+def pci_device(xml: str) -> PciDevice | None:
+    try:
+        root = ET.fromstring(xml)
+    except ET.ParseError as error:
+        raise NodeDeviceError(f"unreadable node device XML: {error}") from None
+    capability = next((c for c in root.iterfind("capability") if c.get("type") == "pci"), None)
+    if capability is None:
+        return None
+    name = root.findtext("name", default="?")
+    address = _address(
+        *(
+            _number(capability.findtext(tag), f"{name}: {tag}")
+            for tag in ("domain", "bus", "slot", "function")
+        )
+    )
+    functions = {c.get("type"): c for c in capability.iterfind("capability")}
+    parent = None
+    if "virt_functions" in functions:
+        dev_type = "type-PF"
+    elif (
+        "phys_function" in functions
+        and (parent_element := functions["phys_function"].find("address")) is not None
+    ):
+        dev_type = "type-VF"
+        parent = _address(
+            *(
+                _number(parent_element.get(key), f"{name}: phys_function {key}")
+                for key in ("domain", "bus", "slot", "function")
+            )
+        )
+    else:
+        dev_type = "type-PCI"
+    numa = capability.find("numa")
+    node = numa.get("node") if numa is not None else None
+    return PciDevice(
+        address=address,
+        vendor_id=_hex_id(capability.find("vendor"), f"{name}: vendor"),
+        product_id=_hex_id(capability.find("product"), f"{name}: product"),
+        # libvirt reports -1 where the firmware tells no node; Nova reads that as no node too
+        numa_node=int(node) if node is not None and node.lstrip("-").isdigit() and int(node) >= 0 else None,
+        dev_type=dev_type,
+        parent_address=parent,
+        class_code=(capability.findtext("class") or "").strip(),
+        mdev_types=_mdev_types(functions.get("mdev_types"), name),
+    )
+
+
+def _mdev_types(capability: ET.Element | None, name: str) -> tuple[MdevType, ...]:
+    if capability is None:
+        return ()
+    types = capability.findall("type")
+    if len(types) > MAX_MDEV_TYPES:
+        raise NodeDeviceError(f"{name}: more than {MAX_MDEV_TYPES} mediated device types")
+    return tuple(
+        MdevType(
+            type_id=element.get("id", ""),
+            name=(element.findtext("name") or "").strip(),
+            device_api=(element.findtext("deviceAPI") or "").strip(),
+            available=_number(element.findtext("availableInstances"), f"{name}: availableInstances"),
+        )
+        for element in types
+    )
+
+
+def _address(domain: int, bus: int, slot: int, function: int) -> str:
+    return f"{domain:04x}:{bus:02x}:{slot:02x}.{function:x}"
+
+
+def _hex_id(element: ET.Element | None, what: str) -> str:
+    text = element.get("id", "") if element is not None else ""
+    try:
+        return f"{int(text, 16):04x}"
+    except ValueError:
+        raise NodeDeviceError(f"{what} id is not hexadecimal: {text!r}") from None
+
+
+def _number(text: str | None, what: str) -> int:
+    try:
+        value = int((text or "").strip(), 0)
+    except ValueError:
+        raise NodeDeviceError(f"{what} is not a whole number: {text!r}") from None
+    if value < 0:
+        raise NodeDeviceError(f"{what} is negative: {text!r}")
+    return value
