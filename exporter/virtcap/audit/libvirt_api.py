@@ -3,7 +3,8 @@
 libvirt-python ships no type information: without these, every connection, domain and storage
 object would be `Any` and no call on them checked. The protocols are for typing only. The objects
 still come from libvirt (`libvirt.openReadOnly`), cast once where they enter
-(`virtcap.audit.hypervisor.open_read_only`); whatever they return is typed from there on.
+(`virtcap.audit.hypervisor.open_read_only`); whatever they return is typed from there on. A
+replay of a capture (virtcap.audit.replay) implements them from a file.
 
 Each method is declared as the project calls it, no wider: optional arguments that it never
 passes are left out, and its arguments are positional-only, as every call passes them. The types
@@ -75,6 +76,15 @@ class VirConnect(Protocol):
         """Memory figures in KiB (total, free, buffers, cached) of one NUMA cell, or of all with
         VIR_NODE_MEMORY_STATS_ALL_CELLS."""
 
+    def getFreePages(
+        self, pages: list[int], start_cell: int, cell_count: int, /
+    ) -> dict[int, dict[int, int]]:
+        """Free pages of each size in `pages` (KiB) in the `cell_count` NUMA cells from
+        `start_cell`: cell -> page size -> free pages."""
+
+    def listAllDevices(self, flags: int, /) -> list[VirNodeDevice]:
+        """The host's node devices (PCI functions, mediated device parents, USB, network...)."""
+
     def listAllDomains(self, flags: int, /) -> list[VirDomain]: ...
 
     def getAllDomainStats(
@@ -114,6 +124,8 @@ class VirDomain(Protocol):
 
     def name(self) -> str: ...
 
+    def UUIDString(self) -> str: ...
+
     def info(self) -> DomainInfo: ...
 
     def XMLDesc(self, flags: int, /) -> str:
@@ -143,3 +155,12 @@ class VirStorageVol(Protocol):
     def path(self) -> str: ...
 
     def info(self) -> StorageVolInfo: ...
+
+
+class VirNodeDevice(Protocol):
+    """A node device (virNodeDevicePtr)."""
+
+    def name(self) -> str: ...
+
+    def XMLDesc(self, flags: int, /) -> str:
+        """The device's XML: its parent and capabilities (pci, mdev_types, ...)."""
