@@ -1,0 +1,417 @@
+"""`virtcap capture`: everything an audit reads from one hypervisor, recorded into one file.
+
+The capture opens the hypervisor read-only, as the audit does, and records each libvirt call the
+audit makes with its answer, or the error it raised; plus the free pages of every page size in
+every NUMA cell and the node devices (PCI functions, mediated device types...), which the audit
+does not read yet. The document's layout, and what a replay of it answers, are described in
+virtcap.audit.replay, which reads it back as a connection: `replay:///path/host.json`.
+
+The document holds the host's name and its domains' definitions (names, UUIDs, Nova's metadata
+with project and user names): it is written readable by its owner only.
+
+Its size is bounded (`max_bytes`): the text libvirt returns is counted while it arrives, so that
+a host too large to capture stops the capture early instead of filling the memory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import tempfile
+import threading
+import xml.etree.ElementTree as ET
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from functools import partial
+from pathlib import Path
+
+import libvirt
+from pydantic import ValidationError
+
+from virtcap import __version__
+from virtcap.audit.domain_xml import NON_LOCAL_DEVICES, DiskReference, DomainXMLError, parse_domain_xml
+from virtcap.audit.hypervisor import AuditError, open_read_only, redact_uri
+from virtcap.audit.libvirt_api import (
+    BlockInfo,
+    CPUMap,
+    DomainInfo,
+    NodeInfo,
+    StoragePoolInfo,
+    StorageVolInfo,
+    VirConnect,
+    VirDomain,
+    VirNodeDevice,
+    VirStoragePool,
+    VirStorageVol,
+)
+from virtcap.audit.replay import (
+    FORMAT,
+    MAX_FILE_BYTES,
+    VERSION,
+    Answer,
+    CaptureDocument,
+    CellPages,
+    Domain,
+    Domains,
+    DomainStats,
+    Failure,
+    FreePages,
+    MissingPool,
+    Node,
+    NodeDevice,
+    PageCount,
+    Source,
+    StoragePool,
+    StoragePools,
+    Volume,
+    ask,
+    encode_capture,
+    is_replay_uri,
+    replay_path,
+)
+from virtcap.config.errors import clip
+from virtcap.units import brief_repr, format_bytes
+
+__all__ = [
+    "DEFAULT_MAX_BYTES",
+    "DEFAULT_TIMEOUT_SECONDS",
+    "MAX_FILE_BYTES",
+    "CaptureError",
+    "CaptureTooLargeError",
+    "capture_host",
+    "capture_uri",
+    "encode_bounded",
+    "uri_problem",
+    "write_private",
+]
+
+DEFAULT_MAX_BYTES = 64 * 1024**2
+DEFAULT_TIMEOUT_SECONDS = 300.0
+MAX_URI_CHARS = 1024
+PROBE_POOL = "virtcap-capture-probe-no-such-pool"
+"""A pool name no host has, looked up once to record how the host answers an unknown name."""
+_RECORD_BYTES = 128
+"""What each recorded object costs beyond its text, roughly, in the running size estimate."""
+_URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:\S*")
+_PAGE_UNITS = {"KiB": 1, "MiB": 1024, "GiB": 1024**2}
+
+
+class CaptureError(Exception):
+    """The hypervisor could not be captured; one line."""
+
+
+class CaptureTooLargeError(CaptureError):
+    """The capture would be larger than its maximum size."""
+
+
+def uri_problem(uri: str) -> str | None:
+    """What is wrong with `uri` as a URI to capture, before libvirt is asked; None if nothing."""
+    if len(uri) > MAX_URI_CHARS:
+        return f"expected a URI of at most {MAX_URI_CHARS} characters, got {len(uri)}"
+    if not _URI.fullmatch(uri):
+        return (
+            f"expected a libvirt URI such as qemu:///system or qemu+ssh://host/system, got {brief_repr(uri)}"
+        )
+    if is_replay_uri(uri):
+        try:
+            replay_path(uri)
+        except ValueError as error:
+            return str(error)
+    return None
+
+
+def capture_uri(
+    uri: str, max_bytes: int = DEFAULT_MAX_BYTES, timeout: float = DEFAULT_TIMEOUT_SECONDS
+) -> bytes:
+    """The capture of the hypervisor at `uri`, encoded; CaptureError when it cannot be read in
+    `timeout` seconds or would exceed `max_bytes`.
+
+    libvirt's calls block as long as the daemon does: they run in a daemon thread that the caller
+    stops waiting for after `timeout` (or on Ctrl-C), and that the process may exit without.
+    """
+    if not 0 < max_bytes <= MAX_FILE_BYTES:
+        raise ValueError(f"expected a maximum size from 1 byte to {format_bytes(MAX_FILE_BYTES)}")
+    outcome: list[bytes | BaseException] = []
+
+    def work() -> None:
+        try:
+            conn = open_read_only(uri)
+        except AuditError as error:
+            outcome.append(CaptureError(str(error)))
+            return
+        try:
+            outcome.append(encode_bounded(capture_host(conn, uri, max_bytes), max_bytes))
+        except BaseException as error:  # handed to the waiting thread
+            outcome.append(error)
+        finally:
+            with contextlib.suppress(libvirt.libvirtError):
+                conn.close()
+
+    worker = threading.Thread(target=work, name="capture", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if not outcome:
+        raise CaptureError(f"no complete answer within {timeout:g}s")
+    result = outcome[0]
+    if isinstance(result, BaseException):
+        raise result
+    return result
+
+
+def encode_bounded(document: CaptureDocument, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
+    data = encode_capture(document)
+    if len(data) > max_bytes:
+        raise CaptureTooLargeError(_too_large(max_bytes))
+    return data
+
+
+def write_private(path: Path, data: bytes) -> None:
+    """`data` into `path`, whole or not at all (a temporary file renamed over it), readable by its
+    owner only; OSError when it cannot be written."""
+    directory = path.parent
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=directory)
+    try:
+        with os.fdopen(handle, "wb") as stream:  # mkstemp creates it 0600
+            stream.write(data)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def capture_host(conn: VirConnect, uri: str, max_bytes: int = DEFAULT_MAX_BYTES) -> CaptureDocument:
+    """Everything the audit reads from `conn` (the hypervisor at `uri`), as one document."""
+    budget = _Budget(max_bytes)
+    try:
+        try:
+            node_type, version, lib_version = conn.getType(), conn.getVersion(), conn.getLibVersion()
+            info = _node_info(conn)
+        except libvirt.libvirtError as error:
+            raise CaptureError(f"cannot read node information: {error.get_error_message()}") from None
+        capabilities = ask(Answer[str], lambda: budget.text(conn.getCapabilities()))
+        node = Node(
+            type=node_type,
+            version=version,
+            lib_version=lib_version,
+            info=info,
+            hostname=ask(Answer[str], conn.getHostname),
+            cpu_map=ask(Answer[CPUMap], lambda: _cpu_map(conn)),
+            capabilities=capabilities,
+            cpu_stats=ask(
+                Answer[dict[str, int]], lambda: dict(conn.getCPUStats(libvirt.VIR_NODE_CPU_STATS_ALL_CPUS))
+            ),
+            memory_stats=ask(
+                Answer[dict[str, int]],
+                lambda: dict(conn.getMemoryStats(libvirt.VIR_NODE_MEMORY_STATS_ALL_CELLS)),
+            ),
+            free_pages=_free_pages(conn, capabilities.value),
+        )
+        return CaptureDocument(
+            format=FORMAT,
+            version=VERSION,
+            source=Source(
+                uri=redact_uri(uri),
+                captured_at=datetime.now(UTC).isoformat(timespec="seconds"),
+                virtcap_version=__version__,
+            ),
+            node=node,
+            domains=_domains(conn, budget),
+            storage_pools=_storage_pools(conn, budget),
+            node_devices=ask(
+                Answer[list[NodeDevice]], lambda: [_device(d, budget) for d in conn.listAllDevices(0)]
+            ),
+        )
+    except ValidationError as error:  # libvirt answered with something of another type
+        problem = error.errors(include_url=False)[0]
+        where = ".".join(str(part) for part in problem["loc"])
+        raise CaptureError(f"unexpected answer from libvirt: {where}: {clip(problem['msg'])}") from None
+
+
+class _Budget:
+    """A running estimate of the document's size, stopping the capture past the maximum."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.spent = 0
+
+    def text(self, text: str) -> str:
+        self.spend(len(text))
+        return text
+
+    def spend(self, size: int) -> None:
+        self.spent += size + _RECORD_BYTES
+        if self.spent > self.max_bytes:
+            raise CaptureTooLargeError(_too_large(self.max_bytes))
+
+
+def _too_large(max_bytes: int) -> str:
+    return f"the capture would be larger than its maximum size of {format_bytes(max_bytes)}"
+
+
+def _node_info(conn: VirConnect) -> NodeInfo:
+    model, memory_mib, cpus, mhz, nodes, sockets, cores, threads = conn.getInfo()
+    return model, memory_mib, cpus, mhz, nodes, sockets, cores, threads
+
+
+def _cpu_map(conn: VirConnect) -> CPUMap:
+    count, online, online_count = conn.getCPUMap()
+    return count, list(online), online_count
+
+
+def _free_pages(conn: VirConnect, capabilities: str | None) -> FreePages:
+    sizes, cells = _page_sizes_and_cells(capabilities)
+    if not sizes:
+        cells = []  # nothing to ask
+
+    def pages(cell: int) -> list[PageCount]:
+        counts = conn.getFreePages(sizes, cell, 1).get(cell, {})
+        return [PageCount(size_kib=size, free=free) for size, free in counts.items()]
+
+    return FreePages(
+        page_sizes_kib=sizes,
+        cells=[
+            CellPages(cell=cell, pages=ask(Answer[list[PageCount]], partial(pages, cell))) for cell in cells
+        ],
+    )
+
+
+def _page_sizes_and_cells(capabilities: str | None) -> tuple[list[int], list[int]]:
+    """The host CPU's page sizes in KiB and the NUMA cells of the host's topology."""
+    if capabilities is None:
+        return [], []
+    try:
+        host = ET.fromstring(capabilities).find("host")
+    except ET.ParseError:
+        return [], []
+    if host is None:
+        return [], []
+    sizes = []
+    for page in host.findall("cpu/pages"):
+        size, unit = page.get("size", ""), page.get("unit", "KiB")
+        if size.isdigit() and unit in _PAGE_UNITS:
+            sizes.append(int(size) * _PAGE_UNITS[unit])
+    cells = [
+        int(cell.get("id", ""))
+        for cell in host.findall("topology/cells/cell")
+        if cell.get("id", "").isdigit()
+    ]
+    return sorted(set(sizes)), sorted(set(cells))
+
+
+def _domains(conn: VirConnect, budget: _Budget) -> Domains:
+    seen: dict[str, VirDomain] = {}
+
+    def known(domain: VirDomain) -> str:
+        return seen.setdefault(domain.UUIDString(), domain).UUIDString()
+
+    listed = ask(Answer[list[str]], lambda: [known(d) for d in conn.listAllDomains(0)])
+    state_stats = ask(
+        Answer[list[DomainStats]],
+        lambda: [
+            DomainStats(uuid=known(domain), stats=dict(stats))
+            for domain, stats in conn.getAllDomainStats(libvirt.VIR_DOMAIN_STATS_STATE, 0)
+        ],
+    )
+    return Domains(
+        listed=listed,
+        state_stats=state_stats,
+        definitions=[_domain(uuid, domain, budget) for uuid, domain in seen.items()],
+    )
+
+
+def _domain(uuid: str, domain: VirDomain, budget: _Budget) -> Domain:
+    xml = ask(Answer[str], lambda: budget.text(domain.XMLDesc(0)))
+    return Domain(
+        uuid=uuid,
+        name=budget.text(domain.name()),
+        info=ask(Answer[DomainInfo], lambda: _domain_info(domain)),
+        xml=xml,
+        block_info={
+            target: ask(Answer[BlockInfo], partial(_block_info, domain, target))
+            for target in _local_disk_targets(xml.value)
+        },
+    )
+
+
+def _domain_info(domain: VirDomain) -> DomainInfo:
+    state, max_memory, memory, vcpus, cpu_time = domain.info()
+    return state, max_memory, memory, vcpus, cpu_time
+
+
+def _block_info(domain: VirDomain, target: str) -> BlockInfo:
+    capacity, allocation, physical = domain.blockInfo(target)
+    return capacity, allocation, physical
+
+
+def _local_disk_targets(xml: str | None) -> Iterable[str]:
+    """The disks whose size the audit may ask libvirt for: those it counts as local (see
+    virtcap.audit.hypervisor). Asking for a network disk could wait on unreachable storage."""
+    if xml is None:
+        return []
+    try:
+        disks = parse_domain_xml(xml).disks
+    except DomainXMLError:
+        return []  # the audit leaves such a domain out before it asks for any disk
+    return sorted({disk.target for disk in disks if _is_local(disk)})
+
+
+def _is_local(disk: DiskReference) -> bool:
+    return disk.device not in NON_LOCAL_DEVICES and disk.kind != "network" and bool(disk.source.strip("/"))
+
+
+def _storage_pools(conn: VirConnect, budget: _Budget) -> StoragePools:
+    seen: dict[str, VirStoragePool] = {}
+
+    def names(flags: int) -> list[str]:
+        pools = conn.listAllStoragePools(flags)
+        for pool in pools:
+            seen.setdefault(pool.name(), pool)
+        return [pool.name() for pool in pools]
+
+    listed = ask(Answer[list[str]], lambda: names(0))
+    active = ask(Answer[list[str]], lambda: names(libvirt.VIR_CONNECT_LIST_STORAGE_POOLS_ACTIVE))
+    try:
+        conn.storagePoolLookupByName(PROBE_POOL)
+        missing = None  # a pool by that very name: unknown names go unrecorded
+    except libvirt.libvirtError as error:
+        missing = MissingPool(name=PROBE_POOL, error=Failure.of(error))
+    return StoragePools(
+        listed=listed,
+        active=active,
+        pools=[_pool(name, pool, budget) for name, pool in seen.items()],
+        missing=missing,
+    )
+
+
+def _pool(name: str, pool: VirStoragePool, budget: _Budget) -> StoragePool:
+    return StoragePool(
+        name=name,
+        xml=ask(Answer[str], lambda: budget.text(pool.XMLDesc(0))),
+        info=ask(Answer[StoragePoolInfo], lambda: _pool_info(pool)),
+        volumes=ask(Answer[list[Volume]], lambda: [_volume(v, budget) for v in pool.listAllVolumes(0)]),
+    )
+
+
+def _pool_info(pool: VirStoragePool) -> StoragePoolInfo:
+    state, capacity, allocation, available = pool.info()
+    return state, capacity, allocation, available
+
+
+def _volume(volume: VirStorageVol, budget: _Budget) -> Volume:
+    return Volume(
+        name=budget.text(volume.name()),
+        path=ask(Answer[str], lambda: budget.text(volume.path())),
+        info=ask(Answer[StorageVolInfo], lambda: _volume_info(volume)),
+    )
+
+
+def _volume_info(volume: VirStorageVol) -> StorageVolInfo:
+    kind, capacity, allocation = volume.info()
+    return kind, capacity, allocation
+
+
+def _device(device: VirNodeDevice, budget: _Budget) -> NodeDevice:
+    return NodeDevice(
+        name=budget.text(device.name()), xml=ask(Answer[str], lambda: budget.text(device.XMLDesc(0)))
+    )
