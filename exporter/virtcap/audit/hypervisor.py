@@ -19,6 +19,7 @@ import libvirt
 from virtcap.audit.domain_states import ACTIVE_STATES, state_from_libvirt
 from virtcap.audit.domain_xml import NON_LOCAL_DEVICES, DiskReference, DomainXMLError, parse_domain_xml
 from virtcap.audit.libvirt_api import VirConnect, VirDomain
+from virtcap.audit.replay import CaptureFileError, is_replay_uri, open_replay
 from virtcap.config import DiskSource
 from virtcap.model.facts import (
     CpuIdentity,
@@ -58,7 +59,13 @@ class DomainUnreadableError(Exception):
 
 
 def open_read_only(uri: str) -> VirConnect:
-    """A read-only connection: where libvirt's objects enter, typed from here on."""
+    """A read-only connection: where libvirt's objects enter, typed from here on. A replay URI
+    (`replay:///path/host.json`, see virtcap.audit.replay) opens the capture it names instead."""
+    if is_replay_uri(uri):
+        try:
+            return open_replay(uri)
+        except (ValueError, CaptureFileError) as error:
+            raise AuditError(f"cannot replay {error}") from None
     try:
         return cast(VirConnect, libvirt.openReadOnly(uri))
     except libvirt.libvirtError as error:

@@ -31,6 +31,7 @@ from virtcap.audit.hypervisor import (
     redact_uri,
 )
 from virtcap.audit.libvirt_api import VirConnect
+from virtcap.audit.replay import is_replay_uri
 from virtcap.audit.threads import SerialCaller
 from virtcap.claims.ledger import ClaimLedger
 from virtcap.config import AuditSettings, Hypervisor
@@ -194,7 +195,7 @@ class HypervisorAuditor:
         except AuditError:
             self.connection.mark_broken()
             raise
-        if facts.hypervisor_type == IN_PROCESS_DRIVER:
+        if facts.hypervisor_type == IN_PROCESS_DRIVER or is_replay_uri(self.hypervisor.uri):
             self._release_in_process(conn)
         return facts
 
