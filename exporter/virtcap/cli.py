@@ -10,16 +10,28 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import NoReturn
 
 from virtcap import __version__
+from virtcap.audit.capture import (
+    DEFAULT_MAX_BYTES,
+    DEFAULT_TIMEOUT_SECONDS,
+    MAX_FILE_BYTES,
+    CaptureError,
+    CaptureTooLargeError,
+    capture_uri,
+    uri_problem,
+    write_private,
+)
+from virtcap.audit.hypervisor import redact_uri
 from virtcap.audit.oneshot import audit_fleet_once
 from virtcap.claims.cli import add_claim_commands, run_claim
 from virtcap.config import Config, ConfigError, load_config
 from virtcap.demo import demo_config
 from virtcap.exposition.report import fleet_document, render_tables
 from virtcap.logs import LEVELS, setup_logging
-from virtcap.units import parse_duration
+from virtcap.units import format_bytes, parse_duration, parse_size
 from virtcap.web.access import WebConfigSource
 from virtcap.web.connections import ConnectionLimits
 from virtcap.web.server import DEFAULT_PORT, parse_listen_address, serve
@@ -78,6 +90,25 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--log.level", dest="log_level", choices=tuple(LEVELS), default="info")
     serve.add_argument("--log.format", dest="log_format", choices=("logfmt", "json"), default="logfmt")
 
+    capture = commands.add_parser(
+        "capture",
+        help="record what an audit reads from one hypervisor (read-only), to audit later as replay:///FILE",
+    )
+    capture.add_argument("--uri", required=True, help="the hypervisor's libvirt URI, such as qemu:///system")
+    capture.add_argument(
+        "--output", metavar="FILE", help="where to write the capture (default: standard output)"
+    )
+    capture.add_argument(
+        "--max-size", dest="max_size", type=_capture_size, default=DEFAULT_MAX_BYTES, metavar="SIZE",
+        help=f"refuse a capture larger than this (default: {format_bytes(DEFAULT_MAX_BYTES)}; "
+        f"at most {format_bytes(MAX_FILE_BYTES)})",
+    )  # fmt: skip
+    capture.add_argument(
+        "--timeout", type=_duration, default=DEFAULT_TIMEOUT_SECONDS, metavar="DURATION",
+        help=f"give up on a hypervisor that has not answered everything by then "
+        f"(default: {DEFAULT_TIMEOUT_SECONDS:g}s)",
+    )  # fmt: skip
+
     add_claim_commands(commands)
     return parser
 
@@ -93,6 +124,16 @@ def _duration(text: str) -> float:
         return parse_duration(text)
     except ValueError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _capture_size(text: str) -> int:
+    try:
+        size = parse_size(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    if not 0 < size <= MAX_FILE_BYTES:
+        raise argparse.ArgumentTypeError(f"expected a size from 1 byte to {format_bytes(MAX_FILE_BYTES)}")
+    return size
 
 
 def _add_fleet_source(parser: argparse.ArgumentParser) -> None:
@@ -137,6 +178,31 @@ def run_serve(args: argparse.Namespace) -> int:
     return asyncio.run(serve(config, address, web_config, reload_config, limits))
 
 
+def run_capture(args: argparse.Namespace) -> int:
+    """Exit 2 for a URI that is not one, 1 when the hypervisor cannot be captured or written."""
+    uri: str = args.uri
+    problem = uri_problem(uri)
+    if problem is not None:
+        print(f"virtcap: capture: --uri: {problem}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        data = capture_uri(uri, args.max_size, args.timeout)
+    except CaptureError as error:
+        hint = " (--max-size)" if isinstance(error, CaptureTooLargeError) else ""
+        print(f"virtcap: cannot capture {redact_uri(uri)}: {error}{hint}", file=sys.stderr)
+        return 1
+    if args.output is None:
+        sys.stdout.buffer.write(data)
+        sys.stdout.flush()
+        return 0
+    try:
+        write_private(Path(args.output), data)
+    except OSError as error:
+        print(f"virtcap: cannot write {args.output}: {error.strerror or error}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -146,6 +212,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_serve(args)
         if args.command == "claim":
             return run_claim(args)
+        if args.command == "capture":
+            return run_capture(args)
     except ConfigError as error:
         for line in str(error).splitlines():
             print(f"virtcap: configuration error: {line}", file=sys.stderr)
