@@ -355,6 +355,9 @@ def decode_capture(data: bytes, source: str) -> CaptureDocument:
             )
         return CaptureDocument.model_validate_json(data)
     except ValidationError as error:
+        first = error.errors(include_url=False)[0]
+        if first["type"] == "json_invalid":  # where in the file is in the message
+            raise CaptureFileError(f"{source}: {clip(first['msg'])}") from None
         problems = explain_validation_error(error, source, CaptureDocument).splitlines()
         more = error.error_count() - 1
         raise CaptureFileError(problems[0] + (f" (and {more} more problems)" if more > 0 else "")) from None
@@ -554,9 +557,12 @@ class ReplayConnection:
 
     def domainEventDeregisterAny(self, callback_id: int, /) -> None:
         if callback_id not in self._callbacks:
+            detail = f"could not find event callback {callback_id} for deletion"  # libvirt's words
             raise libvirt_error(
                 libvirt.VIR_ERR_INVALID_ARG,
-                f"invalid argument: could not find event callback {callback_id} for deletion",
+                f"invalid argument: {detail}",
+                str1="invalid argument: %s",
+                str2=detail,
             )
         self._callbacks.discard(callback_id)
 
