@@ -603,6 +603,37 @@ flavors:
             "flavors: [{name: f, vcpu: 1, pcpu: 1, memory: 1GiB, extra_specs: {'hw:cpu_policy': dedicated}}]",
             "flavors[0]: a flavor with extra_specs asks for dedicated CPUs as Nova does",
         ),
+        (
+            "flavors: [{name: f, vcpu: 4, memory: 1GiB, extra_specs: {'hw:cpu_policy': dedicted}}]",
+            "flavors[0]: extra_specs: hw:cpu_policy: expected one of shared, dedicated, mixed, "
+            "got 'dedicted'",
+        ),
+        (
+            "flavors: [{name: f, vcpu: 4, memory: 1GiB, extra_specs: {'hw:cpu_policy': mixed}}]",
+            "flavors[0]: extra_specs: hw:cpu_policy: mixed needs hw:cpu_dedicated_mask",
+        ),
+        (
+            "flavors: [{name: f, vcpu: 4, memory: 1GiB, extra_specs: "
+            "{'hw:cpu_policy': mixed, 'hw:cpu_dedicated_mask': '0-9'}}]",
+            "flavors[0]: extra_specs: hw:cpu_dedicated_mask: names vCPUs the flavor does not have (it has 4)",
+        ),
+        (
+            "flavors: [{name: f, vcpu: 4, memory: 1GiB, extra_specs: {'resources:VCPU': two}}]",
+            "flavors[0]: extra_specs: resources:VCPU: expected a whole number of at least 0, got 'two'",
+        ),
+        (
+            "flavors: [{name: f, vcpu: 4, memory: 1GiB, extra_specs: {'resources:CUSTOM_fpga': '1'}}]",
+            "flavors[0]: extra_specs: resources:CUSTOM_fpga: expected CUSTOM_ and then capital letters",
+        ),
+        (
+            "flavors: [{name: f, vcpu: 4, memory: 1GiB, extra_specs: {'resources:VGPU': '1'}}]",
+            "flavors[0]: extra_specs: resources:VGPU: virtcap accounts DISK_GB, MEMORY_MB, PCPU, VCPU",
+        ),
+        (
+            "flavors: [{name: f, vcpu: 4, memory: 1GiB, extra_specs: "
+            "{'resources:VCPU': '0', 'resources:MEMORY_MB': '0', 'resources:DISK_GB': '0'}}]",
+            "flavors[0].extra_specs: the flavor asks for nothing",
+        ),
     ],
 )
 def test_inventories_and_extra_specs_are_validated(document: str, expected: str) -> None:

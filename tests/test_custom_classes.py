@@ -74,7 +74,7 @@ def test_a_custom_class_from_configuration_to_claim(tmp_path: Path) -> None:
         status, refused = claim(server, hypervisor="accel", resources={"CUSTOM_FPGA": 5})
         assert status == 409
         assert refused["reasons"]["accel"] == [
-            "Requested custom_fpga 5 CUSTOM_FPGA > max_unit 4 CUSTOM_FPGA: larger than the whole hypervisor"
+            "Requested custom_fpga 5 CUSTOM_FPGA > max_unit 4 CUSTOM_FPGA: above max_unit"
         ]
         status, held = claim(server, hypervisor="accel", vcpu=1, resources={"CUSTOM_FPGA": 4})
         assert status == 201, held

@@ -149,7 +149,7 @@ def expected_host(
         totals[label] = inventory["total"]
         reserved[label] = inventory.get("reserved", 0)
         ratios[label] = inventory.get("allocation_ratio", 1.0)
-        max_units[label] = inventory.get("max_unit", inventory["total"])
+        max_units[label] = inventory.get("max_unit", 2**31 - 1)  # Placement's default
         units[label] = 1
     counted = {"running", "paused", "other"} | ({"shutoff"} if policy["count_inactive_domains"] else set())
     domains, by_state = _usage(host, dedicated, totals)

@@ -145,7 +145,10 @@ def test_cpu_sets_split_vcpu_and_pcpu() -> None:
         assert refused.limit == 0 and refused.max_unit == 0
     assert offline.resources[R.PCPU].total == 8  # the set as configured, not its online part
     assert offline.schedulable == {"small": 0}
-    assert claim_test(offline.resources, {R.VCPU: 1})[0].startswith("Requested vcpu 1 VCPU > max_unit 0")
+    assert claim_test(offline.resources, {R.VCPU: 1}) == [
+        "Requested vcpu 1 VCPU: cpu_dedicated_set names CPUs that are not online (14,15): "
+        "Nova refuses the configuration"
+    ]
 
 
 def test_a_dedicated_set_alone_offers_no_shared_cpus() -> None:
@@ -199,6 +202,14 @@ def test_nova_request_follows_the_flavor_and_its_extra_specs() -> None:
     assert overridden == {R.VCPU: 7, R.MEMORY: 2048 * MIB, fpga: 1}
     granular = nova_request(_nova(specs={"resources1:CUSTOM_FPGA": "1", "resources_x:CUSTOM_FPGA": "2"}))
     assert granular[fpga] == 3
+    # the CPU policy replaces the unsuffixed group's amounts only: the other groups add up
+    grouped = nova_request(_nova(specs={"hw:cpu_policy": "dedicated", "resources1:PCPU": "2"}))
+    assert grouped[R.PCPU] == 6
+    mixed_group = {"hw:cpu_policy": "mixed", "hw:cpu_dedicated_mask": "0-1", "resources_x:VCPU": "1"}
+    assert nova_request(_nova(specs=mixed_group))[R.VCPU] == 3
+    # an unmasked realtime flavor counts its vCPUs without building a set of them
+    huge = {"hw:cpu_policy": "mixed", "hw:cpu_realtime": "yes"}
+    assert nova_request(_nova(vcpus=2**31 - 1, specs=huge))[R.PCPU] == 2**31 - 1
     # What Nova skips with a warning is skipped: unknown classes, amounts that are not whole numbers
     skipped = {"resources:VGPU": "1", "resources:CUSTOM_X": "two", "resources:x": "1"}
     ignored = nova_request(_nova(specs=skipped))
@@ -217,7 +228,7 @@ def test_a_declared_custom_inventory_is_accounted_like_any_class() -> None:
     assert (fpga.total, fpga.reserved, fpga.limit, fpga.used, fpga.free, fpga.max_unit) == (8, 2, 9, 2, 7, 4)
     assert result.schedulable == {"fpga": 3} and result.bottlenecks == {"fpga": FPGA}
     assert claim_test(result.resources, {FPGA: 6}) == [
-        "Requested custom_fpga 6 CUSTOM_FPGA > max_unit 4 CUSTOM_FPGA: larger than the whole hypervisor"
+        "Requested custom_fpga 6 CUSTOM_FPGA > max_unit 4 CUSTOM_FPGA: above max_unit"
     ]
     assert claim_test(result.resources, {FPGA: 3}) == [
         "Requested custom_fpga 3 CUSTOM_FPGA is not a multiple of step_size 2 CUSTOM_FPGA"
@@ -368,7 +379,7 @@ def test_claim_test_reports_every_failing_resource_in_novas_words() -> None:
         "Requested disk 101 GiB > max_unit 100 GiB: larger than the whole hypervisor"
     ]
     assert claim_test(resources, {R.PCPU: 1}) == [
-        "Requested pcpu 1 PCPU > max_unit 0 PCPU: larger than the whole hypervisor"
+        "Requested pcpu 1 PCPU: no inventory of PCPU on this hypervisor"
     ]
 
 

@@ -129,6 +129,39 @@ def _overridden(rng: random.Random) -> Instance:
     return Instance(**{**instance.__dict__, "extra_specs": {key: specs[key] for key in keys}})
 
 
+def _realtime(rng: random.Random) -> Instance:
+    """A mixed instance whose dedicated vCPUs are its realtime ones: `^n` masks on the flavor or
+    the image (the image's wins), with or without emulator-thread isolation."""
+    vcpus = rng.randint(2, 8)
+    shared = frozenset(rng.sample(range(vcpus), rng.randint(1, vcpus - 1)))
+    mask = ",".join(f"^{cpu}" for cpu in sorted(shared))
+    specs = {"hw:cpu_policy": "mixed", "hw:cpu_realtime": rng.choice(("yes", "true", "1"))}
+    image: dict[str, str] = {}
+    if rng.random() < 0.5:
+        image["hw_cpu_realtime_mask"] = mask
+        specs["hw:cpu_realtime_mask"] = "^0"  # the image's mask wins
+    else:
+        specs["hw:cpu_realtime_mask"] = mask
+    if rng.random() < 0.5:
+        specs["hw:emulator_threads_policy"] = "isolate"
+    dedicated = frozenset(range(vcpus)) - shared
+    return _base(rng, vcpus=vcpus, extra_specs=specs, image_properties=image, dedicated_vcpus=dedicated)
+
+
+def _policy_and_groups(rng: random.Random) -> Instance:
+    """A CPU policy beside granular groups that also ask for CPUs (a suffix Nova's API does not
+    check: `resources_x:`): the policy replaces the unsuffixed group's amounts only."""
+    instance = _dedicated(rng) if rng.random() < 0.5 else _mixed(rng)
+    cpu_class = rng.choice(("VCPU", "PCPU"))
+    specs = {
+        **instance.extra_specs,
+        f"resources_{rng.choice(('x', 'accel'))}:{cpu_class}": str(rng.randint(1, 3)),
+    }
+    if rng.random() < 0.5:
+        specs["resources:MEMORY_MB"] = str(instance.memory_mb + rng.randint(1, 512))
+    return Instance(**{**instance.__dict__, "extra_specs": specs})
+
+
 KINDS: dict[str, Callable[[random.Random], Instance]] = {
     "flavor": lambda rng: _base(rng, swap=rng.choice((0, 512, 1024, 1536, 2048, 4097, rng.randint(1, 9000)))),
     "boot-from-volume": lambda rng: _base(rng, root_gb=rng.randint(1, 200), is_bfv=True),
@@ -143,6 +176,8 @@ KINDS: dict[str, Callable[[random.Random], Instance]] = {
     "emulator-threads-isolate": _isolated,
     "resources-extra-specs": _overridden,
     "custom-classes": lambda rng: _base(rng, extra_specs=_custom_specs(rng)),
+    "realtime-mixed": _realtime,
+    "policy-and-groups": _policy_and_groups,
 }
 
 

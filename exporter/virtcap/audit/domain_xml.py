@@ -311,6 +311,8 @@ def _disk_reference(disk: ET.Element) -> DiskReference:
     return DiskReference(target=target, device=device, kind=kind, path=path)
 
 
+NOVA_MAX_INT = 2**31 - 1
+"""The largest flavor amount Nova's database holds."""
 MAX_NOVA_ITEMS = 1024
 """Extra specs or image properties read from one domain's metadata: Nova's API bounds them far
 lower; a definition with more is not Nova's, and reading it all would cost every audit."""
@@ -337,8 +339,8 @@ def _nova_flavor(flavor: ET.Element) -> NovaFlavor:
             value = int(text)
         except ValueError:
             raise DomainXMLError(f"Nova flavor <{tag}> is not a whole number: {text!r}") from None
-        if value < 0:
-            raise DomainXMLError(f"Nova flavor <{tag}> is negative: {text!r}")
+        if not 0 <= value <= NOVA_MAX_INT:
+            raise DomainXMLError(f"Nova flavor <{tag}> is outside 0..{NOVA_MAX_INT}: {text!r}")
         return value
 
     return NovaFlavor(

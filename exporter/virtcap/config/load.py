@@ -123,6 +123,12 @@ def build_config(parsed: ConfigFile, source: str) -> Config:
         policy, disk = _merge_policy(parsed.defaults, entry, source, where, disjoint)
         hypervisors.append(Hypervisor(name=entry.name, uri=entry.uri, policy=policy, disk=disk))
     flavors = tuple(Flavor(name=f.name, request=_flavor_request(f)) for f in parsed.flavors)
+    for index, flavor in enumerate(flavors):
+        if not any(amount > 0 for amount in flavor.request.values()):
+            raise ConfigError(
+                f"{source}: flavors[{index}].extra_specs: the flavor asks for nothing "
+                "(its resources: amounts are all 0); expected at least one amount above 0"
+            )
     return Config(
         source=source,
         audit=parsed.audit,

@@ -23,7 +23,8 @@ from pydantic import (
     model_validator,
 )
 
-from virtcap.model.resources import CUSTOM_CLASS
+from virtcap.model.nova import extra_spec_problems
+from virtcap.model.resources import CUSTOM_CLASS, PLACEMENT_MAX_INT
 from virtcap.units import (
     MAX_CPU,
     brief_repr,
@@ -166,8 +167,8 @@ class DiskSource(_Section):
         return self
 
 
-MAX_INVENTORY_AMOUNT = 2**53
-"""Placement stores inventory amounts as 32-bit integers; a JSON number beyond 2**53 is not exact."""
+MAX_INVENTORY_AMOUNT = PLACEMENT_MAX_INT
+"""Placement's bound on every inventory amount: it stores them as 32-bit integers."""
 MAX_CUSTOM_CLASSES = 64
 
 
@@ -178,13 +179,15 @@ class InventorySection(_Section):
     total: int = Field(ge=1, le=MAX_INVENTORY_AMOUNT)
     reserved: int = Field(default=0, ge=0, le=MAX_INVENTORY_AMOUNT)
     min_unit: int = Field(default=1, ge=1, le=MAX_INVENTORY_AMOUNT)
-    max_unit: int | None = Field(default=None, ge=1, le=MAX_INVENTORY_AMOUNT)
+    max_unit: int = Field(default=PLACEMENT_MAX_INT, ge=1, le=MAX_INVENTORY_AMOUNT)
+    """Placement's default, not the total: a declared inventory is passed to Placement as written,
+    and one allocation may then exceed the total where the ratio allows it."""
     step_size: int = Field(default=1, ge=1, le=MAX_INVENTORY_AMOUNT)
     allocation_ratio: Ratio = 1.0
 
     @model_validator(mode="after")
     def _units_agree(self) -> Self:
-        if self.max_unit is not None and self.max_unit < self.min_unit:
+        if self.max_unit < self.min_unit:
             raise ValueError(f"max_unit {self.max_unit} is below min_unit {self.min_unit}")
         if self.allocation_ratio == 0:
             raise ValueError("expected an allocation_ratio above 0")
@@ -259,6 +262,9 @@ class FlavorSection(_Section):
                 "a flavor with extra_specs asks for dedicated CPUs as Nova does: vcpu with "
                 "hw:cpu_policy: dedicated, not pcpu"
             )
+        problems = extra_spec_problems(self.vcpu, self.extra_specs)
+        if problems:
+            raise ValueError(f"extra_specs: {'; '.join(problems)}")
         return self
 
 

@@ -15,7 +15,7 @@ from typing import TypedDict
 
 from virtcap.model.facts import DomainFacts, DomainState, HostFacts
 from virtcap.model.nova import nova_request
-from virtcap.model.resources import GIB, MIB, STANDARD_CLASSES, Resource, display_order
+from virtcap.model.resources import GIB, MIB, PLACEMENT_MAX_INT, STANDARD_CLASSES, Resource, display_order
 
 STATES: tuple[DomainState, ...] = tuple(DomainState)
 
@@ -31,8 +31,9 @@ class Inventory:
     total: int
     reserved: int = 0
     min_unit: int = 1
-    max_unit: int | None = None
-    """None: the total, as Nova reports its own classes."""
+    max_unit: int = PLACEMENT_MAX_INT
+    """Placement's default where the operator declares none (Nova passes a declared inventory as
+    written); Nova's own classes have max_unit = total instead."""
     step_size: int = 1
     allocation_ratio: float = 1.0
 
@@ -232,8 +233,8 @@ def refusals(
     """The classes Placement would hold no inventory of, and why.
 
     A CPU set naming a CPU that is not online makes nova-compute refuse its configuration: the
-    hypervisor then offers nothing at all. A reserved amount above the total makes Placement
-    refuse that class's inventory.
+    hypervisor then offers nothing at all. A reserved amount so far above the total that the
+    capacity is negative makes Placement refuse that class's inventory.
     """
     online = facts.online_cpus
     if online is not None:
@@ -248,8 +249,15 @@ def refusals(
                 return dict.fromkeys(totals, why)
     refused = {}
     for resource, total in totals.items():
-        reserved = inventory_reserved(resource, policy)
-        if total is not None and total > 0 and reserved > total:
+        if total is None or total <= 0:
+            continue
+        # Placement refuses an inventory whose capacity, int((total - reserved) x ratio) in the
+        # class's unit, is below 0: a reserve one unit above the total at a ratio of 0.5 passes.
+        unit = resource.placement_unit
+        overshoot = (
+            (total - inventory_reserved(resource, policy)) // unit * allocation_ratio(resource, policy)
+        )
+        if int(overshoot) < 0:
             why = f"reserved {resource.label} exceeds its total: Placement refuses the inventory"
             refused[resource] = why
     return refused
@@ -328,7 +336,7 @@ def _declared_units(resource: Resource, declared: Inventory | None) -> _Declared
     """A declared inventory's unit constraints; Nova's (1, 1, the total) for measured classes."""
     if declared is None:
         return {"min_unit": 1, "step_size": 1, "declared_max_unit": None}
-    largest = None if declared.max_unit is None else declared.max_unit * resource.placement_unit
+    largest = declared.max_unit * resource.placement_unit
     return {"min_unit": declared.min_unit, "step_size": declared.step_size, "declared_max_unit": largest}
 
 
@@ -359,14 +367,19 @@ def inventory_refusal(capacity: ResourceCapacity | None, resource: Resource, amo
     max_unit, below min_unit or off step_size. None when only free capacity can refuse it."""
     unit, scale = resource.refusal_unit, resource.placement_unit
     requested = f"Requested {resource.label} {_amount(amount, scale)} {unit}"
-    if capacity is None:
+    # A class of total 0 is one Nova does not report (PCPU without a dedicated set, a custom class
+    # only a guest uses): no inventory, as Placement sees it.
+    if capacity is None or (capacity.total == 0 and capacity.refused is None):
         return f"{requested}: no inventory of {resource.placement_class} on this hypervisor"
+    if capacity.refused is not None:
+        return f"{requested}: {capacity.refused}"
     if capacity.max_unit is None:
         return None
     wanted = placement_units(resource, amount)
     if wanted > placement_units(resource, capacity.max_unit):
         largest = _amount(capacity.max_unit, scale)
-        return f"{requested} > max_unit {largest} {unit}: larger than the whole hypervisor"
+        why = "larger than the whole hypervisor" if capacity.max_unit == capacity.total else "above max_unit"
+        return f"{requested} > max_unit {largest} {unit}: {why}"
     if wanted < capacity.min_unit:
         return f"{requested} < min_unit {capacity.min_unit} {unit}"
     if wanted % capacity.step_size:

@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 
 from virtcap.model.facts import NovaInstance
-from virtcap.model.resources import CUSTOM_PREFIX, STANDARD_CLASSES, Resource, resource_class
+from virtcap.model.resources import CUSTOM_CLASS, CUSTOM_PREFIX, STANDARD_CLASSES, Resource, resource_class
 from virtcap.units import parse_cpu_set
 
 RESOURCE_SPEC = re.compile(r"resources([a-zA-Z0-9_-]{1,64})?:(.*)")
@@ -25,40 +25,48 @@ _STANDARD_NAMES = frozenset(resource.placement_class for resource in STANDARD_CL
 
 def nova_request(instance: NovaInstance) -> dict[Resource, int]:
     """The allocation of one instance, in virtcap's units (cpus, bytes, counts), as
-    `ResourceRequest.from_request_spec` builds it: the extra specs' `resources:` amounts first,
-    then the CPU policy's PCPU (and a mixed instance's VCPU), then the flavor's own VCPU, memory
-    and disk for the classes still unset. Classes with a zero amount are left out."""
+    `ResourceRequest.from_request_spec` builds it: the extra specs' `resources[suffix]:` amounts
+    per request group; then the CPU policy's PCPU (and a mixed instance's VCPU), which replace
+    those of the unsuffixed group only; then, in the unsuffixed group, the flavor's own VCPU,
+    memory and disk for the classes no group asks for. The groups land on one hypervisor, so
+    their amounts add up. Classes with a zero amount are left out."""
     flavor = instance.flavor
     specs = flavor.extra_specs
-    placement: dict[str, int] = _extra_spec_amounts(specs)
+    groups = _extra_spec_groups(specs)
+    unsuffixed = groups.setdefault(None, {})
     policy = specs.get("hw:cpu_policy") or instance.image_properties.get("hw_cpu_policy")
     if policy in ("dedicated", "mixed"):
         if policy == "dedicated":
             pcpus = flavor.vcpus
         else:
-            pcpus = len(_mixed_dedicated_vcpus(instance))
-            placement["VCPU"] = flavor.vcpus - pcpus
+            pcpus = _mixed_dedicated_count(instance)
+            unsuffixed["VCPU"] = flavor.vcpus - pcpus
         if specs.get("hw:emulator_threads_policy") == "isolate":
             pcpus += 1
-        placement["PCPU"] = pcpus
-    if "VCPU" not in placement and "PCPU" not in placement:
-        placement["VCPU"] = flavor.vcpus
-    placement.setdefault("MEMORY_MB", flavor.memory_mib)
-    if "DISK_GB" not in placement:
+        unsuffixed["PCPU"] = pcpus
+    asked = {name for group in groups.values() for name in group}
+    if "VCPU" not in asked and "PCPU" not in asked:
+        unsuffixed["VCPU"] = flavor.vcpus
+    if "MEMORY_MB" not in asked:
+        unsuffixed["MEMORY_MB"] = flavor.memory_mib
+    if "DISK_GB" not in asked:
         swap_gib = -(-flavor.swap_mib // 1024)
         root_gib = 0 if instance.boot_from_volume else flavor.root_gib
-        placement["DISK_GB"] = flavor.ephemeral_gib + swap_gib + root_gib
-    return {
-        resource: amount * resource.placement_unit
-        for name, amount in placement.items()
-        if amount > 0 and (resource := resource_class(name))
-    }
+        unsuffixed["DISK_GB"] = flavor.ephemeral_gib + swap_gib + root_gib
+    total: dict[Resource, int] = {}
+    for group in groups.values():
+        for name, amount in group.items():
+            if amount > 0:
+                resource = resource_class(name)
+                total[resource] = total.get(resource, 0) + amount * resource.placement_unit
+    return total
 
 
-def _extra_spec_amounts(specs: Mapping[str, str]) -> dict[str, int]:
-    """Amounts of the `resources[suffix]:CLASS` extra specs, summed over groups. Within a group a
-    later key overwrites; classes virtcap does not account (VGPU, SRIOV_NET_VF, ... until their
-    issue) and amounts Nova would reject are skipped, as Nova skips them with a warning."""
+def _extra_spec_groups(specs: Mapping[str, str]) -> dict[str | None, dict[str, int]]:
+    """Amounts of the `resources[suffix]:CLASS` extra specs, per request group (None: the
+    unsuffixed one). Within a group a later key overwrites; classes virtcap does not account
+    (VGPU, SRIOV_NET_VF, ... until their issue) and amounts Nova would reject are skipped, as
+    Nova skips them with a warning."""
     groups: dict[str | None, dict[str, int]] = {}
     for key, value in specs.items():
         match = RESOURCE_SPEC.fullmatch(key)
@@ -74,35 +82,86 @@ def _extra_spec_amounts(specs: Mapping[str, str]) -> dict[str, int]:
             continue
         if amount >= 0:
             groups.setdefault(suffix, {})[name] = amount
-    total: dict[str, int] = {}
-    for group in groups.values():
-        for name, amount in group.items():
-            total[name] = total.get(name, 0) + amount
-    return total
+    return groups
 
 
-def _mixed_dedicated_vcpus(instance: NovaInstance) -> frozenset[int]:
-    """The vCPUs of a mixed instance on dedicated host CPUs: `hw:cpu_dedicated_mask`, else the
-    realtime mask (`hw_cpu_realtime_mask` of the image ahead of the flavor's `hw:cpu_realtime_mask`,
-    every vCPU when neither is set) when `hw:cpu_realtime` is on. A mask starting with `^` names
-    the vCPUs left out of all of them."""
+def _mixed_dedicated_count(instance: NovaInstance) -> int:
+    """How many vCPUs of a mixed instance are on dedicated host CPUs: `hw:cpu_dedicated_mask`,
+    else the realtime mask (`hw_cpu_realtime_mask` of the image ahead of the flavor's
+    `hw:cpu_realtime_mask`, every vCPU when neither is set) when `hw:cpu_realtime` is on. A mask
+    starting with `^` names the vCPUs left out of all of them. A mask that cannot be read counts
+    none (Nova's API would have refused the flavor)."""
     flavor = instance.flavor
     specs = flavor.extra_specs
     mask = specs.get("hw:cpu_dedicated_mask")
     if not mask and _is_true(specs.get("hw:cpu_realtime", "")):
         mask = instance.image_properties.get("hw_cpu_realtime_mask") or specs.get("hw:cpu_realtime_mask")
         if not mask:
-            return frozenset(range(flavor.vcpus))
+            return flavor.vcpus
     if not mask:
-        return frozenset()
+        return 0
     if mask.strip().startswith("^"):
         mask = f"0-{flavor.vcpus - 1},{mask}"
     try:
-        return parse_cpu_set(mask)
+        return len(parse_cpu_set(mask))
     except ValueError:
-        return frozenset()
+        return 0
 
 
 def _is_true(text: str) -> bool:
     """oslo's bool_from_string: the spellings Nova reads as true."""
     return text.strip().lower() in ("1", "t", "true", "on", "y", "yes")
+
+
+_POLICY_VALUES = {
+    "hw:cpu_policy": ("shared", "dedicated", "mixed"),
+    "hw:cpu_thread_policy": ("prefer", "isolate", "require"),
+    "hw:emulator_threads_policy": ("share", "isolate"),
+}
+_BOOLEANS = ("1", "0", "t", "f", "true", "false", "on", "off", "y", "n", "yes", "no")
+
+
+def extra_spec_problems(vcpus: int, specs: Mapping[str, str]) -> list[str]:
+    """What Nova's API would refuse in a flavor's extra specs, among those that decide its
+    allocation: one line each, naming the key. Keys of other namespaces are Nova's business."""
+    problems = []
+    for key, allowed in _POLICY_VALUES.items():
+        if key in specs and specs[key] not in allowed:
+            problems.append(f"{key}: expected one of {', '.join(allowed)}, got {specs[key]!r}")
+    if specs.get("hw:cpu_realtime", "").strip().lower() not in ("", *_BOOLEANS):
+        problems.append(f"hw:cpu_realtime: expected true or false, got {specs['hw:cpu_realtime']!r}")
+    for key, value in specs.items():
+        match = RESOURCE_SPEC.fullmatch(key)
+        if match is None:
+            continue
+        name = match.group(2)
+        if name not in _STANDARD_NAMES and not name.startswith(CUSTOM_PREFIX):
+            problems.append(
+                f"{key}: virtcap accounts {', '.join(sorted(_STANDARD_NAMES))} and CUSTOM_* classes"
+            )
+        elif name.startswith(CUSTOM_PREFIX) and not CUSTOM_CLASS.fullmatch(name):
+            problems.append(f"{key}: expected CUSTOM_ and then capital letters, digits and _")
+        if not value.strip().isdigit():
+            problems.append(f"{key}: expected a whole number of at least 0, got {value!r}")
+    if specs.get("hw:cpu_policy") == "mixed":
+        problems.extend(_mixed_problems(vcpus, specs))
+    return problems
+
+
+def _mixed_problems(vcpus: int, specs: Mapping[str, str]) -> list[str]:
+    realtime = _is_true(specs.get("hw:cpu_realtime", ""))
+    key = "hw:cpu_dedicated_mask" if "hw:cpu_dedicated_mask" in specs else "hw:cpu_realtime_mask"
+    mask = specs.get(key)
+    if not mask or (key == "hw:cpu_realtime_mask" and not realtime):
+        return ["hw:cpu_policy: mixed needs hw:cpu_dedicated_mask (or hw:cpu_realtime with its mask)"]
+    if mask.strip().startswith("^"):
+        mask = f"0-{vcpus - 1},{mask}"
+    try:
+        dedicated = parse_cpu_set(mask)
+    except ValueError as error:
+        return [f"{key}: {error}"]
+    if not dedicated <= set(range(vcpus)):
+        return [f"{key}: names vCPUs the flavor does not have (it has {vcpus})"]
+    if not dedicated or len(dedicated) == vcpus:
+        return [f"{key}: a mixed flavor needs both dedicated and shared vCPUs"]
+    return []

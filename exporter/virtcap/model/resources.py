@@ -21,6 +21,9 @@ from typing import ClassVar
 MIB = 1024**2
 GIB = 1024**3
 
+PLACEMENT_MAX_INT = 2**31 - 1
+"""Placement's largest inventory amount, and its default max_unit."""
+
 CUSTOM_PREFIX = "CUSTOM_"
 CUSTOM_CLASS = re.compile(r"CUSTOM_[A-Z0-9_]{1,248}")
 """Placement's rule for custom class names (at most 255 characters in all)."""
@@ -50,10 +53,6 @@ class Resource:
 
     def __str__(self) -> str:
         return self.label
-
-    @property
-    def custom(self) -> bool:
-        return self.placement_class.startswith(CUSTOM_PREFIX)
 
     @property
     def refusal_unit(self) -> str:
