@@ -13,9 +13,11 @@ import urllib.request
 from collections import Counter
 from typing import Any
 
+from virtcap.model.resources import STANDARD_CLASSES
+
 PASSWORD_VARIABLE = "VIRTCAP_PASSWORD"
 EXIT_USAGE = 2
-_STANDARD = ("vcpu", "pcpu", "memory", "disk")
+_STANDARD = tuple(resource.label for resource in STANDARD_CLASSES)
 """The claim body's own fields for the standard classes; any class goes in its `resources`."""
 
 

@@ -20,8 +20,7 @@ from typing import Any, TypeVar
 
 from virtcap.claims.records import Claim
 from virtcap.config import ConfigError
-from virtcap.model.capacity import placement_units
-from virtcap.model.resources import resource_class
+from virtcap.model.resources import Resource, placement_units, resource_class
 from virtcap.units import MAX_SIZE
 
 log = logging.getLogger(__name__)
@@ -74,8 +73,13 @@ class ClaimDatabase:
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=FULL")
         self._conn = conn
-        self._migrate(conn)
-        amounts: dict[str, dict[Any, int]] = {}
+        try:
+            self._migrate(conn)
+        except sqlite3.Error:
+            conn.close()
+            self._conn = None
+            raise
+        amounts: dict[str, dict[Resource, int]] = {}
         for claim_id, name, amount in conn.execute(
             "SELECT claim_id, resource_class, amount FROM claim_amounts"
         ):

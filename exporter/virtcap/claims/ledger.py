@@ -25,9 +25,9 @@ from collections.abc import Mapping
 from virtcap.claims.database import SQLITE_MAX_INTEGER, ClaimDatabase
 from virtcap.claims.records import Claim, ClaimRequest
 from virtcap.config import ClaimSettings
-from virtcap.model.capacity import Amounts, claim_test, placement_units
+from virtcap.model.capacity import Amounts, claim_test
 from virtcap.model.facts import HostFacts
-from virtcap.model.resources import Resource
+from virtcap.model.resources import Resource, placement_units
 from virtcap.service.snapshot import HypervisorSnapshot
 from virtcap.service.store import SnapshotStore
 

@@ -37,11 +37,10 @@ from virtcap.model.capacity import (
     HostPolicy,
     Inventory,
     amounts,
-    placement_units,
 )
 from virtcap.model.facts import NovaFlavor, NovaInstance
 from virtcap.model.nova import nova_request
-from virtcap.model.resources import Resource, resource_by_label
+from virtcap.model.resources import Resource, placement_units, resource_by_label
 from virtcap.units import format_cpu_set
 
 __all__ = [

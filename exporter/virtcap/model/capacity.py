@@ -15,7 +15,15 @@ from typing import TypedDict
 
 from virtcap.model.facts import DomainFacts, DomainState, HostFacts
 from virtcap.model.nova import nova_request
-from virtcap.model.resources import GIB, MIB, PLACEMENT_MAX_INT, STANDARD_CLASSES, Resource, display_order
+from virtcap.model.resources import (
+    GIB,
+    MIB,
+    PLACEMENT_MAX_INT,
+    STANDARD_CLASSES,
+    Resource,
+    display_order,
+    placement_units,
+)
 
 STATES: tuple[DomainState, ...] = tuple(DomainState)
 
@@ -338,12 +346,6 @@ def _declared_units(resource: Resource, declared: Inventory | None) -> _Declared
         return {"min_unit": 1, "step_size": 1, "declared_max_unit": None}
     largest = declared.max_unit * resource.placement_unit
     return {"min_unit": declared.min_unit, "step_size": declared.step_size, "declared_max_unit": largest}
-
-
-def placement_units(resource: Resource, amount: int) -> int:
-    """An amount in Placement's unit of the class, rounded up: an allocation is whole MiB or GiB."""
-    unit = resource.placement_unit
-    return -(-amount // unit)
 
 
 def refusal(capacity: ResourceCapacity | None, resource: Resource, amount: int) -> str | None:

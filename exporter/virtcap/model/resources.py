@@ -105,3 +105,9 @@ def display_order(resources: Iterable[Resource]) -> list[Resource]:
     found = set(resources)
     standard = [r for r in STANDARD_CLASSES if r in found]
     return standard + sorted(found - set(STANDARD_CLASSES), key=lambda r: r.label)
+
+
+def placement_units(resource: Resource, amount: int) -> int:
+    """An amount in Placement's unit of the class, rounded up: an allocation is whole MiB or GiB."""
+    unit = resource.placement_unit
+    return -(-amount // unit)

@@ -15,6 +15,7 @@ from virtcap.model.resources import (
     STANDARD_CLASSES,
     Resource,
     display_order,
+    placement_units,
     resource_class,
 )
 from virtcap.units import MAX_SIZE, brief_repr
@@ -33,21 +34,19 @@ def iso_time(timestamp: float) -> str:
     return datetime.fromtimestamp(timestamp, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
-def most(resource: Resource) -> int:
+def largest_claim_amount(resource: Resource) -> int:
     """The largest amount of a class one claim asks for, in Placement's unit: what the database
     stores, once in bytes, and no more cpus than MAX_CPUS."""
     largest = MAX_SIZE // resource.placement_unit
     return min(largest, MAX_CPUS) if resource.unit == "cpus" else largest
 
 
-def placement_amount(resource: Resource, amount: int) -> int:
-    """An amount (cpus, bytes, count) in Placement's unit of the class, a partial MiB or GiB
-    rounded up as an allocation is."""
-    return -(-amount // resource.placement_unit)
-
-
 def _amount_schema(resource: Resource | None) -> dict[str, Any]:
-    return {"type": "integer", "minimum": 0, "maximum": most(resource) if resource else MAX_SIZE}
+    return {
+        "type": "integer",
+        "minimum": 0,
+        "maximum": largest_claim_amount(resource) if resource else MAX_SIZE,
+    }
 
 
 def _resources_schema() -> dict[str, Any]:
@@ -155,7 +154,7 @@ class ClaimBody(BaseModel):
     @classmethod
     def _within_bounds(cls, value: dict[str, int]) -> dict[str, int]:
         for name, amount in value.items():
-            largest = most(resource_class(name))
+            largest = largest_claim_amount(resource_class(name))
             if not 0 <= amount <= largest:
                 raise ValueError(
                     f"{name}: expected a whole number from 0 to {largest}, got {brief_repr(amount)}"
@@ -211,7 +210,7 @@ class ClaimDocument(BaseModel):
             id=claim.id,
             hypervisor=claim.hypervisor,
             **{r.label: amounts.get(r, 0) for r in STANDARD_CLASSES},
-            resources={r.placement_class: placement_amount(r, amounts[r]) for r in held},
+            resources={r.placement_class: placement_units(r, amounts[r]) for r in held},
             created_at=iso_time(claim.created_at),
             expires_at=iso_time(claim.expires_at),
             domain_uuid=claim.domain_uuid,
