@@ -19,7 +19,8 @@ wherever a libvirt URI does: the configuration's `hypervisors`, `virtcap capture
   no capture), getHostname, getCPUMap, getCapabilities, getCPUStats(ALL_CPUS),
   getMemoryStats(ALL_CELLS), and the free pages of every page size (KiB) of the capabilities'
   host CPU in every NUMA cell of their topology (one getFreePages(sizes, cell, 1) per cell; no
-  cell where the topology has none);
+  cell where the topology has none; a cell the driver answered nothing for, as libvirt's test
+  driver does, is left out of a replayed answer as the driver left it out);
 - `domains`: listAllDomains(0) and getAllDomainStats(VIR_DOMAIN_STATS_STATE, 0) as UUIDs in
   libvirt's order, and per domain its name, info(), XMLDesc(0) and blockInfo of each local
   disk target;
@@ -78,7 +79,26 @@ __all__ = [
     "Answer",
     "CaptureDocument",
     "CaptureFileError",
+    "CellPages",
+    "Domain",
+    "DomainStats",
+    "Domains",
+    "Failure",
+    "FreePages",
+    "MissingPool",
+    "Node",
+    "NodeDevice",
+    "PageCount",
     "ReplayConnection",
+    "ReplayDomain",
+    "ReplayNodeDevice",
+    "ReplayStoragePool",
+    "ReplayStorageVol",
+    "Source",
+    "StoragePool",
+    "StoragePools",
+    "Volume",
+    "ask",
     "decode_capture",
     "encode_capture",
     "is_replay_uri",
