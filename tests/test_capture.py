@@ -482,8 +482,9 @@ def test_a_real_libvirtd_replays_as_audited(real_host: RealHost, tmp_path: Path)
     memory = document.node.memory_stats.get()
     used_kib = memory["total"] - memory["free"] - memory["buffers"] - memory["cached"]
     assert (replayed.memory_in_use_bytes, replayed.memory_in_use_source) == (used_kib * KIB, "host")
-    cpu = document.node.cpu_stats.get()
-    assert replayed.cpu_times is not None and replayed.cpu_times.busy_ns == cpu["kernel"] + cpu["user"]
+    # CPU counters frozen in a file tell no rate: busy CPUs are unknown, never 0
+    assert document.node.cpu_stats.get()["kernel"] > 0
+    assert replayed.cpu_times is None and replayed.busy_cpus is None
 
     # What the next audits need: free pages in every cell of the topology, the node devices.
     free_pages = document.node.free_pages

@@ -19,7 +19,7 @@ import libvirt
 from virtcap.audit.domain_states import ACTIVE_STATES, state_from_libvirt
 from virtcap.audit.domain_xml import NON_LOCAL_DEVICES, DiskReference, DomainXMLError, parse_domain_xml
 from virtcap.audit.libvirt_api import VirConnect, VirDomain
-from virtcap.audit.replay import CaptureFileError, is_replay_uri, open_replay
+from virtcap.audit.replay import CaptureFileError, ReplayConnection, is_replay_uri, open_replay
 from virtcap.config import DiskSource
 from virtcap.model.facts import (
     CpuIdentity,
@@ -189,11 +189,11 @@ def read_cpu_times(conn: VirConnect) -> CpuTimes | None:
     """The host's cumulative busy CPU time, or None where the driver does not measure it.
 
     A missing figure is unknown, never 0: two samples of a constant would report an idle host.
-    The test driver answers with constants, drivers without node statistics with an error, and
-    a driver that leaves out kernel or user time tells only part of the busy time.
+    The test driver and a replayed capture answer with constants, drivers without node statistics
+    with an error, and a driver that leaves out kernel or user time tells only part of the busy time.
     """
     try:
-        if conn.getType() == TEST_DRIVER:
+        if conn.getType() == TEST_DRIVER or isinstance(conn, ReplayConnection):
             return None
         stats = conn.getCPUStats(libvirt.VIR_NODE_CPU_STATS_ALL_CPUS)
     except libvirt.libvirtError:
