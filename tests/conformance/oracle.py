@@ -12,13 +12,18 @@ Requests (`op`):
   same text as `[compute] cpu_shared_set` (`get_cpu_shared_set`: unset, a set, or refused).
 - `placement` {inventory, usage, request, attempts}: a resource provider in a real Placement (its
   WSGI application, in-process, on in-memory SQLite). Each class of `inventory` (total, reserved,
-  min_unit, max_unit, step_size, allocation_ratio) is posted on its own, so that Placement accepts
-  or refuses each; the capacity Placement reports for the accepted ones is read from the
-  provider summaries of GET /allocation_candidates while the provider is empty. `usage` (a list
-  of allocations, one consumer each) is then written as existing allocations (under a roomy
-  inventory, which is then put back: the way a host ends up over its policy when a ratio is
-  lowered after the fact), and `request` is allocated up to `attempts` times in a row, each to a
-  new consumer, until Placement refuses one.
+  min_unit, max_unit, step_size, allocation_ratio; a field left out takes Placement's default) is
+  posted on its own, so that Placement accepts or refuses each; the CUSTOM_* classes named
+  anywhere in the question are created first, as Nova's report client creates them. The capacity
+  Placement reports for the accepted ones is read from the provider summaries of
+  GET /allocation_candidates while the provider is empty. `usage` (a list of allocations, one
+  consumer each) is then written as existing allocations (under a roomy inventory, which is then
+  put back: the way a host ends up over its policy when a ratio is lowered after the fact), the
+  inventories are read back as Placement holds them (its defaults filled in), and `request` is
+  allocated up to `attempts` times in a row, each to a new consumer, until Placement refuses one.
+  With `request_groups` ({suffix: resources}, "" for the unsuffixed group; `request` is then their
+  sum, the allocation that lands on the one provider), `grouped_candidate` also says whether
+  GET /allocation_candidates finds the provider for the groups, as Nova's scheduler asks.
 - `flavor` {vcpus, memory_mb, root_gb, ephemeral_gb, swap, extra_specs, is_bfv, image_properties}:
   the resources Nova's scheduler asks Placement for: `resources_from_flavor_and_bfv`, or with image
   properties `ResourceRequest.from_request_spec` of a request spec carrying that image.
@@ -121,6 +126,21 @@ class Placement:
         summary: dict[str, Any] = body["provider_summaries"][provider]["resources"]
         return summary
 
+    def grouped_candidate(self, provider: str, groups: dict[str, dict[str, int]]) -> bool:
+        """Whether GET /allocation_candidates finds the provider for request groups as Nova's
+        scheduler asks for them: `resources` for the unsuffixed group, `resources<suffix>` for
+        each granular one (group_policy none), every group held to this provider."""
+        query = []
+        for suffix, resources in sorted(groups.items()):
+            wanted = ",".join(f"{name}:{amount}" for name, amount in sorted(resources.items()) if amount)
+            if wanted:
+                query += [f"resources{suffix}={wanted}", f"in_tree{suffix}={provider}"]
+        if any(suffix for suffix in groups):
+            query.append("group_policy=none")
+        status, body = self.call("GET", f"/allocation_candidates?{'&'.join(query)}")
+        assert status == 200, body
+        return bool(body["allocation_requests"])
+
     def allocation(self, provider: str, resources: dict[str, int]) -> dict[str, Any]:
         return {
             "allocations": {provider: {"resources": resources}},
@@ -130,9 +150,20 @@ class Placement:
             "consumer_type": "INSTANCE",
         }
 
+    def ensure_custom_classes(self, names: set[str]) -> None:
+        """Creates the CUSTOM_* classes (idempotent), as Nova's report client does before it
+        reports an inventory of one: a class must exist before any provider has it."""
+        for name in sorted(names):
+            if name.startswith("CUSTOM_"):
+                status, body = self.call("PUT", f"/resource_classes/{name}")
+                assert status in (201, 204), body
+
     def run(self, request: dict[str, Any]) -> dict[str, Any]:
         provider = Provider(self)
         inventory: dict[str, dict[str, Any]] = request["inventory"]
+        self.ensure_custom_classes(
+            {*inventory, *request.get("request", {}), *(n for a in request.get("usage", []) for n in a)}
+        )
         statuses: dict[str, int] = {}
         errors: dict[str, str] = {}
         for name, fields in sorted(inventory.items()):
@@ -143,7 +174,17 @@ class Placement:
         accepted = {name: inventory[name] for name, status in statuses.items() if status < 300}
 
         # Capacity as Placement reports it, read while the provider is empty. A summary lists
-        # every class of the provider; a class offers a candidate when its capacity is at least 1.
+        # every class of the provider; a class offers a candidate when its capacity is at least 1
+        # and 1 unit meets its constraints: where min_unit or step_size rule out 1, capacity is
+        # read under a copy of the inventory without them (capacity depends only on total,
+        # reserved and allocation_ratio), and the real inventory is then put back.
+        relaxed = {
+            name: fields | {"min_unit": 1, "step_size": 1}
+            for name, fields in accepted.items()
+            if fields.get("min_unit", 1) != 1 or fields.get("step_size", 1) != 1
+        }
+        if relaxed:
+            provider.put_inventories(accepted | relaxed)
         capacity: dict[str, int] | None = None
         for name in sorted(accepted):
             summary = self.summaries(provider.uuid, {name: 1})
@@ -152,23 +193,31 @@ class Placement:
                 break
         if capacity is None:  # no class has room for a single unit: every capacity is below 1
             capacity = dict.fromkeys(accepted, 0)
+        if relaxed:
+            provider.put_inventories(accepted)
 
         usage: list[dict[str, int]] = request.get("usage", [])
         load_error = provider.load(accepted, usage) if any(any(a.values()) for a in usage) else None
         status, answer = self.call("GET", f"/resource_providers/{provider.uuid}/usages")
         assert status == 200, answer
         usages = {name: int(amount) for name, amount in answer["usages"].items()}
+        status, answer = self.call("GET", f"/resource_providers/{provider.uuid}/inventories")
+        assert status == 200, answer
+        held: dict[str, Any] = answer["inventories"]
 
         result: dict[str, Any] = {
             "inventory_status": statuses,
             "inventory_errors": errors,
             "capacity": capacity,
             "usages": usages,
+            "inventories": held,
             "load_error": load_error,
         }
         wanted = {name: amount for name, amount in request.get("request", {}).items() if amount}
         if wanted:
             result["candidate"] = self.summaries(provider.uuid, wanted) is not None
+            if request.get("request_groups"):
+                result["grouped_candidate"] = self.grouped_candidate(provider.uuid, request["request_groups"])
             count, refusal = 0, None
             while count < int(request.get("attempts", 1)):
                 body = self.allocation(provider.uuid, wanted)
