@@ -2,6 +2,11 @@
 
 Everything here blocks on libvirt and runs in a worker thread. A domain that cannot be read is
 reported among the problems and left out; it never fails the audit of its host.
+
+What the host is built of (its CPU identity, NUMA cells and PCI devices: the HostLayout) is
+constant for a connection's life and costly to read (the capabilities take seconds on QEMU without
+KVM, the devices a call each): read once per connection (read_host_layout) and handed to each audit
+on it, which reads only the free hugepages, in one call, and joins them into the cells.
 """
 
 from __future__ import annotations
@@ -9,16 +14,18 @@ from __future__ import annotations
 import os
 import time
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import cast
 from urllib.parse import urlsplit
 
 import libvirt
 
+from virtcap.audit.capabilities import CapabilitiesError, numa_cells
 from virtcap.audit.domain_states import ACTIVE_STATES, state_from_libvirt
 from virtcap.audit.domain_xml import NON_LOCAL_DEVICES, DiskReference, DomainXMLError, parse_domain_xml
-from virtcap.audit.libvirt_api import VirConnect, VirDomain
+from virtcap.audit.libvirt_api import VirConnect, VirDomain, VirNodeDevice
+from virtcap.audit.node_devices import NodeDeviceError, pci_device
 from virtcap.audit.replay import CaptureFileError, ReplayConnection, is_replay_uri, open_replay
 from virtcap.config import DiskSource
 from virtcap.model.facts import (
@@ -27,6 +34,8 @@ from virtcap.model.facts import (
     DiskFacts,
     DomainFacts,
     HostFacts,
+    NumaCell,
+    PciDevice,
     StorageFacts,
 )
 
@@ -92,17 +101,32 @@ def version_string(encoded: int) -> str:
     return f"{encoded // 1_000_000}.{encoded // 1000 % 1000}.{encoded % 1000}"
 
 
+@dataclass(frozen=True, slots=True)
+class HostLayout:
+    """What a hypervisor is built of, constant for a connection's life (read_host_layout): its
+    CPU identity, its NUMA cells without their free pages, its PCI devices, and the problems met
+    reading them, which every audit with this layout reports again."""
+
+    identity: CpuIdentity
+    numa_cells: tuple[NumaCell, ...] = ()
+    pci_devices: tuple[PciDevice, ...] = ()
+    problems: tuple[str, ...] = ()
+
+
 def audit_host(
     conn: VirConnect,
     uri: str,
     disk: DiskSource | None,
     previous_cpu: CpuTimes | None = None,
     cpu_window: float = 0.0,
+    *,
+    layout: HostLayout | None = None,
 ) -> HostFacts:
     """Read everything capacity accounting needs from one hypervisor.
 
     Host CPU busy time is a rate: it needs a previous sample (`previous_cpu`, from the last
     audit) or, for a one-shot audit, a second sample taken `cpu_window` seconds after the first.
+    `layout` is the connection's (read_host_layout), read here when not given.
     """
     started = time.monotonic()
     problems: list[str] = []
@@ -113,9 +137,14 @@ def audit_host(
         libvirt_version = version_string(conn.getLibVersion())
     except libvirt.libvirtError as error:
         raise AuditError(f"cannot read node information: {error.get_error_message()}") from None
-    if cpu_window > 0 and previous_cpu is None:
+    sampling = cpu_window > 0 and previous_cpu is None
+    window_started = time.monotonic()
+    if sampling:
         previous_cpu = read_cpu_times(conn)
-        time.sleep(cpu_window)
+    if layout is None:
+        layout = read_host_layout(conn)
+    if sampling:  # the layout was read within the window: only the rest of it is waited for
+        time.sleep(max(0.0, cpu_window - (time.monotonic() - window_started)))
     storage = _storage(conn, uri, disk, problems)
     # The test driver answers virDomainGetBlockInfo with made-up constants (about 1 TiB for any
     # disk): only its storage pools' volumes are real data.
@@ -130,6 +159,7 @@ def audit_host(
         if facts is not None:
             domains.append(facts)
     memory_in_use, memory_source = _memory_in_use(conn, uri, domains)
+    cells = _with_free_hugepages(conn, layout.numa_cells, problems)
     cpu_times = read_cpu_times(conn)
     return HostFacts(
         hostname=_hostname(conn),
@@ -148,7 +178,41 @@ def audit_host(
         audited_at=time.time(),
         audit_duration_seconds=time.monotonic() - started,
         # libvirt lists domains in no stable order: sorted, reports compare equal from audit to audit
-        problems=tuple(sorted(problems + volumes.problems + [p for d in domains for p in d.problems])),
+        problems=tuple(
+            sorted(
+                problems + list(layout.problems) + volumes.problems + [p for d in domains for p in d.problems]
+            )
+        ),
+        numa_cells=cells,
+        pci_devices=layout.pci_devices,
+    )
+
+
+def read_host_layout(conn: VirConnect) -> HostLayout:
+    """The host's CPU identity, NUMA cells (free pages unknown) and PCI devices.
+
+    Slow on some drivers (the capabilities take seconds on QEMU without KVM, the devices a call
+    each) and constant for a connection's life: callers read it once per connection, never on
+    every audit. A reconnect reads it again, hot-plugged devices with it. What cannot be read
+    (the capabilities, a device) is a problem of the host, never a failed audit.
+    """
+    problems: list[str] = []
+    try:
+        capabilities: str | None = conn.getCapabilities()
+    except libvirt.libvirtError as error:
+        capabilities = None
+        problems.append(f"cannot read the capabilities: {error.get_error_message()}; NUMA cells unknown")
+    cells: tuple[NumaCell, ...] = ()
+    if capabilities is not None:
+        try:
+            cells = numa_cells(capabilities)
+        except CapabilitiesError as error:
+            problems.append(f"NUMA topology: {error}; NUMA cells unknown")
+    return HostLayout(
+        identity=_cpu_identity(conn, capabilities),
+        numa_cells=cells,
+        pci_devices=_pci_devices(conn, problems),
+        problems=tuple(problems),
     )
 
 
@@ -156,18 +220,108 @@ def read_cpu_identity(conn: VirConnect) -> CpuIdentity:
     """The host CPU model and architecture, from the capabilities XML.
 
     Slow on some drivers (seconds on QEMU without KVM) and constant for a connection's life:
-    callers read it once per connection, never on every audit.
+    callers read it once per connection (read_host_layout has it), never on every audit.
     """
-    fallback = str(conn.getInfo()[0])
     try:
-        host_cpu = ET.fromstring(conn.getCapabilities()).find("host/cpu")
-    except (libvirt.libvirtError, ET.ParseError):
+        capabilities: str | None = conn.getCapabilities()
+    except libvirt.libvirtError:
+        capabilities = None
+    return _cpu_identity(conn, capabilities)
+
+
+def _cpu_identity(conn: VirConnect, capabilities: str | None) -> CpuIdentity:
+    """The capabilities' host CPU; the node's CPU model (virNodeGetInfo) where they name none."""
+    try:
+        host_cpu = None if capabilities is None else ET.fromstring(capabilities).find("host/cpu")
+    except ET.ParseError:
         host_cpu = None
-    if host_cpu is None:
-        return CpuIdentity(model=fallback, arch="")
-    return CpuIdentity(
-        model=host_cpu.findtext("model", default=fallback), arch=host_cpu.findtext("arch", default="")
-    )
+    model = None if host_cpu is None else host_cpu.findtext("model")
+    if host_cpu is not None and model is not None:
+        return CpuIdentity(model=model, arch=host_cpu.findtext("arch", default=""))
+    try:
+        fallback = str(conn.getInfo()[0])
+    except libvirt.libvirtError as error:
+        raise AuditError(f"cannot read node information: {error.get_error_message()}") from None
+    return CpuIdentity(model=fallback, arch="" if host_cpu is None else host_cpu.findtext("arch", default=""))
+
+
+def _with_free_hugepages(
+    conn: VirConnect, cells: tuple[NumaCell, ...], problems: list[str]
+) -> tuple[NumaCell, ...]:
+    """The cells with the free pages of each hugepage size joined in, read in one call for every
+    cell and size (virNodeGetFreePages answers cell -> page size in KiB -> free pages).
+
+    Free hugepages are what a hugepage-backed guest can still get. The base page size (the
+    smallest) is not asked for: its free count is the cell's MemFree, which the page cache lowers
+    and which moves from second to second; it stays unknown, as it does on a driver that cannot
+    count free pages (VIR_ERR_NO_SUPPORT) or answers nothing for a cell (libvirt's test driver).
+    """
+    sizes = sorted({page.size_kib for cell in cells for page in cell.pages})
+    hugepage_sizes = sizes[1:]
+    if not cells or not hugepage_sizes:
+        return cells
+    first, last = cells[0].id, cells[-1].id  # sorted by id
+    try:
+        free = conn.getFreePages(hugepage_sizes, first, last - first + 1)
+    except libvirt.libvirtError as error:
+        if error.get_error_code() != libvirt.VIR_ERR_NO_SUPPORT:
+            problems.append(f"cannot read free hugepages: {error.get_error_message()}; free pages unknown")
+        return cells
+    joined = []
+    for cell in cells:
+        counts = free.get(cell.id) or {}
+        pages = tuple(
+            replace(page, free=int(counts[page.size_kib])) if page.size_kib in counts else page
+            for page in cell.pages
+        )
+        joined.append(replace(cell, pages=pages) if counts else cell)
+    return tuple(joined)
+
+
+def _pci_devices(conn: VirConnect, problems: list[str]) -> tuple[PciDevice, ...]:
+    """The host's PCI devices, by address: one call to list them, one per device for its XML.
+
+    A device whose XML cannot be read is a problem of the host and left out; one that went away
+    between the two calls is simply gone. A driver without node devices has none.
+    """
+    try:
+        listed = conn.listAllDevices(libvirt.VIR_CONNECT_LIST_NODE_DEVICES_CAP_PCI_DEV)
+    except libvirt.libvirtError as error:
+        if error.get_error_code() == libvirt.VIR_ERR_NO_SUPPORT:
+            return ()
+        if error.get_error_code() not in (libvirt.VIR_ERR_ARGUMENT_UNSUPPORTED, libvirt.VIR_ERR_INVALID_ARG):
+            problems.append(f"cannot list node devices: {error.get_error_message()}; PCI devices unknown")
+            return ()
+        # No filter by capability (a replayed capture): every device, keeping the PCI ones.
+        try:
+            listed = conn.listAllDevices(0)
+        except libvirt.libvirtError as retry:
+            if retry.get_error_code() != libvirt.VIR_ERR_NO_SUPPORT:
+                problems.append(f"cannot list node devices: {retry.get_error_message()}; PCI devices unknown")
+            return ()
+    devices = {}
+    for device in listed:
+        try:
+            parsed = pci_device(device.XMLDesc(0))
+        except libvirt.libvirtError as error:
+            if error.get_error_code() != libvirt.VIR_ERR_NO_NODE_DEVICE:
+                problems.append(
+                    f"{_device_label(device)}: {error.get_error_message()}; left out of the PCI devices"
+                )
+            continue
+        except NodeDeviceError as error:
+            problems.append(f"{_device_label(device)}: {error}; left out of the PCI devices")
+            continue
+        if parsed is not None:
+            devices[parsed.address] = parsed
+    return tuple(devices[address] for address in sorted(devices))
+
+
+def _device_label(device: VirNodeDevice) -> str:
+    try:
+        return f"node device {device.name()}"
+    except libvirt.libvirtError:
+        return "node device ?"
 
 
 def _hostname(conn: VirConnect) -> str:
@@ -354,6 +508,7 @@ def _audit_domain(domain: VirDomain, state_code: int | None, volumes: _VolumeInd
         disks=disks,
         nova=definition.nova,
         problems=tuple(problems),
+        placement=definition.placement,
     )
 
 
