@@ -5,6 +5,10 @@ marks the hypervisor down; it is never started again while the first is stuck, s
 threads stays bounded by the number of hypervisors however long libvirt hangs. Lifecycle events
 (a domain defined, started, undefined...) trigger a prompt re-audit, coalescing bursts.
 
+What the host is built of (CPU identity, NUMA cells, PCI devices: virtcap.audit.hypervisor's
+HostLayout) is read once per connection, in the audit thread and so within the audit timeout, and
+kept for the audits on that connection; each audit still reads the free hugepages.
+
 The auditor keeps the schedule and hands what each audit found to the store; the connection's
 lifecycle is virtcap.audit.connection's, its libvirt callbacks virtcap.audit.subscriptions', and
 the one call in flight virtcap.audit.threads.SerialCaller's.
@@ -16,18 +20,17 @@ import asyncio
 import contextlib
 import logging
 import random
-import threading
 from collections.abc import Mapping
 
 import libvirt
 
 from virtcap.audit.connection import IN_PROCESS_DRIVER, HypervisorConnection
-from virtcap.audit.events import hand_to_loop
 from virtcap.audit.hypervisor import (
     AuditError,
+    HostLayout,
     audit_host,
-    read_cpu_identity,
     read_cpu_times,
+    read_host_layout,
     redact_uri,
 )
 from virtcap.audit.libvirt_api import VirConnect
@@ -76,12 +79,12 @@ class HypervisorAuditor:
             on_closed=self._connection_lost,
             on_lifecycle=self.poke,
         )
-        self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
         self._calls = SerialCaller(name=f"audit-{hypervisor.name}")
         self._previous_cpu: CpuTimes | None = None
         self._retry_delay = 0.0
-        self._identity_pending = False
+        self._layout: HostLayout | None = None
+        """The current connection's, read by its first audit; only the audit thread touches it."""
         self._identity: CpuIdentity | None = None
         self._announced = False
         self._stopped = False
@@ -147,7 +150,7 @@ class HypervisorAuditor:
             return False
         async with self.slots:
             try:
-                facts = await self._calls.call(self._audit_blocking, self.settings.timeout)
+                facts, identity = await self._calls.call(self._audit_blocking, self.settings.timeout)
             except TimeoutError:
                 self._record_failure(
                     f"audit timed out after {self.settings.timeout:g}s ({self.uri_for_humans})", "timeout"
@@ -161,12 +164,14 @@ class HypervisorAuditor:
                 self._record_failure(f"{error.get_error_message()} ({self.uri_for_humans})", "failure")
                 return False
         self._previous_cpu = facts.cpu_times
+        if identity != self._identity:  # a new connection may find another host (or CPU)
+            self._identity = identity
+            self.store.set_identity(self.name, identity)
         snapshot = HypervisorSnapshot.audited(self.hypervisor, facts, self.flavors)
         if self.claims is not None:
             await self.claims.record_audit(snapshot, facts)
         else:
             self.store.record(snapshot, "success")
-        self._read_identity_once()
         return True
 
     def _record_failure(self, error: str, outcome: str) -> None:
@@ -186,56 +191,45 @@ class HypervisorAuditor:
 
     # Everything below runs in the audit thread, except where said.
 
-    def _audit_blocking(self) -> HostFacts:
+    def _audit_blocking(self) -> tuple[HostFacts, CpuIdentity]:
         conn = self._connection()
         try:
+            if self._layout is None:
+                # Once per connection: slow on some drivers, constant for the connection's life.
+                self._layout = read_host_layout(conn)
+            layout = self._layout
             facts = audit_host(
-                conn, self.hypervisor.uri, self.hypervisor.disk, previous_cpu=self._previous_cpu
+                conn,
+                self.hypervisor.uri,
+                self.hypervisor.disk,
+                previous_cpu=self._previous_cpu,
+                layout=layout,
             )
         except AuditError:
             self.connection.mark_broken()
             raise
         if facts.hypervisor_type == IN_PROCESS_DRIVER or is_replay_uri(self.hypervisor.uri):
-            self._release_in_process(conn)
-        return facts
+            self._release_in_process()
+        return facts, layout.identity
 
     def _connection(self) -> VirConnect:
         conn, opened = self.connection.get()
         if opened:
             # Busy CPUs are a rate: this first sample lets the first audit tell them already.
             self._previous_cpu = read_cpu_times(conn)
-            self._identity_pending = self._identity is None
+            self._layout = None  # another connection, maybe to a host rebuilt meanwhile
             if not self._announced:  # in-process connections reopen every audit: say it once
                 log.info("connected", extra={"hypervisor": self.name, "uri": self.uri_for_humans})
                 self._announced = True
         return conn
 
-    def _release_in_process(self, conn: VirConnect) -> None:
+    def _release_in_process(self) -> None:
         """libvirt's test driver is a private hypervisor inside this process, about 0.6 MiB a
-        connection: nothing outside can change it, so no connection is kept between audits."""
-        if self._identity is None:
-            self._identity = read_cpu_identity(conn)  # cheap on this driver
-            hand_to_loop(self._loop, self.store.set_identity, self.name, self._identity)
-        self._identity_pending = False
+        connection: nothing outside can change it, so no connection is kept between audits (nor
+        a replayed capture, read again from its file). Both are cheap to open and to read the
+        layout of again."""
+        self._layout = None
         self.connection.discard()
-
-    def _read_identity_once(self) -> None:
-        """The CPU identity is slow to read on some drivers: once per connection, off the audit.
-        Runs on the loop, and reads in a thread of its own."""
-        conn = self.connection.current
-        if not self._identity_pending or conn is None:
-            return
-        self._identity_pending = False
-
-        def read() -> None:
-            try:
-                identity = read_cpu_identity(conn)
-            except libvirt.libvirtError:
-                return
-            self._identity = identity
-            hand_to_loop(self._loop, self.store.set_identity, self.name, identity)
-
-        threading.Thread(target=read, name=f"identity-{self.name}", daemon=True).start()
 
 
 class FleetAuditor:
