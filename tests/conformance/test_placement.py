@@ -25,8 +25,9 @@ virtcap must refuse the class Placement names for the same kind of reason: capac
 second generated test puts custom classes in every case, on roomy hosts where they, not the
 standard classes, mostly decide what fits.
 
-Differences found and not fixed yet are KNOWN_DIFFERENCES: each has its smallest cases in
-KNOWN_CASES as a strict xfail, and a generated case showing one sets that comparison aside.
+A flavor with a granular group fits only where Placement's candidates for its groups find the
+host: Placement holds each group to min_unit, max_unit and step_size on its own, and so does
+virtcap's count, while a claim is one allocation, held to them as a whole.
 """
 
 from __future__ import annotations
@@ -509,9 +510,8 @@ def _nova_allocations(oracle: Oracle, cases: list[Case]) -> list[dict[int, dict[
     return allocations
 
 
-def compare(oracle: Oracle, cases: list[Case]) -> tuple[list[str], list[str], int]:
-    """Every difference between virtcap and Placement over the cases, the known ones apart (see
-    KNOWN_DIFFERENCES), and how many comparisons."""
+def compare(oracle: Oracle, cases: list[Case]) -> tuple[list[str], int]:
+    """Every difference between virtcap and Placement over the cases, and how many comparisons."""
     answers_of_virtcap = [case.virtcap() for case in cases]
     nova = _nova_allocations(oracle, cases)
     questions = [
@@ -519,7 +519,6 @@ def compare(oracle: Oracle, cases: list[Case]) -> tuple[list[str], list[str], in
         for case, (capacity, _reasons), guests in zip(cases, answers_of_virtcap, nova, strict=True)
     ]
     mismatches: list[str] = []
-    known: list[str] = []
     compared = 0
     for index, (case, (capacity, reasons), answer) in enumerate(
         zip(cases, answers_of_virtcap, oracle.ask(questions), strict=True)
@@ -528,29 +527,23 @@ def compare(oracle: Oracle, cases: list[Case]) -> tuple[list[str], list[str], in
         _compare_case(case, capacity, reasons, answer, comparison)
         compared += comparison.compared
         mismatches.extend(f"case {index}: {line}; case {case.describe()}" for line in comparison.found)
-        known.extend(f"case {index}: {line}; case {case.describe()}" for line in comparison.known)
-    return mismatches, known, compared
+    return mismatches, compared
 
 
 @dataclass
 class Comparison:
-    """The comparisons of one case: how many, the differences, and the known ones apart."""
+    """The comparisons of one case: how many, and the differences."""
 
     compared: int = 0
     found: list[str] = field(default_factory=list)
-    known: list[str] = field(default_factory=list)
 
-    def check(self, what: str, virtcap: object, placement: object, known: str | None = None) -> None:
-        """One comparison; a difference is `known` (a key of KNOWN_DIFFERENCES) when the case
-        is one that difference is about."""
-        self.differ(what, virtcap != placement, f"virtcap {virtcap}, Placement {placement}", known)
+    def check(self, what: str, virtcap: object, placement: object) -> None:
+        self.differ(what, virtcap != placement, f"virtcap {virtcap}, Placement {placement}")
 
-    def differ(self, what: str, differs: bool, detail: str, known: str | None = None) -> None:
+    def differ(self, what: str, differs: bool, detail: str) -> None:
         self.compared += 1
-        if differs and known is None:
+        if differs:
             self.found.append(f"{what}: {detail}")
-        elif differs:
-            self.known.append(f"{what}: {detail} [known difference: {known}]")
 
 
 def _compare_case(
@@ -565,27 +558,21 @@ def _compare_case(
     first = accepted >= 1
     out.check("the claim fits", not reasons, first)
     out.check("Placement's candidates and its first allocation agree", answer["candidate"], first)
-    if "grouped_candidate" in answer:  # the flavor has a granular group
-        # Nova's scheduler asks for each group: Placement refusing them while it takes their sum
-        # is the known difference.
-        known = GRANULAR if first and not answer["grouped_candidate"] else None
-        out.check(
-            "the scheduler finds the host for the flavor's groups",
-            not reasons,
-            answer["grouped_candidate"],
-            known,
-        )
     count = capacity.schedulable[FLAVOR]
+    if "grouped_candidate" in answer:  # the flavor has a granular group
+        # Nova's scheduler asks Placement for each group: the flavor fits where it finds the host
+        out.check(
+            "the scheduler finds the host for the flavor's groups", count > 0, answer["grouped_candidate"]
+        )
     refusal = answer["refusal"]
-    if refusal is None:  # every attempt accepted: at least that many fit
+    if answer.get("grouped_candidate") is False:
+        out.check("how many fit", count, 0)
+    elif refusal is None:  # every attempt accepted: at least that many fit
         out.differ("how many fit", count < accepted, f"virtcap {count}, Placement at least {accepted}")
     else:
         out.check("how many fit", count, accepted)
     if not first:
         _compare_refusal(refusal, capacity, reasons, out)
-
-
-GRANULAR = "granular groups"
 
 
 def _compare_standard(case: Case, capacity: HostCapacity, answer: dict[str, Any], out: Comparison) -> None:
@@ -712,10 +699,8 @@ def generated_custom_case(rng: random.Random) -> Case:
 
 
 def test_generated_hosts_have_placements_capacity_usage_and_fit(oracle: Oracle) -> None:
-    """Known differences (KNOWN_DIFFERENCES) are set aside here: KNOWN_CASES holds each as a
-    strict xfail, which fails as soon as virtcap agrees with Placement."""
     cases = generated_cases("hosts", 80)
-    mismatches, _known, compared = compare(oracle, cases)
+    mismatches, compared = compare(oracle, cases)
     agree("comparisons", mismatches, compared)
 
 
@@ -723,7 +708,7 @@ def test_generated_custom_classes_have_placements_capacity_usage_and_fit(oracle:
     """Every case with custom classes, on hosts where the standard classes seldom decide."""
     rng = generator("custom-hosts")
     cases = [generated_custom_case(rng) for _ in range(25)]
-    mismatches, _known, compared = compare(oracle, cases)
+    mismatches, compared = compare(oracle, cases)
     agree("comparisons", mismatches, compared)
 
 
@@ -757,25 +742,11 @@ ISSUE_CASES = {
 
 @pytest.mark.parametrize("case", ISSUE_CASES.values(), ids=ISSUE_CASES.keys())
 def test_issue_13_cases(oracle: Oracle, case: Case) -> None:
-    mismatches, known, compared = compare(oracle, [case])
-    agree("comparisons", [*mismatches, *known], compared)
+    mismatches, compared = compare(oracle, [case])
+    agree("comparisons", mismatches, compared)
 
 
-# Custom classes: one case per rule of Placement's, and each known difference as a strict xfail.
-
-KNOWN_DIFFERENCES = {
-    GRANULAR: (
-        "a flavor asking for a custom class partly in a granular group (resources:CUSTOM_X=1 and "
-        "resources1:CUSTOM_X=1): Nova's scheduler asks Placement for each group, and Placement's "
-        "allocation candidates hold each group's amount to min_unit and step_size, while virtcap "
-        "adds the groups up first (as they land on one provider) and holds only the sum to them: "
-        "with step_size 2, virtcap says the flavor fits (1 + 1 = 2), Placement finds no candidate "
-        "(it would take the summed allocation of 2, which is what the domain holds once placed)"
-    ),
-}
-"""Differences between virtcap and Placement found by this file, not fixed yet (exporter/ is not
-this file's to change). In a generated case, a difference of a case one is about is set aside;
-KNOWN_CASES holds each as a strict xfail, which fails as soon as virtcap agrees with Placement."""
+# Custom classes: one case per rule of Placement's.
 
 SMALL_FLAVOR = {"VCPU": 1, "MEMORY_MB": 512}
 
@@ -869,35 +840,20 @@ CUSTOM_CASES = {
         cpu_ratio=0.5,
         flavor={"VCPU": 1, "MEMORY_MB": 512},
     ),
+    "granular groups held to step_size each: 1 + 1 on a step of 2 finds no candidate": _small_host(
+        custom={"CUSTOM_FPGA": CustomInventory(8, max_unit=8, step_size=2)},
+        flavor=SMALL_FLAVOR | {"CUSTOM_FPGA": 2},
+        granular={"CUSTOM_FPGA": 1},
+    ),
+    "granular groups held to min_unit each: 2 + 1 under a min_unit of 2 finds no candidate": _small_host(
+        custom={"CUSTOM_FPGA": CustomInventory(8, min_unit=2, max_unit=8)},
+        flavor=SMALL_FLAVOR | {"CUSTOM_FPGA": 3},
+        granular={"CUSTOM_FPGA": 1},
+    ),
 }
 
-KNOWN_CASES = [
-    (GRANULAR, "step_size", _small_host(
-        custom={"CUSTOM_FPGA": CustomInventory(8, max_unit=8, step_size=2)},
-        flavor=SMALL_FLAVOR | {"CUSTOM_FPGA": 2}, granular={"CUSTOM_FPGA": 1},
-    )),
-    (GRANULAR, "min_unit", _small_host(
-        custom={"CUSTOM_FPGA": CustomInventory(8, min_unit=2, max_unit=8)},
-        flavor=SMALL_FLAVOR | {"CUSTOM_FPGA": 3}, granular={"CUSTOM_FPGA": 1},
-    )),
-]  # fmt: skip
-"""Per known difference (a key of KNOWN_DIFFERENCES), the smallest cases that show it."""
 
-
-@pytest.mark.parametrize(
-    "case",
-    [
-        *CUSTOM_CASES.values(),
-        *(
-            pytest.param(case, marks=pytest.mark.xfail(strict=True, reason=KNOWN_DIFFERENCES[difference]))
-            for difference, _, case in KNOWN_CASES
-        ),
-    ],
-    ids=[
-        *CUSTOM_CASES,
-        *(f"known difference: {difference} ({which})" for difference, which, _ in KNOWN_CASES),
-    ],
-)
+@pytest.mark.parametrize("case", CUSTOM_CASES.values(), ids=CUSTOM_CASES.keys())
 def test_custom_class_cases(oracle: Oracle, case: Case) -> None:
-    mismatches, known, compared = compare(oracle, [case])
-    agree("comparisons", [*mismatches, *known], compared)
+    mismatches, compared = compare(oracle, [case])
+    agree("comparisons", mismatches, compared)

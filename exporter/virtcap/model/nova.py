@@ -13,7 +13,13 @@ import re
 from collections.abc import Mapping
 
 from virtcap.model.facts import NovaInstance
-from virtcap.model.resources import CUSTOM_CLASS, CUSTOM_PREFIX, STANDARD_CLASSES, Resource, resource_class
+from virtcap.model.resources import (
+    CUSTOM_CLASS,
+    CUSTOM_PREFIX,
+    STANDARD_CLASSES,
+    ResourceRequest,
+    resource_class,
+)
 from virtcap.units import parse_cpu_set
 
 RESOURCE_SPEC = re.compile(r"resources([a-zA-Z0-9_-]{1,64})?:(.*)")
@@ -23,7 +29,7 @@ groups, which all land on one hypervisor here (no nested providers), so their am
 _STANDARD_NAMES = frozenset(resource.placement_class for resource in STANDARD_CLASSES)
 
 
-def nova_request(instance: NovaInstance) -> dict[Resource, int]:
+def nova_request(instance: NovaInstance) -> ResourceRequest:
     """The allocation of one instance, in virtcap's units (cpus, bytes, counts), as
     `ResourceRequest.from_request_spec` builds it: the extra specs' `resources[suffix]:` amounts
     per request group; then the CPU policy's PCPU (and a mixed instance's VCPU), which replace
@@ -53,13 +59,16 @@ def nova_request(instance: NovaInstance) -> dict[Resource, int]:
         swap_gib = -(-flavor.swap_mib // 1024)
         root_gib = 0 if instance.boot_from_volume else flavor.root_gib
         unsuffixed["DISK_GB"] = flavor.ephemeral_gib + swap_gib + root_gib
-    total: dict[Resource, int] = {}
-    for group in groups.values():
-        for name, amount in group.items():
-            if amount > 0:
-                resource = resource_class(name)
-                total[resource] = total.get(resource, 0) + amount * resource.placement_unit
-    return total
+    return ResourceRequest(
+        tuple(
+            {
+                resource: amount * resource.placement_unit
+                for name, amount in group.items()
+                if amount > 0 and (resource := resource_class(name))
+            }
+            for group in groups.values()
+        )
+    )
 
 
 def _extra_spec_groups(specs: Mapping[str, str]) -> dict[str | None, dict[str, int]]:

@@ -14,7 +14,7 @@ extra specs and by claims.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -111,3 +111,37 @@ def placement_units(resource: Resource, amount: int) -> int:
     """An amount in Placement's unit of the class, rounded up: an allocation is whole MiB or GiB."""
     unit = resource.placement_unit
     return -(-amount // unit)
+
+
+class ResourceRequest(Mapping[Resource, int]):
+    """What one instance asks for: its request groups (the unsuffixed one and Placement's granular
+    `resources<suffix>:` ones), and, as a mapping, their amounts summed, which is what the
+    instance is allocated on one provider. Placement's allocation candidates hold each group to
+    min_unit, max_unit and step_size on its own, so a fit test needs the groups."""
+
+    __slots__ = ("_total", "groups")
+
+    def __init__(self, groups: Iterable[Mapping[Resource, int]]) -> None:
+        self.groups: tuple[Mapping[Resource, int], ...] = tuple(dict(group) for group in groups if group)
+        total: dict[Resource, int] = {}
+        for group in self.groups:
+            for resource, amount in group.items():
+                total[resource] = total.get(resource, 0) + amount
+        self._total = total
+
+    def __getitem__(self, resource: Resource) -> int:
+        return self._total[resource]
+
+    def __iter__(self) -> Iterator[Resource]:
+        return iter(self._total)
+
+    def __len__(self) -> int:
+        return len(self._total)
+
+    def __repr__(self) -> str:
+        return f"ResourceRequest({list(self.groups)!r})"
+
+
+def request_groups(request: Mapping[Resource, int]) -> tuple[Mapping[Resource, int], ...]:
+    """The groups of a request; a plain mapping is one group."""
+    return request.groups if isinstance(request, ResourceRequest) else (request,)
