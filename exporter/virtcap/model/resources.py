@@ -54,6 +54,11 @@ class Resource:
     def __str__(self) -> str:
         return self.label
 
+    def __hash__(self) -> int:
+        # Placement's name identifies a class; hashing it alone (a cached str hash) keeps the
+        # dict lookups of every audit as cheap as they were with an enum.
+        return hash(self.placement_class)
+
     @property
     def refusal_unit(self) -> str:
         return self.claim_unit or self.placement_class
