@@ -287,18 +287,9 @@ def _pci_devices(conn: VirConnect, problems: list[str]) -> tuple[PciDevice, ...]
     try:
         listed = conn.listAllDevices(libvirt.VIR_CONNECT_LIST_NODE_DEVICES_CAP_PCI_DEV)
     except libvirt.libvirtError as error:
-        if error.get_error_code() == libvirt.VIR_ERR_NO_SUPPORT:
-            return ()
-        if error.get_error_code() not in (libvirt.VIR_ERR_ARGUMENT_UNSUPPORTED, libvirt.VIR_ERR_INVALID_ARG):
+        if error.get_error_code() != libvirt.VIR_ERR_NO_SUPPORT:
             problems.append(f"cannot list node devices: {error.get_error_message()}; PCI devices unknown")
-            return ()
-        # No filter by capability (a replayed capture): every device, keeping the PCI ones.
-        try:
-            listed = conn.listAllDevices(0)
-        except libvirt.libvirtError as retry:
-            if retry.get_error_code() != libvirt.VIR_ERR_NO_SUPPORT:
-                problems.append(f"cannot list node devices: {retry.get_error_message()}; PCI devices unknown")
-            return ()
+        return ()
     devices = {}
     for device in listed:
         try:

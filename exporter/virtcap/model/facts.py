@@ -161,7 +161,9 @@ class PageCount:
     size_kib: int
     total: int
     free: int | None
-    """`virNodeGetFreePages`; None where the driver cannot tell."""
+    """`virNodeGetFreePages`, read for hugepage sizes only; None for the small pages (their free
+    count is the cell's free memory, which the page cache keeps lowering: no capacity) and where
+    the driver cannot tell."""
 
 
 @dataclass(frozen=True, slots=True)
