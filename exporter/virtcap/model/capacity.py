@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TypedDict
 
 from virtcap.model.facts import DomainFacts, DomainState, HostFacts
-from virtcap.model.nova import nova_request
+from virtcap.model.nova import nova_allocation
 from virtcap.model.resources import (
     GIB,
     MIB,
@@ -181,7 +181,7 @@ def domain_allocation(domain: DomainFacts, dedicated_cpus: frozenset[int] | None
     counts them: Nova's own request for a Nova instance (its metadata), else virtcap's rule for
     plain domains (ACCOUNTING.md). Hugepage-backed memory counts as memory either way."""
     if domain.nova is not None:
-        return dict(nova_request(domain.nova))
+        return nova_allocation(domain.nova)
     local = sum(d.capacity_bytes or 0 for d in domain.disks if d.local)
     cpus = Resource.PCPU if is_dedicated(domain, dedicated_cpus) else Resource.VCPU
     return {
@@ -401,7 +401,8 @@ def flavor_fit(
     floor(free / request) in the class's unit, never below 0. A class without a known total is
     unlimited, as in Nova's claim test: it never limits the count nor is it the bottleneck.
     """
-    for group in request_groups(request):  # each group is held to the units on its own
+    groups = request_groups(request)
+    for group in groups if len(groups) > 1 else ():  # each group is held to the units on its own
         for resource in display_order(group):
             if group[resource] > 0 and inventory_refusal(resources.get(resource), resource, group[resource]):
                 return 0, resource

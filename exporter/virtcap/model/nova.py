@@ -17,6 +17,7 @@ from virtcap.model.resources import (
     CUSTOM_CLASS,
     CUSTOM_PREFIX,
     STANDARD_CLASSES,
+    Resource,
     ResourceRequest,
     resource_class,
 )
@@ -30,15 +31,41 @@ _STANDARD_NAMES = frozenset(resource.placement_class for resource in STANDARD_CL
 
 
 def nova_request(instance: NovaInstance) -> ResourceRequest:
-    """The allocation of one instance, in virtcap's units (cpus, bytes, counts), as
-    `ResourceRequest.from_request_spec` builds it: the extra specs' `resources[suffix]:` amounts
-    per request group; then the CPU policy's PCPU (and a mixed instance's VCPU), which replace
-    those of the unsuffixed group only; then, in the unsuffixed group, the flavor's own VCPU,
-    memory and disk for the classes no group asks for. The groups land on one hypervisor, so
-    their amounts add up. Classes with a zero amount are left out."""
+    """What one instance asks Placement for, in virtcap's units (cpus, bytes, counts), group by
+    group (see `_placement_groups`)."""
+    return ResourceRequest(
+        tuple(
+            {
+                resource: amount * resource.placement_unit
+                for name, amount in group.items()
+                if amount > 0 and (resource := resource_class(name))
+            }
+            for group in _placement_groups(instance).values()
+        )
+    )
+
+
+def nova_allocation(instance: NovaInstance) -> dict[Resource, int]:
+    """What one instance is allocated on its hypervisor: its request's groups summed. Computed for
+    every Nova guest of every audit, so without building the groups as objects."""
+    total: dict[Resource, int] = {}
+    for group in _placement_groups(instance).values():
+        for name, amount in group.items():
+            if amount > 0:
+                resource = resource_class(name)
+                total[resource] = total.get(resource, 0) + amount * resource.placement_unit
+    return total
+
+
+def _placement_groups(instance: NovaInstance) -> dict[str | None, dict[str, int]]:
+    """Placement amounts per request group (None: the unsuffixed one), as
+    `ResourceRequest.from_request_spec` builds them: the extra specs' `resources[suffix]:` amounts
+    per group; then the CPU policy's PCPU (and a mixed instance's VCPU), which replace those of
+    the unsuffixed group only; then, in the unsuffixed group, the flavor's own VCPU, memory and
+    disk for the classes no group asks for."""
     flavor = instance.flavor
     specs = flavor.extra_specs
-    groups = _extra_spec_groups(specs)
+    groups = _extra_spec_groups(specs) if specs else {}
     unsuffixed = groups.setdefault(None, {})
     policy = specs.get("hw:cpu_policy") or instance.image_properties.get("hw_cpu_policy")
     if policy in ("dedicated", "mixed"):
@@ -59,16 +86,7 @@ def nova_request(instance: NovaInstance) -> ResourceRequest:
         swap_gib = -(-flavor.swap_mib // 1024)
         root_gib = 0 if instance.boot_from_volume else flavor.root_gib
         unsuffixed["DISK_GB"] = flavor.ephemeral_gib + swap_gib + root_gib
-    return ResourceRequest(
-        tuple(
-            {
-                resource: amount * resource.placement_unit
-                for name, amount in group.items()
-                if amount > 0 and (resource := resource_class(name))
-            }
-            for group in groups.values()
-        )
-    )
+    return groups
 
 
 def _extra_spec_groups(specs: Mapping[str, str]) -> dict[str | None, dict[str, int]]:

@@ -14,6 +14,8 @@ extra specs and by claims.
 from __future__ import annotations
 
 import re
+import threading
+import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import ClassVar
@@ -29,8 +31,12 @@ CUSTOM_CLASS = re.compile(r"CUSTOM_[A-Z0-9_]{1,248}")
 """Placement's rule for custom class names (at most 255 characters in all)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False, weakref_slot=True)
 class Resource:
+    """One resource class. There is one object per class (the standard ones are constants, custom
+    ones are interned by `custom_class`), so identity is equality and hashing is the interpreter's
+    own: every audit looks classes up in dicts hundreds of times per hypervisor."""
+
     label: str
     """The `resource` label value and JSON key: `vcpu`, `memory`, `custom_fpga`."""
     placement_class: str
@@ -54,11 +60,6 @@ class Resource:
     def __str__(self) -> str:
         return self.label
 
-    def __hash__(self) -> int:
-        # Placement's name identifies a class; hashing it alone (a cached str hash) keeps the
-        # dict lookups of every audit as cheap as they were with an enum.
-        return hash(self.placement_class)
-
     @property
     def refusal_unit(self) -> str:
         return self.claim_unit or self.placement_class
@@ -67,13 +68,25 @@ class Resource:
     def custom_class(cls, name: str) -> Resource:
         """A CUSTOM_* class: a plain count, labelled by its name in lower case (as kube-state-metrics
         labels extended resources), with Placement's defaults."""
-        if not CUSTOM_CLASS.fullmatch(name):
-            raise ValueError(
-                f"expected a custom resource class: CUSTOM_ and then capital letters, digits and _, "
-                f"got {name[:60]!r}"
-            )
-        return cls(label=name.lower(), placement_class=name, unit="integer")
+        with _INTERNING:
+            interned = _CUSTOM_CLASSES.get(name)
+            if interned is not None:
+                return interned
+            if not CUSTOM_CLASS.fullmatch(name):
+                raise ValueError(
+                    f"expected a custom resource class: CUSTOM_ and then capital letters, digits and _, "
+                    f"got {name[:60]!r}"
+                )
+            created = cls(label=name.lower(), placement_class=name, unit="integer")
+            _CUSTOM_CLASSES[name] = created
+            return created
 
+
+_CUSTOM_CLASSES: weakref.WeakValueDictionary[str, Resource] = weakref.WeakValueDictionary()
+"""Custom classes by name while anything holds them: names come from domain metadata too, which
+a hostile guest definition could fill with new ones, so none is kept for ever."""
+_INTERNING = threading.Lock()
+"""Audit threads and the event loop both meet classes: one object per name, whoever comes first."""
 
 # Nova's defaults since release 27 (2023.1): see ACCOUNTING.md's table.
 Resource.VCPU = Resource("vcpu", "VCPU", "cpus", claim_unit="VCPU", default_allocation_ratio=4.0)
