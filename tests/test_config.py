@@ -640,3 +640,25 @@ def test_inventories_and_extra_specs_are_validated(document: str, expected: str)
     with pytest.raises(ConfigError) as error:
         parse_config(document, "inline")
     assert f"inline: {expected}" in str(error.value)
+
+
+def test_reserved_huge_pages_in_novas_vocabulary() -> None:
+    config = parse_config(
+        """
+defaults:
+  reserved_huge_pages: [{node: 0, size: 2048, count: 64}, {node: 1, size: 1GiB, count: 1}]
+hypervisors:
+  - {name: a, uri: "test:///default"}
+  - {name: b, uri: "test:///default", reserved_huge_pages: [{node: 1, size: "2MiB", count: 3}]}
+""",
+        "inline",
+    )
+    inherited, own = (h.policy.reserved_huge_pages for h in config.hypervisors)
+    assert inherited == {(0, 2048): 64, (1, 1048576): 1}
+    assert own == {(1, 2048): 3}  # a hypervisor's list replaces that of defaults, as in nova.conf
+    with pytest.raises(
+        ConfigError, match=r"reserved_huge_pages\[0\]\.size: expected a page size in whole KiB"
+    ):
+        parse_config("defaults: {reserved_huge_pages: [{node: 0, size: 3000B, count: 1}]}", "inline")
+    with pytest.raises(ConfigError, match=r"reserved_huge_pages\[0\]\.count: required key is missing"):
+        parse_config("defaults: {reserved_huge_pages: [{node: 0, size: 2048}]}", "inline")

@@ -174,6 +174,10 @@ def _merge_policy(
         cpu_dedicated_set=dedicated,
         count_inactive_domains=True if inactive is None else inactive,
         inventories=_inventories(defaults, own),
+        reserved_huge_pages={
+            (entry.node, entry.size): entry.count
+            for entry in _override(defaults.reserved_huge_pages, own.reserved_huge_pages) or ()
+        },
     )
     return policy, _override(defaults.disk, own.disk) or DEFAULT_DISK
 

@@ -210,6 +210,30 @@ def _custom_class_names(value: object) -> object:
 Inventories = Annotated[dict[str, InventorySection], BeforeValidator(_custom_class_names)]
 
 
+MAX_RESERVED_PAGE_ENTRIES = 1024
+
+
+def _page_size_kib(value: object) -> object:
+    """Nova reads a page size as KiB when it is a bare number, else as a size with its unit."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    size = parse_size(value)
+    if size % 1024:
+        raise ValueError(f"expected a page size in whole KiB, got {brief_repr(value)}")
+    return size // 1024
+
+
+class ReservedHugePages(_Section):
+    """One entry of Nova's `reserved_huge_pages`: `node:0,size:2048,count:64`."""
+
+    node: int = Field(ge=0, le=MAX_CPU)
+    size: Annotated[int, BeforeValidator(_page_size_kib), Field(ge=4, le=2**40)]
+    """KiB as a bare number (2048), or a size (2MiB, 1GiB)."""
+    count: int = Field(ge=0, le=PLACEMENT_MAX_INT)
+
+
 class PolicySection(_Section):
     """The keys of `defaults`, each of which a hypervisor may override."""
 
@@ -222,6 +246,11 @@ class PolicySection(_Section):
     inventories: Inventories | None = None
     """CUSTOM_* classes the hypervisor offers (licences, FPGAs, local NVMe), by class name; a
     hypervisor's own entries are added to those of `defaults`, class by class."""
+    reserved_huge_pages: list[ReservedHugePages] | None = Field(
+        default=None, max_length=MAX_RESERVED_PAGE_ENTRIES
+    )
+    """Hugepages kept for the host per NUMA cell and page size; a hypervisor's own list replaces
+    that of `defaults`, as a nova.conf replaces another."""
 
     @model_validator(mode="before")
     @classmethod

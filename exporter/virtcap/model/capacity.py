@@ -58,6 +58,8 @@ class HostPolicy:
     count_inactive_domains: bool = True
     inventories: Mapping[Resource, Inventory] = field(default_factory=dict)
     """Declared inventories of classes the hypervisor cannot measure (CUSTOM_*)."""
+    reserved_huge_pages: Mapping[tuple[int, int], int] = field(default_factory=dict)
+    """Nova's `reserved_huge_pages`: pages kept for the host, by (NUMA cell, page size in KiB)."""
 
     @property
     def counted_states(self) -> frozenset[DomainState]:
