@@ -149,4 +149,4 @@ def test_alias_requests_and_aliases_are_checked() -> None:
         ({"numa_policy": "strict"}, "numa_policy"),
     ):
         with pytest.raises(PciAliasError, match=words):
-            PciAlias(**({"name": "a", "vendor_id": "8086", "product_id": "154c"} | fields))  # type: ignore[arg-type]
+            PciAlias(**({"name": "a", "vendor_id": "8086", "product_id": "154c"} | fields))
