@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from virtcap.config import ConfigError, parse_config
 from virtcap.model.facts import PciDevice
 from virtcap.model.pci import (
     AddressGlob,
@@ -150,3 +151,80 @@ def test_alias_requests_and_aliases_are_checked() -> None:
     ):
         with pytest.raises(PciAliasError, match=words):
             PciAlias(**({"name": "a", "vendor_id": "8086", "product_id": "154c"} | fields))
+
+
+def test_configuration_device_spec_per_hypervisor_and_aliases() -> None:
+    config = parse_config(
+        """
+defaults:
+  pci_device_spec: [{vendor_id: 8086, physical_network: net1}, {address: {bus: "3b"}}]
+hypervisors:
+  - {name: a, uri: "test:///default"}
+  - {name: b, uri: "test:///default", pci_device_spec: [{address: "*:af:00.*", remote_managed: false}]}
+pci:
+  alias:
+    - {name: gpu, vendor_id: 10DE, product_id: 1eb8, device_type: type-PCI}
+    - {name: vf, vendor_id: 8086, product_id: 154c, numa_policy: required}
+""",
+        "inline",
+    )
+    inherited, own = (h.policy.pci_device_spec for h in config.hypervisors)
+    assert inherited == (
+        PciDeviceSpec(vendor_id="8086", physical_network="net1"),
+        PciDeviceSpec(address=AddressPatterns(bus="3b")),
+    )
+    assert own == (PciDeviceSpec(address=AddressGlob("*", "af", "00", "*"), remote_managed=False),)
+    assert config.pci_aliases == {
+        "gpu": PciAlias("gpu", "10de", "1eb8", "type-PCI"),
+        "vf": PciAlias("vf", "8086", "154c", None, "required"),
+    }
+    assert parse_config("{}", "inline").pci_aliases == {}
+
+
+@pytest.mark.parametrize(
+    ("document", "message"),
+    [
+        (
+            "defaults: {pci_device_spec: [{vendor_id: '0x15'}]}",
+            r"inline: defaults\.pci_device_spec\[0\]\.vendor_id: expected 4 hex digits",
+        ),
+        (
+            "defaults: {pci_device_spec: [{devname: eth0}]}",
+            r"inline: defaults\.pci_device_spec\[0\]: devname is not supported",
+        ),
+        (
+            "hypervisors: [{name: a, uri: 'test:///default', pci_device_spec: [{address: '3b:02.9'}]}]",
+            r"inline: hypervisors\[0\]\.pci_device_spec\[0\]\.address: function '9' is above the maximum 7",
+        ),
+        (
+            "defaults: {pci_device_spec: [{address: {bus: '('}}]}",
+            r"inline: defaults\.pci_device_spec\[0\]\.address: address bus: '\(' is not a regular expression",
+        ),
+        (
+            "defaults: {pci_device_spec: [{colour: red}]}",
+            r"inline: defaults\.pci_device_spec\[0\]\.colour: unknown key 'colour'",
+        ),
+        (
+            "pci: {alias: [{name: a, vendor_id: 8086, product_id: 154c, device_type: type-X}]}",
+            r"inline: pci\.alias\[0\]\.device_type: expected one of: 'type-PCI', 'type-PF' or 'type-VF'",
+        ),
+        (
+            "pci: {alias: [{name: a, vendor_id: 8086, product_id: 154c, numa_policy: strict}]}",
+            r"inline: pci\.alias\[0\]\.numa_policy: expected one of: 'required', 'legacy'",
+        ),
+        (
+            "pci: {alias: [{name: a, vendor_id: 8086, product_id: 0154}]}",  # YAML's octal 108
+            r"inline: pci\.alias\[0\]\.product_id: expected 4 hex digits \(quoted when they start with 0\)",
+        ),
+        (
+            "pci: {alias: [{name: a, vendor_id: '8086', product_id: 154c}, {name: a, vendor_id: '8086', "
+            "product_id: 154d}]}",
+            r"inline: pci\.alias: the alias name 'a' is used twice; expected unique names",
+        ),
+        ("pci: {alias: [{name: a, product_id: 154c}]}", r"inline: pci\.alias\[0\]\.vendor_id: required key"),
+    ],
+)
+def test_configuration_errors_are_one_line_each(document: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message) as caught:
+        parse_config(document, "inline")
+    assert "\n" not in str(caught.value)

@@ -10,6 +10,7 @@ one-line `file: key: what was expected` form as the schema's (see virtcap.config
 from __future__ import annotations
 
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -40,6 +41,7 @@ from virtcap.model.capacity import (
 )
 from virtcap.model.facts import NovaFlavor, NovaInstance
 from virtcap.model.nova import nova_request
+from virtcap.model.pci import PciAlias
 from virtcap.model.resources import Resource, placement_units, resource_by_label
 from virtcap.units import format_cpu_set
 
@@ -79,6 +81,8 @@ class Config:
     hypervisors: tuple[Hypervisor, ...]
     flavors: tuple[Flavor, ...]
     claims: ClaimSettings = field(default_factory=ClaimSettings)
+    pci_aliases: Mapping[str, PciAlias] = field(default_factory=dict)
+    """Nova's `[pci] alias`, by name: what `pci_passthrough:alias` in a flavor asks for."""
 
     @property
     def flavor_requests(self) -> dict[str, Amounts]:
@@ -134,6 +138,7 @@ def build_config(parsed: ConfigFile, source: str) -> Config:
         hypervisors=tuple(hypervisors),
         flavors=flavors,
         claims=parsed.claims,
+        pci_aliases={entry.name: entry.alias() for entry in parsed.pci.alias},
     )
 
 
@@ -178,6 +183,9 @@ def _merge_policy(
             (entry.node, entry.size): entry.count
             for entry in _override(defaults.reserved_huge_pages, own.reserved_huge_pages) or ()
         },
+        pci_device_spec=tuple(
+            entry.spec() for entry in _override(defaults.pci_device_spec, own.pci_device_spec) or ()
+        ),
     )
     return policy, _override(defaults.disk, own.disk) or DEFAULT_DISK
 

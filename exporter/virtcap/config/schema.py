@@ -10,10 +10,12 @@ every whole number and string below, and the CPUs named by all CPU sets together
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
-from typing import Annotated, ClassVar, Self
+from typing import Annotated, ClassVar, Literal, Self
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -24,6 +26,14 @@ from pydantic import (
 )
 
 from virtcap.model.nova import extra_spec_problems
+from virtcap.model.pci import (
+    DEVICE_TYPES,
+    NUMA_POLICIES,
+    AddressGlob,
+    AddressPatterns,
+    PciAlias,
+    PciDeviceSpec,
+)
 from virtcap.model.resources import CUSTOM_CLASS, PLACEMENT_MAX_INT
 from virtcap.units import (
     MAX_CPU,
@@ -46,6 +56,9 @@ __all__ = [
     "FlavorSection",
     "HypervisorSection",
     "Name",
+    "PciAliasSection",
+    "PciDeviceSpecSection",
+    "PciSection",
     "PolicySection",
     "Ratio",
     "Reserved",
@@ -234,6 +247,100 @@ class ReservedHugePages(_Section):
     count: int = Field(ge=0, le=PLACEMENT_MAX_INT)
 
 
+MAX_PCI_ENTRIES = 1024
+MAX_PCI_TEXT = 255
+_PCI_ID = re.compile(r"[0-9a-fA-F]{4}")
+
+
+def _pci_id(value: object) -> str:
+    """4 hex digits; YAML reads `8086` as a number, which is taken as written."""
+    text = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+    if not isinstance(text, str) or not _PCI_ID.fullmatch(text):
+        raise ValueError(
+            f"expected 4 hex digits (quoted when they start with 0), got {brief_repr(value, 40)}"
+        )
+    return text.lower()
+
+
+PciId = Annotated[str, PlainValidator(_pci_id)]
+"""A vendor or product id: 4 hex digits."""
+PciText = Annotated[str, Field(min_length=1, max_length=MAX_PCI_TEXT)]
+
+
+def _pci_address(value: object) -> str | dict[str, str]:
+    """A glob string, or a mapping of regular expressions per field, checked as Nova reads them."""
+    if isinstance(value, str) and 0 < len(value) <= MAX_PCI_TEXT:
+        AddressGlob.parse(value)
+        return value
+    if isinstance(value, dict) and all(isinstance(v, str) and len(v) <= MAX_PCI_TEXT for v in value.values()):
+        AddressPatterns.parse(value)
+        return dict(value)
+    raise ValueError(
+        "expected a string of * globs (`*:3b:02.*`) or a mapping of domain, bus, slot and "
+        f"function to regular expressions (strings of at most {MAX_PCI_TEXT} characters), "
+        f"got {brief_repr(value, 60)}"
+    )
+
+
+class PciDeviceSpecSection(_Section):
+    """One entry of Nova's `[pci] device_spec`: the devices it allows, and their tags."""
+
+    vendor_id: PciId | None = None
+    """Any vendor when left out."""
+    product_id: PciId | None = None
+    address: Annotated[str | dict[str, str], PlainValidator(_pci_address)] | None = None
+    """`*:3b:02.*` (globs; a missing field is `*`), or {domain, bus, slot, function} of regular
+    expressions. Naming one SR-IOV physical function allows its virtual functions too."""
+    devname: str | None = None
+    physical_network: PciText | None = None
+    remote_managed: bool | None = None
+    resource_class: PciText | None = None
+    traits: PciText | None = None
+
+    @model_validator(mode="after")
+    def _nova_reads_it(self) -> Self:
+        if self.devname is not None:
+            raise ValueError(
+                "devname is not supported (Nova resolves it through the host's sysfs); "
+                "expected the device's address, or vendor_id and product_id"
+            )
+        return self
+
+    def spec(self) -> PciDeviceSpec:
+        return PciDeviceSpec.from_entry(self.model_dump(exclude_none=True))
+
+
+class PciAliasSection(_Section):
+    """One entry of Nova's `[pci] alias`: a name flavors ask for devices by
+    (`pci_passthrough:alias: NAME:COUNT`)."""
+
+    name: Annotated[
+        str, Field(min_length=1, max_length=MAX_PCI_TEXT, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.@-]*$")
+    ]
+    vendor_id: PciId
+    product_id: PciId
+    device_type: Literal[DEVICE_TYPES] | None = None  # type: ignore[valid-type]
+    numa_policy: Literal[NUMA_POLICIES] = "legacy"  # type: ignore[valid-type]
+
+    def alias(self) -> PciAlias:
+        return PciAlias(**self.model_dump())
+
+
+def _unique_alias_names(aliases: list[PciAliasSection]) -> list[PciAliasSection]:
+    seen: set[str] = set()
+    for alias in aliases:
+        if alias.name in seen:
+            raise ValueError(f"the alias name {brief_repr(alias.name)} is used twice; expected unique names")
+        seen.add(alias.name)
+    return aliases
+
+
+class PciSection(_Section):
+    alias: Annotated[
+        list[PciAliasSection], Field(max_length=MAX_PCI_ENTRIES), AfterValidator(_unique_alias_names)
+    ] = []
+
+
 class PolicySection(_Section):
     """The keys of `defaults`, each of which a hypervisor may override."""
 
@@ -251,6 +358,9 @@ class PolicySection(_Section):
     )
     """Hugepages kept for the host per NUMA cell and page size; a hypervisor's own list replaces
     that of `defaults`, as a nova.conf replaces another."""
+    pci_device_spec: list[PciDeviceSpecSection] | None = Field(default=None, max_length=MAX_PCI_ENTRIES)
+    """Nova's `[pci] device_spec`: the host devices passed through; a hypervisor's own list
+    replaces that of `defaults`."""
 
     @model_validator(mode="before")
     @classmethod
@@ -317,6 +427,7 @@ class ConfigFile(_Section):
     defaults: PolicySection = PolicySection()
     hypervisors: list[HypervisorSection] | None = None
     flavors: list[FlavorSection] = []
+    pci: PciSection = PciSection()
 
     @model_validator(mode="after")
     def _unique_names(self) -> Self:

@@ -15,6 +15,7 @@ from typing import TypedDict
 
 from virtcap.model.facts import DomainFacts, DomainState, HostFacts
 from virtcap.model.nova import nova_allocation
+from virtcap.model.pci import PciDeviceSpec
 from virtcap.model.resources import (
     GIB,
     MIB,
@@ -60,6 +61,8 @@ class HostPolicy:
     """Declared inventories of classes the hypervisor cannot measure (CUSTOM_*)."""
     reserved_huge_pages: Mapping[tuple[int, int], int] = field(default_factory=dict)
     """Nova's `reserved_huge_pages`: pages kept for the host, by (NUMA cell, page size in KiB)."""
+    pci_device_spec: tuple[PciDeviceSpec, ...] = ()
+    """Nova's `[pci] device_spec`: the host devices passed through, first match deciding."""
 
     @property
     def counted_states(self) -> frozenset[DomainState]:
