@@ -33,6 +33,10 @@ Requests (`op`):
   driver reports for a host (`update_provider_tree`), under the given nova.conf options, or its
   refusal of the configuration.
 
+- `pci` {devices, specs, held, aliases, requests}: PCI passthrough on one host: which devices each
+  `[pci] device_spec` entry matches, the tracker's pools of the free ones, and the PCI passthrough
+  filter's `support_requests` for flavors' `pci_passthrough:alias` (see `pci` below).
+
 Any other failure is answered as {"oracle_error": ...}, which fails the test that asked.
 """
 
@@ -453,6 +457,91 @@ def nova_domain(request: dict[str, Any]) -> dict[str, Any]:
     return {**resources, "metadata": config.to_xml()}
 
 
+def pci(request: dict[str, Any]) -> dict[str, Any]:
+    """PCI passthrough on one host, as nova-compute's PCI tracker and the scheduler's filter see it.
+
+    `devices` are the dicts the libvirt driver reports (address, vendor_id, product_id, numa_node,
+    dev_type, parent_addr); `specs` the `[pci] device_spec` entries; `held` the addresses domains
+    hold; `aliases` the `[pci] alias` entries; `requests` flavors' `pci_passthrough:alias` values.
+    Nova asks the host's sysfs whether an address names an SR-IOV physical function: here, it is
+    one when a device of type-PF has that address. Answers: per spec, the addresses
+    `PciDeviceSpec.match` accepts (or its refusal); per device, the index of the spec
+    `Whitelist.device_assignable` picks; the pools of `PciDeviceStats` in their order (with the
+    addresses of their devices), built as the tracker builds them (the allowed devices as
+    `PciDevice` objects in its device tree, the held ones claimed and allocated, the available
+    ones added); and per request, `support_requests` of the requests Nova makes of the aliases.
+    """
+    import copy  # noqa: PLC0415
+
+    from nova.pci import (  # noqa: PLC0415
+        devspec,
+        manager,
+        whitelist,
+    )
+    from nova.pci import request as pci_request  # noqa: PLC0415
+    from nova.pci import stats as pci_stats  # noqa: PLC0415
+
+    devices: list[dict[str, Any]] = request["devices"]
+    pfs = {device["address"] for device in devices if device["dev_type"] == "type-PF"}
+
+    def is_pf(domain: str, bus: str, slot: str, function: str) -> bool:
+        return f"{domain}:{bus}:{slot}.{function}" in pfs
+
+    with mock.patch("nova.pci.utils.is_physical_function", is_pf):
+        answer: dict[str, Any] = {"matches": []}
+        for entry in request["specs"]:
+            try:
+                spec = devspec.PciDeviceSpec(copy.deepcopy(entry))
+            except nova_exception.NovaException as error:
+                answer["matches"].append({"error": f"{type(error).__name__}: {error}"})
+                continue
+            answer["matches"].append(
+                {"addresses": [d["address"] for d in devices if spec.match(copy.deepcopy(d))]}
+            )
+        if any("error" in match for match in answer["matches"]):
+            return answer
+        allowed = whitelist.Whitelist([json.dumps(entry) for entry in request["specs"]])
+        assignable: dict[str, int] = {}
+        objects_: list[Any] = []
+        for device in devices:
+            chosen = allowed.device_assignable(copy.deepcopy(device))
+            if chosen is None:
+                continue
+            assignable[device["address"]] = allowed.specs.index(chosen)
+            objects_.append(nova_objects.PciDevice.create(None, copy.deepcopy(device)))
+        answer["assignable"] = assignable
+        manager.PciDevTracker._build_device_tree(objects_)
+        for device in objects_:
+            if device.address in request["held"]:
+                instance = {"uuid": str(uuid.uuid4())}
+                device.claim(instance["uuid"])
+                device.allocate(instance)
+        stats = pci_stats.PciDeviceStats(None, dev_filter=allowed)
+        for device in objects_:
+            if device.status == "available":
+                stats.add_device(device)
+        answer["pools"] = [
+            {
+                **{k: v for k, v in pool.items() if k != "devices"},
+                "devices": [d.address for d in pool["devices"]],
+            }
+            for pool in stats.pools
+        ]
+        NOVA_CONF.set_override("alias", [json.dumps(alias) for alias in request["aliases"]], group="pci")
+        pci_request.get_alias_from_config.cache_clear()
+        try:
+            answer["support"] = {
+                extra_spec: stats.support_requests(
+                    pci_request._translate_alias_to_requests(extra_spec), provider_mapping=None
+                )
+                for extra_spec in request["requests"]
+            }
+        finally:
+            NOVA_CONF.clear_override("alias", group="pci")
+            pci_request.get_alias_from_config.cache_clear()
+        return answer
+
+
 def main() -> None:
     placement: Placement | None = None
 
@@ -471,6 +560,8 @@ def main() -> None:
                 return inventory(request)
             if op == "nova_domain":
                 return nova_domain(request)
+            if op == "pci":
+                return pci(request)
             if op == "ping":
                 return {"pong": True}
         except Exception as error:  # reported to the test, which fails with it
