@@ -98,6 +98,13 @@ def _glob(rng: random.Random, address: str) -> str:
     return text
 
 
+ODD_ADDRESSES = (
+    "3b:02.8", "3b:20.0", "1:2:3:4.0", "3b:zz.0", "10000:00:00.0", " 3b : 02 . 1", "0x3b:02.1", "3b:02.",
+    "3b:2", "::.", "*:*:*:*", "3b:02. ", "-1:00.0", "+3b:02.0", "3B:0_2.1", "*.*", ".1", "0000:3b:00.0 ",
+)  # fmt: skip
+"""Spellings Nova reads (or refuses) by Python's int(): spaces, 0x, signs, underscores."""
+
+
 def generated_spec(rng: random.Random, devices: list[PciDevice]) -> dict[str, Any]:
     entry: dict[str, Any] = {}
     device = rng.choice(devices) if devices else PciDevice("0000:3b:00.0", "8086", "1572", 0, "type-PF")
@@ -127,7 +134,7 @@ def generated_spec(rng: random.Random, devices: list[PciDevice]) -> dict[str, An
         if rng.random() < 0.5:
             entry["product_id"] = device.product_id
     else:
-        entry["address"] = rng.choice(("3b:02.8", "3b:20.0", "1:2:3:4.0", "3b:zz.0", "10000:00:00.0"))
+        entry["address"] = rng.choice(ODD_ADDRESSES)
     if rng.random() < 0.4:
         entry["physical_network"] = rng.choice(("physnet1", "physnet2"))
     if rng.random() < 0.2:
