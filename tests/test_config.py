@@ -662,3 +662,19 @@ hypervisors:
         parse_config("defaults: {reserved_huge_pages: [{node: 0, size: 3000B, count: 1}]}", "inline")
     with pytest.raises(ConfigError, match=r"reserved_huge_pages\[0\]\.count: required key is missing"):
         parse_config("defaults: {reserved_huge_pages: [{node: 0, size: 2048}]}", "inline")
+
+
+def test_a_flavors_pci_alias_request_names_configured_aliases() -> None:
+    aliases = "pci: {alias: [{name: gpu, vendor_id: '10de', product_id: '20b7'}]}\n"
+    flavor = "flavors: [{name: f, vcpu: 1, memory: 1GiB, extra_specs: {'pci_passthrough:alias': '%s'}}]\n"
+    config = parse_config(aliases + flavor % "gpu:2", "inline")
+    assert set(config.pci_aliases) == {"gpu"}
+    with pytest.raises(ConfigError) as unknown:
+        parse_config(aliases + flavor % "gpu:1,nic:2", "inline")
+    assert str(unknown.value) == (
+        "inline: flavors[0].extra_specs.pci_passthrough:alias: unknown alias 'nic'; expected one of: gpu"
+    )
+    with pytest.raises(ConfigError, match=r"pci_passthrough:alias: the count of 'gpu' is not a whole number"):
+        parse_config(aliases + flavor % "gpu:two", "inline")
+    with pytest.raises(ConfigError, match=r"expected one of: none \(pci.alias is empty\)"):
+        parse_config(flavor % "gpu:1", "inline")

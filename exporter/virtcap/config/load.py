@@ -41,7 +41,7 @@ from virtcap.model.capacity import (
 )
 from virtcap.model.facts import NovaFlavor, NovaInstance
 from virtcap.model.nova import nova_request
-from virtcap.model.pci import PciAlias
+from virtcap.model.pci import PCI_ALIAS_SPEC, PciAlias, PciRequestError, parse_alias_request
 from virtcap.model.resources import Resource, placement_units, resource_by_label
 from virtcap.units import format_cpu_set
 
@@ -132,14 +132,34 @@ def build_config(parsed: ConfigFile, source: str) -> Config:
                 f"{source}: flavors[{index}].extra_specs: the flavor asks for nothing "
                 "(its resources: amounts are all 0); expected at least one amount above 0"
             )
+    aliases = {entry.name: entry.alias() for entry in parsed.pci.alias}
+    for index, section in enumerate(parsed.flavors):
+        _check_alias_request(section, aliases, f"{source}: flavors[{index}].extra_specs")
     return Config(
         source=source,
         audit=parsed.audit,
         hypervisors=tuple(hypervisors),
         flavors=flavors,
         claims=parsed.claims,
-        pci_aliases={entry.name: entry.alias() for entry in parsed.pci.alias},
+        pci_aliases=aliases,
     )
+
+
+def _check_alias_request(flavor: FlavorSection, aliases: Mapping[str, PciAlias], where: str) -> None:
+    """A flavor's `pci_passthrough:alias` must be readable and name configured aliases, as Nova's
+    API requires of a flavor before any instance of it exists."""
+    spec = flavor.extra_specs.get(PCI_ALIAS_SPEC)
+    if spec is None:
+        return
+    try:
+        requests = parse_alias_request(spec)
+    except PciRequestError as error:
+        raise ConfigError(f"{where}.{PCI_ALIAS_SPEC}: {error}") from None
+    unknown = sorted({name for name, _count in requests if name not in aliases})
+    if unknown:
+        known = ", ".join(sorted(aliases)) or "none (pci.alias is empty)"
+        named = ", ".join(map(repr, unknown))
+        raise ConfigError(f"{where}.{PCI_ALIAS_SPEC}: unknown alias {named}; expected one of: {known}")
 
 
 def _merge_policy(

@@ -77,6 +77,10 @@ class PciSpecError(ValueError):
     """A device_spec entry Nova would refuse (or one virtcap does not support)."""
 
 
+PCI_ALIAS_SPEC = "pci_passthrough:alias"
+"""The flavor extra spec that asks for PCI devices by alias: `a1:2,a2:1`."""
+
+
 class PciAliasError(ValueError):
     """An alias entry Nova would refuse."""
 
