@@ -127,11 +127,3 @@ def openapi_document() -> dict[str, Any]:
             },
         },
     }
-
-
-def __getattr__(name: str) -> Any:
-    """`OPENAPI`, the document, built on first use: generating it takes a scan of Unicode (see
-    quantities.py), which a server that is never asked for its description need not do."""
-    if name == "OPENAPI":
-        return openapi_document()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
