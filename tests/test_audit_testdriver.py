@@ -15,8 +15,8 @@ from virtcap.audit.hypervisor import (
     AuditError,
     audit_host,
     open_read_only,
-    read_cpu_identity,
     read_cpu_times,
+    read_host_layout,
     redact_uri,
 )
 from virtcap.audit.oneshot import audit_fleet_once
@@ -203,7 +203,7 @@ def test_the_local_hosts_memory_in_use_is_novas_meminfo_figure() -> None:
 def test_cpu_identity_is_read_on_demand() -> None:
     conn: Any = open_read_only(f"test://{MIXED}")
     try:
-        identity = read_cpu_identity(conn)
+        identity = read_host_layout(conn).identity
     finally:
         conn.close()
     assert identity.arch  # the test driver's capabilities name an architecture

@@ -22,17 +22,23 @@ class CapabilitiesError(ValueError):
     """The topology cannot be read; the audit reports it as a problem of the host."""
 
 
+def parse_capabilities(capabilities_xml: str) -> ET.Element:
+    """The capabilities document, parsed once for all that is read from it."""
+    try:
+        return ET.fromstring(capabilities_xml)
+    except ET.ParseError as error:
+        raise CapabilitiesError(f"unreadable capabilities XML: {error}") from None
+
+
 def numa_cells(
-    capabilities_xml: str, free_pages: Mapping[tuple[int, int], int] | None = None
+    capabilities: str | ET.Element, free_pages: Mapping[tuple[int, int], int] | None = None
 ) -> tuple[NumaCell, ...]:
-    """The host's cells, each with its CPUs, thread siblings, memory and pages per size.
+    """The host's cells, each with its CPUs, thread siblings, memory and pages per size, from the
+    capabilities XML or its parsed document.
 
     `free_pages` maps (cell id, page size in KiB) to the free pages libvirt counts; a page size
     missing from it has free None (unknown)."""
-    try:
-        root = ET.fromstring(capabilities_xml)
-    except ET.ParseError as error:
-        raise CapabilitiesError(f"unreadable capabilities XML: {error}") from None
+    root = parse_capabilities(capabilities) if isinstance(capabilities, str) else capabilities
     cells = root.find("host/topology/cells")
     if cells is None:
         return ()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 
+from virtcap.audit.node_devices import pci_address
 from virtcap.model.facts import (
     DomainPlacement,
     GuestCell,
@@ -243,8 +244,7 @@ def _pci_address(hostdev: ET.Element) -> str | None:
         parts = [int(address.get(key, "0"), 0) for key in ("domain", "bus", "slot", "function")]
     except ValueError:
         raise DomainXMLError("unreadable PCI address of a <hostdev>") from None
-    domain, bus, slot, function = parts
-    return f"{domain:04x}:{bus:02x}:{slot:02x}.{function:x}"
+    return pci_address(*parts)
 
 
 def _mdev_uuid(hostdev: ET.Element) -> str | None:

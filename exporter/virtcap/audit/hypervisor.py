@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 
 import libvirt
 
-from virtcap.audit.capabilities import CapabilitiesError, numa_cells
+from virtcap.audit.capabilities import CapabilitiesError, numa_cells, parse_capabilities
 from virtcap.audit.domain_states import ACTIVE_STATES, state_from_libvirt
 from virtcap.audit.domain_xml import NON_LOCAL_DEVICES, DiskReference, DomainXMLError, parse_domain_xml
 from virtcap.audit.libvirt_api import VirConnect, VirDomain, VirNodeDevice
@@ -203,38 +203,24 @@ def read_host_layout(conn: VirConnect) -> HostLayout:
         capabilities = None
         problems.append(f"cannot read the capabilities: {error.get_error_message()}; NUMA cells unknown")
     cells: tuple[NumaCell, ...] = ()
+    root = None
     if capabilities is not None:
         try:
-            cells = numa_cells(capabilities)
+            root = parse_capabilities(capabilities)
+            cells = numa_cells(root)
         except CapabilitiesError as error:
             problems.append(f"NUMA topology: {error}; NUMA cells unknown")
     return HostLayout(
-        identity=_cpu_identity(conn, capabilities),
+        identity=_cpu_identity(conn, root),
         numa_cells=cells,
         pci_devices=_pci_devices(conn, problems),
         problems=tuple(problems),
     )
 
 
-def read_cpu_identity(conn: VirConnect) -> CpuIdentity:
-    """The host CPU model and architecture, from the capabilities XML.
-
-    Slow on some drivers (seconds on QEMU without KVM) and constant for a connection's life:
-    callers read it once per connection (read_host_layout has it), never on every audit.
-    """
-    try:
-        capabilities: str | None = conn.getCapabilities()
-    except libvirt.libvirtError:
-        capabilities = None
-    return _cpu_identity(conn, capabilities)
-
-
-def _cpu_identity(conn: VirConnect, capabilities: str | None) -> CpuIdentity:
+def _cpu_identity(conn: VirConnect, capabilities: ET.Element | None) -> CpuIdentity:
     """The capabilities' host CPU; the node's CPU model (virNodeGetInfo) where they name none."""
-    try:
-        host_cpu = None if capabilities is None else ET.fromstring(capabilities).find("host/cpu")
-    except ET.ParseError:
-        host_cpu = None
+    host_cpu = None if capabilities is None else capabilities.find("host/cpu")
     model = None if host_cpu is None else host_cpu.findtext("model")
     if host_cpu is not None and model is not None:
         return CpuIdentity(model=model, arch=host_cpu.findtext("arch", default=""))

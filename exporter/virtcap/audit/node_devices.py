@@ -28,7 +28,7 @@ def pci_device(xml: str) -> PciDevice | None:
     if capability is None:
         return None
     name = root.findtext("name", default="?")
-    address = _address(
+    address = pci_address(
         *(
             _number(capability.findtext(tag), f"{name}: {tag}")
             for tag in ("domain", "bus", "slot", "function")
@@ -43,7 +43,7 @@ def pci_device(xml: str) -> PciDevice | None:
         and (parent_element := functions["phys_function"].find("address")) is not None
     ):
         dev_type = "type-VF"
-        parent = _address(
+        parent = pci_address(
             *(
                 _number(parent_element.get(key), f"{name}: phys_function {key}")
                 for key in ("domain", "bus", "slot", "function")
@@ -83,7 +83,8 @@ def _mdev_types(capability: ET.Element | None, name: str) -> tuple[MdevType, ...
     )
 
 
-def _address(domain: int, bus: int, slot: int, function: int) -> str:
+def pci_address(domain: int, bus: int, slot: int, function: int) -> str:
+    """`0000:3b:02.1`, as Nova writes PCI addresses: devices and the domains holding them meet on it."""
     return f"{domain:04x}:{bus:02x}:{slot:02x}.{function:x}"
 
 
