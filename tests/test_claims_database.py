@@ -1,4 +1,5 @@
-"""The claims database on its own: per-class rows in whole units, and the migration from 0.1."""
+"""The claims database on its own: per-class rows in whole units, extra specs, and the migrations
+from 0.1 and from schema version 2."""
 
 from __future__ import annotations
 
@@ -42,6 +43,51 @@ def test_every_class_is_stored_and_read_back(tmp_path: Path) -> None:
     assert _reopen(path) == [claim]
     rows = sqlite3.connect(path).execute("SELECT resource_class, amount FROM claim_amounts ORDER BY 1")
     assert rows.fetchall() == [("CUSTOM_FPGA", 3), ("DISK_GB", 20), ("MEMORY_MB", 1536), ("VCPU", 2)]
+
+
+def test_a_claim_keeps_its_flavor_and_extra_specs(tmp_path: Path) -> None:
+    path = tmp_path / "claims.sqlite"
+    specs = {"hw:cpu_policy": "dedicated", "hw:mem_page_size": "1GB", "pci_passthrough:alias": "vf:2"}
+    pinned = Claim(
+        "p", "h", {Resource.PCPU: 4, Resource.MEMORY: 8 * GIB}, 1.0, 2.0, None, "ci", "p1.large", specs
+    )
+    plain = Claim("q", "h", {Resource.VCPU: 1}, 1.0, 2.0, None, "")
+
+    async def write() -> None:
+        database = ClaimDatabase(str(path))
+        await database.open()
+        await database.insert(pinned)
+        await database.insert(plain)
+        await database.delete(["q"])
+        await database.close()
+
+    asyncio.run(write())
+    assert _reopen(path) == [pinned]
+    deleted = sqlite3.connect(path).execute("SELECT count(*) FROM claim_extra_specs WHERE claim_id = 'q'")
+    assert deleted.fetchone() == (0,)
+
+
+def test_a_database_of_schema_version_2_gains_extra_specs(tmp_path: Path) -> None:
+    path = tmp_path / "claims.sqlite"
+    old = sqlite3.connect(path)
+    old.execute(
+        """CREATE TABLE claims (
+            id TEXT PRIMARY KEY, hypervisor TEXT NOT NULL,
+            created_at REAL NOT NULL, expires_at REAL NOT NULL, domain_uuid TEXT, owner TEXT NOT NULL)"""
+    )
+    old.execute(
+        """CREATE TABLE claim_amounts (
+            claim_id TEXT NOT NULL, resource_class TEXT NOT NULL, amount INTEGER NOT NULL,
+            PRIMARY KEY (claim_id, resource_class))"""
+    )
+    old.execute("INSERT INTO claims VALUES ('a', 'h', 1.0, 9.0, NULL, 'ci')")
+    old.execute("INSERT INTO claim_amounts VALUES ('a', 'VCPU', 2)")
+    old.execute("PRAGMA user_version = 2")
+    old.commit()
+    old.close()
+    assert _reopen(path) == [Claim("a", "h", {Resource.VCPU: 2}, 1.0, 9.0, None, "ci")]
+    version = sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0]
+    assert version == SCHEMA_VERSION == 3
 
 
 def test_a_database_of_virtcap_0_1_is_migrated_in_place(tmp_path: Path) -> None:

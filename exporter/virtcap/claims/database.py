@@ -1,8 +1,11 @@
-"""The claims' SQLite database: one row per claim, one row per claimed class.
+"""The claims' SQLite database: one row per claim, one row per claimed class, one row per extra
+spec of a claim that carries a flavor's.
 
 Amounts are stored per Placement class in Placement's whole units (VCPU, MEMORY_MB, DISK_GB,
-CUSTOM_...), so a new class needs no new column. Schema version 1 (virtcap 0.1) had a column per
-class, in bytes; it is migrated in place, in one transaction, at the first start.
+CUSTOM_...), so a new class needs no new column. The extra specs (`hw:cpu_policy`,
+`hw:mem_page_size`, `pci_passthrough:alias`, ...) are what places a claim within its hypervisor's
+NUMA cells and devices. Older schemas are migrated in place, in one transaction, at the first
+start: version 1 (virtcap 0.1) had a column per class, in bytes; version 2 had no extra specs.
 
 WAL with synchronous FULL: a claim acknowledged with 201 was committed first and survives a crash.
 """
@@ -26,7 +29,10 @@ from virtcap.units import MAX_SIZE
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
+_VIRTCAP_0_1 = 1
+_PER_CLASS_ROWS = 2
+"""The earlier schema versions: a column per class, then a row per class without extra specs."""
 SQLITE_MAX_INTEGER = MAX_SIZE
 """The largest INTEGER SQLite stores (a larger amount would raise OverflowError on insert), which
 is why sizes are bounded there in the first place."""
@@ -34,10 +40,18 @@ is why sizes are bounded there in the first place."""
 _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS claims (
         id TEXT PRIMARY KEY, hypervisor TEXT NOT NULL,
-        created_at REAL NOT NULL, expires_at REAL NOT NULL, domain_uuid TEXT, owner TEXT NOT NULL)""",
+        created_at REAL NOT NULL, expires_at REAL NOT NULL, domain_uuid TEXT, owner TEXT NOT NULL,
+        flavor TEXT)""",
     """CREATE TABLE IF NOT EXISTS claim_amounts (
         claim_id TEXT NOT NULL, resource_class TEXT NOT NULL, amount INTEGER NOT NULL,
         PRIMARY KEY (claim_id, resource_class))""",
+    """CREATE TABLE IF NOT EXISTS claim_extra_specs (
+        claim_id TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL,
+        PRIMARY KEY (claim_id, key))""",
+)
+_MIGRATE_FROM_2 = (
+    "ALTER TABLE claims ADD COLUMN flavor TEXT",
+    *_SCHEMA[2:],
 )
 # Version 1 kept vcpu and pcpu in cpus, memory and disk in bytes, every claim a multiple of nothing
 # in particular: the migration rounds memory and disk up to whole MiB and GiB, as Placement counts.
@@ -48,7 +62,8 @@ _MIGRATE_FROM_1 = (
     " WHERE memory > 0",
     "INSERT INTO claim_amounts SELECT id, 'DISK_GB', (disk + 1073741823) / 1073741824 FROM claims_v1"
     " WHERE disk > 0",
-    "INSERT INTO claims SELECT id, hypervisor, created_at, expires_at, domain_uuid, owner FROM claims_v1",
+    "INSERT INTO claims (id, hypervisor, created_at, expires_at, domain_uuid, owner)"
+    " SELECT id, hypervisor, created_at, expires_at, domain_uuid, owner FROM claims_v1",
     "DROP TABLE claims_v1",
 )
 
@@ -91,8 +106,11 @@ class ClaimDatabase:
                 )
                 continue
             amounts.setdefault(claim_id, {})[resource] = amount * resource.placement_unit
+        extra_specs: dict[str, dict[str, str]] = {}
+        for claim_id, key, value in conn.execute("SELECT claim_id, key, value FROM claim_extra_specs"):
+            extra_specs.setdefault(claim_id, {})[key] = value
         rows = conn.execute(
-            "SELECT id, hypervisor, created_at, expires_at, domain_uuid, owner FROM claims"
+            "SELECT id, hypervisor, created_at, expires_at, domain_uuid, owner, flavor FROM claims"
         ).fetchall()
         return [
             Claim(
@@ -103,6 +121,8 @@ class ClaimDatabase:
                 expires_at=row[3],
                 domain_uuid=row[4],
                 owner=row[5],
+                flavor=row[6],
+                extra_specs=extra_specs.get(row[0], {}),
             )
             for row in rows
         ]
@@ -116,22 +136,25 @@ class ClaimDatabase:
                 f"schema version {version} was written by a newer virtcap (this one knows {SCHEMA_VERSION})"
             )
         columns = {row[1] for row in conn.execute("PRAGMA table_info(claims)")}
+        # A new file has no tables yet and user_version 0, as has a version 1 file (0.1 set none):
+        # the columns tell them apart.
+        found = _VIRTCAP_0_1 if "vcpu" in columns else _PER_CLASS_ROWS if columns else None
 
         def migrate() -> None:
-            if "vcpu" in columns:
+            if found == _VIRTCAP_0_1:
                 conn.execute("ALTER TABLE claims RENAME TO claims_v1")
-                for statement in _SCHEMA:
-                    conn.execute(statement)
-                for statement in _MIGRATE_FROM_1:
-                    conn.execute(statement)
+                statements: tuple[str, ...] = _SCHEMA + _MIGRATE_FROM_1
+            elif found == _PER_CLASS_ROWS:
+                statements = _MIGRATE_FROM_2
             else:
-                for statement in _SCHEMA:
-                    conn.execute(statement)
+                statements = _SCHEMA
+            for statement in statements:
+                conn.execute(statement)
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
         self._transaction(migrate)
-        if "vcpu" in columns:
-            log.info("claims database migrated", extra={"from": 1, "to": SCHEMA_VERSION})
+        if found is not None:
+            log.info("claims database migrated", extra={"from": found, "to": SCHEMA_VERSION})
 
     async def insert(self, claim: Claim) -> None:
         await self._run(self._insert, claim)
@@ -144,10 +167,11 @@ class ClaimDatabase:
             for resource, amount in claim.amounts.items()
             if amount > 0
         ]
+        extra_specs = [(claim.id, key, value) for key, value in claim.extra_specs.items()]
 
         def insert() -> None:
             conn.execute(
-                "INSERT INTO claims VALUES (?, ?, ?, ?, ?, ?)",
+                "INSERT INTO claims VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (
                     claim.id,
                     claim.hypervisor,
@@ -155,9 +179,11 @@ class ClaimDatabase:
                     claim.expires_at,
                     claim.domain_uuid,
                     claim.owner,
+                    claim.flavor,
                 ),
             )
             conn.executemany("INSERT INTO claim_amounts VALUES (?, ?, ?)", amounts)
+            conn.executemany("INSERT INTO claim_extra_specs VALUES (?, ?, ?)", extra_specs)
 
         self._transaction(insert)
 
@@ -171,6 +197,7 @@ class ClaimDatabase:
 
         def delete() -> None:
             conn.executemany("DELETE FROM claim_amounts WHERE claim_id = ?", rows)
+            conn.executemany("DELETE FROM claim_extra_specs WHERE claim_id = ?", rows)
             conn.executemany("DELETE FROM claims WHERE id = ?", rows)
 
         self._transaction(delete)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from virtcap.model.capacity import Amounts
 
@@ -16,6 +17,10 @@ class Claim:
     expires_at: float
     domain_uuid: str | None
     owner: str
+    flavor: str | None = None
+    """The configured flavor the claim was made for, if it named one."""
+    extra_specs: Mapping[str, str] = field(default_factory=dict)
+    """A flavor's extra specs: where within the hypervisor (NUMA cells, devices) the claim is held."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,3 +30,5 @@ class ClaimRequest:
     ttl: float
     domain_uuid: str | None
     owner: str
+    flavor: str | None = None
+    extra_specs: Mapping[str, str] = field(default_factory=dict)
