@@ -11,6 +11,10 @@
     memoryPressureRatio: 0.95,
     // Fewer schedulable instances of a flavor in the whole fleet than this is low headroom.
     flavorHeadroomMinimum: 5,
+    // Fewer free passthrough devices of a PCI alias than this, in the whole fleet, is low headroom.
+    pciDeviceHeadroomMinimum: 2,
+    // Fewer free VGPUs of a mediated device type than this, in the whole fleet, is low headroom.
+    vgpuHeadroomMinimum: 4,
     // Forecast: free capacity below this share of the limit and trending to 0 within the horizon.
     forecastFreeRatio: 0.20,
     forecastWindow: '6h',
@@ -24,6 +28,9 @@
       memoryPressure: '10m',
       fleetHostFailure: '30m',
       flavorHeadroom: '30m',
+      hugepagesExhausted: '30m',
+      pciDeviceHeadroom: '30m',
+      vgpuHeadroom: '30m',
       forecast: '1h',
       auditFailing: '10m',
       auditStale: '10m',
@@ -36,6 +43,9 @@
       memoryPressure: 'critical',
       fleetHostFailure: 'warning',
       flavorHeadroom: 'warning',
+      hugepagesExhausted: 'warning',
+      pciDeviceHeadroom: 'warning',
+      vgpuHeadroom: 'warning',
       forecast: 'warning',
       auditFailing: 'warning',
       auditStale: 'warning',
@@ -113,6 +123,24 @@
             expr: 'sum by (flavor) (hypervisor_schedulable_instances{%s})' % config.selector,
           },
           {
+            // Nova's free hugepages (total - reserved - used) of each size, all cells of the fleet
+            record: 'page_size_bytes:hypervisor_numa_cell_hugepages_free:sum',
+            expr: 'sum by (page_size_bytes) (hypervisor_numa_cell_hugepages_free{%s})' % config.selector,
+          },
+        ] + [
+          {
+            record: 'alias:hypervisor_pci_alias_devices%s:sum' % quantity,
+            expr: 'sum by (alias) (hypervisor_pci_alias_devices%s{%s})' % [quantity, config.selector],
+          }
+          for quantity in ['', '_free']
+        ] + [
+          {
+            record: 'mdev_type:hypervisor_gpu_vgpus%s:sum' % quantity,
+            expr: 'sum by (mdev_type) (hypervisor_gpu_vgpus%s{%s})' % [quantity, config.selector],
+          }
+          for quantity in ['', '_free']
+        ] + [
+          {
             record: 'state:hypervisor_domains:sum',
             expr: 'sum by (state) (hypervisor_domains{%s})' % config.selector,
           },
@@ -184,6 +212,37 @@
             ||| % { n: config.flavorHeadroomMinimum },
             'Few more instances of a flavor fit in the fleet.',
             'Only {{ $value }} more instances of flavor {{ $labels.flavor }} fit in the whole fleet.',
+          ),
+          alert(
+            'HypervisorHugepagesExhausted',
+            'hugepagesExhausted',
+            // the value: the pages of the size the cell offers guests (beyond the reserved ones)
+            |||
+              (hypervisor_numa_cell_hugepages{%(s)s} - hypervisor_numa_cell_hugepages_reserved{%(s)s}) > 0
+                and hypervisor_numa_cell_hugepages_free{%(s)s} <= 0
+            ||| % { s: config.selector },
+            'A NUMA cell has no hugepages of a size left for guests.',
+            'Cell {{ $labels.cell }} of {{ $labels.hypervisor }} has no {{ $labels.page_size_bytes | humanize1024 }}B hugepage free of the {{ $value | humanize }} it offers guests beyond the reserved ones, as Nova counts them: no guest backed by pages of that size fits in the cell.',
+          ),
+          alert(
+            'HypervisorPciDeviceHeadroomLow',
+            'pciDeviceHeadroom',
+            |||
+              alias:hypervisor_pci_alias_devices_free:sum < %(n)s
+                and alias:hypervisor_pci_alias_devices:sum > 0
+            ||| % { n: config.pciDeviceHeadroomMinimum },
+            'Few passthrough devices of a PCI alias are free in the fleet.',
+            'Free devices of PCI alias {{ $labels.alias }} left in the whole fleet: {{ $value | humanize }}, fewer than %d. Instances of flavors asking for the alias will soon fail to schedule.' % config.pciDeviceHeadroomMinimum,
+          ),
+          alert(
+            'HypervisorVgpuHeadroomLow',
+            'vgpuHeadroom',
+            |||
+              mdev_type:hypervisor_gpu_vgpus_free:sum < %(n)s
+                and mdev_type:hypervisor_gpu_vgpus:sum > 0
+            ||| % { n: config.vgpuHeadroomMinimum },
+            'Few VGPUs of a mediated device type are free in the fleet.',
+            'Free VGPUs of mediated device type {{ $labels.mdev_type }} left in the whole fleet: {{ $value | humanize }}, fewer than %d. Instances of flavors asking for VGPUs of that type will soon fail to schedule.' % config.vgpuHeadroomMinimum,
           ),
           alert(
             'HypervisorCapacityExhaustionForecast',
