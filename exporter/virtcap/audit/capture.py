@@ -2,9 +2,10 @@
 
 The capture opens the hypervisor read-only, as the audit does, and records each libvirt call the
 audit makes with its answer, or the error it raised, including the free pages of every page size
-in every NUMA cell and every node device (PCI functions, mediated device types...), of which the
-audit reads the PCI ones. The document's layout, and what a replay of it answers, are described in
-virtcap.audit.replay, which reads it back as a connection: `replay:///path/host.json`.
+in every NUMA cell and every node device (PCI functions with their mediated device types, mediated
+devices, ...), of which the audit reads the PCI and mediated ones. The document's layout, and what
+a replay of it answers, are described in virtcap.audit.replay, which reads it back as a
+connection: `replay:///path/host.json`.
 
 The document holds the host's name and its domains' definitions (names, UUIDs, Nova's metadata
 with project and user names): it is written readable by its owner only.

@@ -7,6 +7,12 @@ What the host is built of (its CPU identity, NUMA cells and PCI devices: the Hos
 constant for a connection's life and costly to read (the capabilities take seconds on QEMU without
 KVM, the devices a call each): read once per connection (read_host_layout) and handed to each audit
 on it, which reads only the free hugepages, in one call, and joins them into the cells.
+
+Mediated devices (vGPUs) are the exception among devices: they are created and destroyed as
+guests come and go, and the available instances of each type their physical GPUs offer move with
+them. Where the layout has a device offering mediated device types, every audit lists those
+devices and the mediated devices again (two calls, and one per device for its XML); a host
+without any pays nothing.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from virtcap.audit.capabilities import CapabilitiesError, numa_cells, parse_capa
 from virtcap.audit.domain_states import ACTIVE_STATES, state_from_libvirt
 from virtcap.audit.domain_xml import NON_LOCAL_DEVICES, DiskReference, DomainXMLError, parse_domain_xml
 from virtcap.audit.libvirt_api import VirConnect, VirDomain, VirNodeDevice
-from virtcap.audit.node_devices import NodeDeviceError, pci_device
+from virtcap.audit.node_devices import NodeDeviceError, mediated_device, pci_device, pci_name_address
 from virtcap.audit.replay import CaptureFileError, ReplayConnection, is_replay_uri, open_replay
 from virtcap.config import DiskSource
 from virtcap.model.facts import (
@@ -34,6 +40,7 @@ from virtcap.model.facts import (
     DiskFacts,
     DomainFacts,
     HostFacts,
+    MediatedDevice,
     NumaCell,
     PciDevice,
     StorageFacts,
@@ -160,6 +167,7 @@ def audit_host(
             domains.append(facts)
     memory_in_use, memory_source = _memory_in_use(conn, uri, domains)
     cells = _with_free_hugepages(conn, layout.numa_cells, problems)
+    pci_devices, mediated_devices = _with_mediated_devices(conn, layout.pci_devices, problems)
     cpu_times = read_cpu_times(conn)
     return HostFacts(
         hostname=_hostname(conn),
@@ -184,7 +192,8 @@ def audit_host(
             )
         ),
         numa_cells=cells,
-        pci_devices=layout.pci_devices,
+        pci_devices=pci_devices,
+        mediated_devices=mediated_devices,
     )
 
 
@@ -213,7 +222,7 @@ def read_host_layout(conn: VirConnect) -> HostLayout:
     return HostLayout(
         identity=_cpu_identity(conn, root),
         numa_cells=cells,
-        pci_devices=_pci_devices(conn, problems),
+        pci_devices=_all_pci_devices(conn, problems),
         problems=tuple(problems),
     )
 
@@ -264,34 +273,133 @@ def _with_free_hugepages(
     return tuple(joined)
 
 
-def _pci_devices(conn: VirConnect, problems: list[str]) -> tuple[PciDevice, ...]:
-    """The host's PCI devices, by address: one call to list them, one per device for its XML.
+def _all_pci_devices(conn: VirConnect, problems: list[str]) -> tuple[PciDevice, ...]:
+    """The host's PCI devices, by address. A driver without node devices has none."""
+    read = _pci_devices(
+        conn,
+        problems,
+        libvirt.VIR_CONNECT_LIST_NODE_DEVICES_CAP_PCI_DEV,
+        what="node devices",
+        otherwise="PCI devices unknown",
+        device_otherwise="left out of the PCI devices",
+    )
+    if read is None:
+        return ()
+    return tuple(sorted(read.devices, key=lambda device: device.address))
+
+
+@dataclass(frozen=True, slots=True)
+class _PciRead:
+    devices: tuple[PciDevice, ...]
+    unreadable: frozenset[str]
+    """The addresses (where their names tell them) of the devices listed whose XML could not be
+    read or parsed."""
+
+
+def _pci_devices(
+    conn: VirConnect, problems: list[str], flags: int, *, what: str, otherwise: str, device_otherwise: str
+) -> _PciRead | None:
+    """The PCI devices a listing with `flags` gives: one call to list them, one per device for its
+    XML; None where the listing failed (a problem of the host, unless the driver has no node
+    devices).
 
     A device whose XML cannot be read is a problem of the host and left out; one that went away
-    between the two calls is simply gone. A driver without node devices has none.
+    between the two calls is simply gone.
     """
     try:
-        listed = conn.listAllDevices(libvirt.VIR_CONNECT_LIST_NODE_DEVICES_CAP_PCI_DEV)
+        listed = conn.listAllDevices(flags)
     except libvirt.libvirtError as error:
         if error.get_error_code() != libvirt.VIR_ERR_NO_SUPPORT:
-            problems.append(f"cannot list node devices: {error.get_error_message()}; PCI devices unknown")
-        return ()
+            problems.append(f"cannot list {what}: {error.get_error_message()}; {otherwise}")
+        return None
     devices = {}
+    unreadable: set[str | None] = set()
     for device in listed:
         try:
             parsed = pci_device(device.XMLDesc(0))
         except libvirt.libvirtError as error:
             if error.get_error_code() != libvirt.VIR_ERR_NO_NODE_DEVICE:
-                problems.append(
-                    f"{_device_label(device)}: {error.get_error_message()}; left out of the PCI devices"
-                )
+                problems.append(f"{_device_label(device)}: {error.get_error_message()}; {device_otherwise}")
+                unreadable.add(_name_address(device))
             continue
         except NodeDeviceError as error:
-            problems.append(f"{_device_label(device)}: {error}; left out of the PCI devices")
+            problems.append(f"{_device_label(device)}: {error}; {device_otherwise}")
+            unreadable.add(_name_address(device))
             continue
         if parsed is not None:
             devices[parsed.address] = parsed
-    return tuple(devices[address] for address in sorted(devices))
+    return _PciRead(tuple(devices.values()), frozenset(address for address in unreadable if address))
+
+
+def _name_address(device: VirNodeDevice) -> str | None:
+    try:
+        return pci_name_address(device.name())
+    except libvirt.libvirtError:
+        return None
+
+
+def _with_mediated_devices(
+    conn: VirConnect, layout_devices: tuple[PciDevice, ...], problems: list[str]
+) -> tuple[tuple[PciDevice, ...], tuple[MediatedDevice, ...]]:
+    """The PCI devices with their mediated device types as of now, and the mediated devices.
+
+    Nothing is read where no device of the layout offers mediated device types. Otherwise the
+    devices offering them are listed again (a GPU whose driver was loaded after the connection
+    opened comes in; one no longer listed offers none now) and each of their XML read: libvirt
+    reads the available instances from sysfs at that moment. A device whose XML cannot be read
+    keeps what the layout says, a problem of the host; so do all of them where the listing fails.
+    """
+    if not any(device.mdev_types for device in layout_devices):
+        return layout_devices, ()
+    by_address = {device.address: device for device in layout_devices}
+    refreshed = _pci_devices(
+        conn,
+        problems,
+        libvirt.VIR_CONNECT_LIST_NODE_DEVICES_CAP_MDEV_TYPES,
+        what="the devices offering mediated device types",
+        otherwise="their available instances as read when the connection opened",
+        device_otherwise="its available instances as read when the connection opened",
+    )
+    if refreshed is not None:
+        listed = {device.address for device in refreshed.devices}
+        for address, device in by_address.items():
+            if device.mdev_types and address not in listed and address not in refreshed.unreadable:
+                by_address[address] = replace(device, mdev_types=())
+        by_address.update((device.address, device) for device in refreshed.devices)
+    devices = tuple(by_address[address] for address in sorted(by_address))
+    return devices, _mediated_devices(conn, problems)
+
+
+def _mediated_devices(conn: VirConnect, problems: list[str]) -> tuple[MediatedDevice, ...]:
+    """The host's mediated devices, by UUID: one call to list them, one per device for its XML.
+
+    A driver without them (libvirt's test driver in older versions) has none. One that cannot be
+    read is a problem of the host, and the domain holding it then holds a device of no known GPU.
+    """
+    try:
+        listed = conn.listAllDevices(libvirt.VIR_CONNECT_LIST_NODE_DEVICES_CAP_MDEV)
+    except libvirt.libvirtError as error:
+        if error.get_error_code() not in (libvirt.VIR_ERR_NO_SUPPORT, libvirt.VIR_ERR_INVALID_ARG):
+            problems.append(
+                f"cannot list mediated devices: {error.get_error_message()}; vGPUs created unknown"
+            )
+        return ()
+    devices: dict[str, MediatedDevice] = {}
+    for device in listed:
+        try:
+            parsed = mediated_device(device.XMLDesc(0))
+        except libvirt.libvirtError as error:
+            if error.get_error_code() != libvirt.VIR_ERR_NO_NODE_DEVICE:
+                problems.append(
+                    f"{_device_label(device)}: {error.get_error_message()}; left out of the mediated devices"
+                )
+            continue
+        except NodeDeviceError as error:
+            problems.append(f"{_device_label(device)}: {error}; left out of the mediated devices")
+            continue
+        if parsed is not None:
+            devices[parsed.uuid] = parsed
+    return tuple(devices[uuid] for uuid in sorted(devices))
 
 
 def _device_label(device: VirNodeDevice) -> str:

@@ -28,7 +28,10 @@ wherever a libvirt URI does: the configuration's `hypervisors`, `virtcap capture
   per pool its XMLDesc(0), info() and volumes (name, path(), info()), and the error
   storagePoolLookupByName gave for a name the host does not have (`missing`), which a lookup of
   any unknown name raises with that name;
-- `node_devices`: listAllDevices(0), each device's name and XMLDesc(0).
+- `node_devices`: listAllDevices(0), each device's name and XMLDesc(0); listings by capability
+  (PCI devices, devices offering mediated device types, mediated devices) are answered from it,
+  filtered as libvirt filters them. The mediated devices and their GPUs' available instances are
+  those of the moment of capture, at every audit.
 
 **Not replayed**: anything else, such as other flags or statistics groups, one CPU's or cell's
 statistics, an uncaptured disk or cell, raises libvirtError (VIR_ERR_ARGUMENT_UNSUPPORTED or
@@ -449,6 +452,13 @@ def _not_captured(what: str, code: int = libvirt.VIR_ERR_ARGUMENT_UNSUPPORTED) -
 
 # The objects.
 
+_LISTED_CAPABILITIES: Final = {
+    libvirt.VIR_CONNECT_LIST_NODE_DEVICES_CAP_PCI_DEV: "pci",
+    libvirt.VIR_CONNECT_LIST_NODE_DEVICES_CAP_MDEV_TYPES: "mdev_types",
+    libvirt.VIR_CONNECT_LIST_NODE_DEVICES_CAP_MDEV: "mdev",
+}
+"""The listAllDevices filters replayed, each answered from listAllDevices(0) as libvirt filters."""
+
 
 class ReplayConnection:
     """A VirConnect answering from a capture. Like libvirt, every listing or lookup gives new
@@ -554,10 +564,11 @@ class ReplayConnection:
 
     def listAllDevices(self, flags: int, /) -> list[VirNodeDevice]:
         devices = [ReplayNodeDevice(device) for device in self.document.node_devices.get()]
-        if flags == libvirt.VIR_CONNECT_LIST_NODE_DEVICES_CAP_PCI_DEV:
-            devices = [device for device in devices if device.has_capability("pci")]
-        elif flags != 0:
-            raise _not_captured(f"listAllDevices with flags {flags}")
+        if flags != 0:
+            capability = _LISTED_CAPABILITIES.get(flags)
+            if capability is None:
+                raise _not_captured(f"listAllDevices with flags {flags}")
+            devices = [device for device in devices if device.has_capability(capability)]
         return list[VirNodeDevice](devices)
 
     def setKeepAlive(self, interval: int, count: int, /) -> int:
@@ -656,6 +667,9 @@ class ReplayStorageVol:
         return self._record.info.get()
 
 
+_NESTED_CAPABILITIES: Final = frozenset({"mdev_types"})
+
+
 class ReplayNodeDevice:
     def __init__(self, record: NodeDevice) -> None:
         self._record = record
@@ -669,11 +683,16 @@ class ReplayNodeDevice:
         return self._record.xml.get()
 
     def has_capability(self, kind: str) -> bool:
-        """Whether the device has a top-level capability of this type, as libvirt filters listings.
+        """Whether the device has a capability of this type, as libvirt filters listings: a top-level
+        one, or for `mdev_types` one within the device's own (a GPU's PCI capability holds it).
         One whose XML was captured as an error, or does not parse, is listed: its reader then
         meets the error, as it would have on the live host."""
         try:
             root = ET.fromstring(self._record.xml.get())
         except (libvirt.libvirtError, ET.ParseError):
             return True
+        if kind in _NESTED_CAPABILITIES:  # a PCI device's (or channel's) own capability counts
+            found = root.iterfind("capability/capability")
+            if any(capability.get("type") == kind for capability in found):
+                return True
         return any(capability.get("type") == kind for capability in root.iterfind("capability"))

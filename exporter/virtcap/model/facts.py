@@ -211,6 +211,21 @@ class PciDevice:
 
 
 @dataclass(frozen=True, slots=True)
+class MediatedDevice:
+    """A mediated device (a vGPU) created on a physical device: libvirt's `mdev` node device. A
+    domain holds it by UUID (`<hostdev type='mdev'>`), whether or not that domain runs."""
+
+    uuid: str
+    """Lower case, hyphenated: as domains name it."""
+    type_id: str
+    """The mediated device type it was created as: `nvidia-35`."""
+    parent_address: str | None
+    """The physical device's PCI address (`0000:84:00.0`); None where the parent is not a PCI
+    device (an s390 channel subsystem, a virtual parent such as mtty), which Nova gives no VGPU
+    inventory."""
+
+
+@dataclass(frozen=True, slots=True)
 class HostFacts:
     hostname: str
     hypervisor_type: str
@@ -237,3 +252,6 @@ class HostFacts:
     numa_cells: tuple[NumaCell, ...] = ()
     """Empty where the driver reports no topology."""
     pci_devices: tuple[PciDevice, ...] = ()
+    """Their mediated device types' available instances as of this audit."""
+    mediated_devices: tuple[MediatedDevice, ...] = ()
+    """As of this audit, by UUID; empty where no device offers mediated device types."""
