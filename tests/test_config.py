@@ -626,8 +626,9 @@ flavors:
             "flavors[0]: extra_specs: resources:CUSTOM_fpga: expected CUSTOM_ and then capital letters",
         ),
         (
-            "flavors: [{name: f, vcpu: 4, memory: 1GiB, extra_specs: {'resources:VGPU': '1'}}]",
-            "flavors[0]: extra_specs: resources:VGPU: virtcap accounts DISK_GB, MEMORY_MB, PCPU, VCPU",
+            "flavors: [{name: f, vcpu: 4, memory: 1GiB, extra_specs: {'resources:SRIOV_NET_VF': '1'}}]",
+            "flavors[0]: extra_specs: resources:SRIOV_NET_VF: virtcap accounts DISK_GB, MEMORY_MB, PCPU, "
+            "VCPU, VGPU",
         ),
         (
             "flavors: [{name: f, vcpu: 4, memory: 1GiB, extra_specs: "

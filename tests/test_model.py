@@ -211,7 +211,7 @@ def test_nova_request_follows_the_flavor_and_its_extra_specs() -> None:
     huge = {"hw:cpu_policy": "mixed", "hw:cpu_realtime": "yes"}
     assert nova_request(_nova(vcpus=2**31 - 1, specs=huge))[R.PCPU] == 2**31 - 1
     # What Nova skips with a warning is skipped: unknown classes, amounts that are not whole numbers
-    skipped = {"resources:VGPU": "1", "resources:CUSTOM_X": "two", "resources:x": "1"}
+    skipped = {"resources:SRIOV_NET_VF": "1", "resources:CUSTOM_X": "two", "resources:x": "1"}
     ignored = nova_request(_nova(specs=skipped))
     assert ignored == nova_request(_nova())
 

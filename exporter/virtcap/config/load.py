@@ -206,6 +206,7 @@ def _merge_policy(
         pci_device_spec=tuple(
             entry.spec() for entry in _override(defaults.pci_device_spec, own.pci_device_spec) or ()
         ),
+        enabled_mdev_types=devices.enabled() if (devices := _override(defaults.devices, own.devices)) else (),
     )
     return policy, _override(defaults.disk, own.disk) or DEFAULT_DISK
 

@@ -35,6 +35,7 @@ from virtcap.model.pci import (
     PciDeviceSpec,
 )
 from virtcap.model.resources import CUSTOM_CLASS, PLACEMENT_MAX_INT
+from virtcap.model.vgpu import EnabledMdevType
 from virtcap.units import (
     MAX_CPU,
     brief_repr,
@@ -51,10 +52,12 @@ __all__ = [
     "ClaimSettings",
     "ConfigFile",
     "CpuSet",
+    "DevicesSection",
     "DiskSource",
     "Duration",
     "FlavorSection",
     "HypervisorSection",
+    "MdevTypeSection",
     "Name",
     "PciAliasSection",
     "PciDeviceSpecSection",
@@ -341,6 +344,92 @@ class PciSection(_Section):
     ] = []
 
 
+MAX_MDEV_TYPES = 64
+_GPU_ADDRESS = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
+_LOOSE_PCI_ADDRESS = re.compile(
+    r"\s*(?:([0-9a-fA-F]{1,4}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})\.([0-7])\s*"
+)
+
+
+def _gpu_address(value: object) -> str:
+    """Nova compares `device_addresses` as written with the address it derives from libvirt's
+    device name (lower case, zero-padded): another spelling of the same address would silently
+    name no GPU, so it is refused with the spelling that works."""
+    if isinstance(value, str) and _GPU_ADDRESS.fullmatch(value):
+        return value
+    loose = _LOOSE_PCI_ADDRESS.fullmatch(value) if isinstance(value, str) else None
+    if loose is not None:
+        domain, bus, slot, function = (int(part or "0", 16) for part in loose.groups())
+        canonical = f"{domain:04x}:{bus:02x}:{slot:02x}.{function}"
+        raise ValueError(
+            f"expected the address as libvirt writes it, {canonical!r} (Nova compares it as written), "
+            f"got {brief_repr(value, 40)}"
+        )
+    raise ValueError(f"expected a GPU's PCI address such as '0000:84:00.0', got {brief_repr(value, 40)}")
+
+
+GpuAddress = Annotated[str, PlainValidator(_gpu_address)]
+MdevTypeName = Annotated[
+    str, Field(min_length=1, max_length=MAX_NAME_CHARS, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:+-]*$")
+]
+"""A mediated device type as libvirt names it: `nvidia-35`, `i915-GVTg_V5_4`."""
+
+
+class MdevTypeSection(_Section):
+    """Nova's `[mdev_<type>]` section of one enabled type."""
+
+    device_addresses: list[GpuAddress] = Field(default=[], max_length=MAX_PCI_ENTRIES)
+    """The GPUs offering this type; none: the type is the default of every GPU no other type
+    names (the first such enabled type only)."""
+    max_instances: int | None = Field(default=None, ge=1, le=PLACEMENT_MAX_INT)
+    """At most this many vGPUs of the type on the hypervisor."""
+
+
+class DevicesSection(_Section):
+    """Nova's `[devices]` and its `[mdev_<type>]` sections: the mediated device types offered as
+    vGPUs. A hypervisor's own section replaces that of `defaults`, as a nova.conf replaces another."""
+
+    enabled_mdev_types: list[MdevTypeName] = Field(default=[], max_length=MAX_MDEV_TYPES)
+    mdev_types: dict[MdevTypeName, MdevTypeSection] = Field(default={}, max_length=MAX_MDEV_TYPES)
+    """Per enabled type, Nova's `[mdev_<type>]` section: `device_addresses`, `max_instances`."""
+
+    @model_validator(mode="after")
+    def _as_nova_starts(self) -> Self:
+        enabled = set()
+        for type_id in self.enabled_mdev_types:
+            if type_id in enabled:
+                raise ValueError(
+                    f"enabled_mdev_types: {brief_repr(type_id, 60)} is listed twice; expected each type once"
+                )
+            enabled.add(type_id)
+        owners: dict[str, str] = {}
+        for type_id, section in self.mdev_types.items():
+            if type_id not in enabled:
+                raise ValueError(
+                    f"mdev_types: {brief_repr(type_id, 60)} is not in enabled_mdev_types; "
+                    "expected sections of enabled types only"
+                )
+            for address in section.device_addresses:
+                owner = owners.setdefault(address, type_id)
+                if owner != type_id or section.device_addresses.count(address) > 1:
+                    raise ValueError(
+                        f"mdev_types.{type_id}.device_addresses: {address} is named twice "
+                        f"(also by {owner}); Nova refuses to start with a GPU of two types"
+                    )
+        return self
+
+    def enabled(self) -> tuple[EnabledMdevType, ...]:
+        sections = self.mdev_types
+        return tuple(
+            EnabledMdevType(
+                type_id=type_id,
+                device_addresses=tuple(sections[type_id].device_addresses) if type_id in sections else (),
+                max_instances=sections[type_id].max_instances if type_id in sections else None,
+            )
+            for type_id in self.enabled_mdev_types
+        )
+
+
 class PolicySection(_Section):
     """The keys of `defaults`, each of which a hypervisor may override."""
 
@@ -361,6 +450,9 @@ class PolicySection(_Section):
     pci_device_spec: list[PciDeviceSpecSection] | None = Field(default=None, max_length=MAX_PCI_ENTRIES)
     """Nova's `[pci] device_spec`: the host devices passed through; a hypervisor's own list
     replaces that of `defaults`."""
+    devices: DevicesSection | None = None
+    """Nova's `[devices] enabled_mdev_types` with the `[mdev_<type>]` sections: the vGPUs the
+    physical GPUs offer; a hypervisor's own section replaces that of `defaults`."""
 
     @model_validator(mode="before")
     @classmethod

@@ -26,6 +26,7 @@ from virtcap.model.resources import (
     placement_units,
     request_groups,
 )
+from virtcap.model.vgpu import EnabledMdevType
 
 STATES: tuple[DomainState, ...] = tuple(DomainState)
 
@@ -63,6 +64,9 @@ class HostPolicy:
     """Nova's `reserved_huge_pages`: pages kept for the host, by (NUMA cell, page size in KiB)."""
     pci_device_spec: tuple[PciDeviceSpec, ...] = ()
     """Nova's `[pci] device_spec`: the host devices passed through, first match deciding."""
+    enabled_mdev_types: tuple[EnabledMdevType, ...] = ()
+    """Nova's `[devices] enabled_mdev_types`, in order, each with its `[mdev_<type>]` section:
+    which mediated device type each physical GPU offers as vGPUs (see virtcap.model.vgpu)."""
 
     @property
     def counted_states(self) -> frozenset[DomainState]:

@@ -16,6 +16,7 @@ from virtcap.model.facts import NovaInstance
 from virtcap.model.resources import (
     CUSTOM_CLASS,
     CUSTOM_PREFIX,
+    DEVICE_CLASSES,
     STANDARD_CLASSES,
     Resource,
     ResourceRequest,
@@ -27,7 +28,8 @@ RESOURCE_SPEC = re.compile(r"resources([a-zA-Z0-9_-]{1,64})?:(.*)")
 """`resources:CLASS` and `resources<suffix>:CLASS`: the unsuffixed group and Placement's granular
 groups, which all land on one hypervisor here (no nested providers), so their amounts add up."""
 
-_STANDARD_NAMES = frozenset(resource.placement_class for resource in STANDARD_CLASSES)
+_STANDARD_NAMES = frozenset(resource.placement_class for resource in STANDARD_CLASSES + DEVICE_CLASSES)
+"""Placement's standard classes virtcap accounts: `resources:VGPU=1` counts like `resources:VCPU`."""
 
 
 def nova_request(instance: NovaInstance) -> ResourceRequest:
@@ -92,7 +94,7 @@ def _placement_groups(instance: NovaInstance) -> dict[str | None, dict[str, int]
 def _extra_spec_groups(specs: Mapping[str, str]) -> dict[str | None, dict[str, int]]:
     """Amounts of the `resources[suffix]:CLASS` extra specs, per request group (None: the
     unsuffixed one). Within a group a later key overwrites; classes virtcap does not account
-    (VGPU, SRIOV_NET_VF, ... until their issue) and amounts Nova would reject are skipped, as
+    (SRIOV_NET_VF, PGPU, ... until their issue) and amounts Nova would reject are skipped, as
     Nova skips them with a warning."""
     groups: dict[str | None, dict[str, int]] = {}
     for key, value in specs.items():

@@ -5,8 +5,9 @@ show and test it: the `resource` label value, the unit amounts are kept and show
 bytes, or a plain count), how many of those make one of Placement's units (a MiB, a GiB), Nova's
 defaults, and the unit its claim test words a refusal in.
 
-Adding a class is one place: a standard class is one entry in STANDARD_CLASSES (and, if the
-hypervisor measures its total, the reading of that total in the audit); a CUSTOM_* class needs no
+Adding a class is one place: a standard class is one entry in STANDARD_CLASSES, or in
+DEVICE_CLASSES for one only some hypervisors have (and, if the hypervisor measures its total, the
+reading of that total in the audit); a CUSTOM_* class needs no
 code at all: it is an inventory in the configuration, consumed by Nova's `resources:CUSTOM_...`
 extra specs and by claims.
 """
@@ -56,6 +57,7 @@ class Resource:
     PCPU: ClassVar[Resource]
     MEMORY: ClassVar[Resource]
     DISK: ClassVar[Resource]
+    VGPU: ClassVar[Resource]
 
     def __str__(self) -> str:
         return self.label
@@ -94,21 +96,30 @@ Resource.PCPU = Resource("pcpu", "PCPU", "cpus", claim_unit="PCPU")
 Resource.MEMORY = Resource("memory", "MEMORY_MB", "bytes", MIB, "MiB", default_reserved=512 * MIB)
 Resource.DISK = Resource("disk", "DISK_GB", "bytes", GIB, "GiB")
 
+Resource.VGPU = Resource("vgpu", "VGPU", "integer")
+
 STANDARD_CLASSES: tuple[Resource, ...] = (Resource.VCPU, Resource.PCPU, Resource.MEMORY, Resource.DISK)
 """The classes every hypervisor has an inventory of (or a known reason not to), in display order."""
 
-_BY_LABEL = {resource.label: resource for resource in STANDARD_CLASSES}
-_BY_PLACEMENT_CLASS = {resource.placement_class: resource for resource in STANDARD_CLASSES}
+DEVICE_CLASSES: tuple[Resource, ...] = (Resource.VGPU,)
+"""Placement's standard classes of devices, which only some hypervisors have (VGPU: on physical
+GPUs offering an enabled mediated device type, see virtcap.model.vgpu): listed where a hypervisor
+offers or uses them, after the standard classes, never on every hypervisor."""
+
+_KNOWN_CLASSES = STANDARD_CLASSES + DEVICE_CLASSES
+_BY_LABEL = {resource.label: resource for resource in _KNOWN_CLASSES}
+_BY_PLACEMENT_CLASS = {resource.placement_class: resource for resource in _KNOWN_CLASSES}
 
 
 def resource_by_label(label: str) -> Resource:
-    """A standard class by its label (`vcpu`), as configuration keys and claim fields name it."""
+    """A standard or device class by its label (`vcpu`, `vgpu`), as configuration keys and claim
+    fields name it."""
     return _BY_LABEL[label]
 
 
 def resource_class(name: str) -> Resource:
-    """A class by Placement's name: a standard one, or a CUSTOM_* class. ValueError otherwise,
-    naming the classes virtcap accounts."""
+    """A class by Placement's name: a standard or device one, or a CUSTOM_* class. ValueError
+    otherwise, naming the classes virtcap accounts."""
     standard = _BY_PLACEMENT_CLASS.get(name)
     if standard is not None:
         return standard
@@ -119,10 +130,11 @@ def resource_class(name: str) -> Resource:
 
 
 def display_order(resources: Iterable[Resource]) -> list[Resource]:
-    """Standard classes first in their order, then custom ones by name: the order of every listing."""
+    """Standard classes first in their order, then device classes, then custom ones by name: the
+    order of every listing."""
     found = set(resources)
-    standard = [r for r in STANDARD_CLASSES if r in found]
-    return standard + sorted(found - set(STANDARD_CLASSES), key=lambda r: r.label)
+    known = [r for r in _KNOWN_CLASSES if r in found]
+    return known + sorted(found - set(_KNOWN_CLASSES), key=lambda r: r.label)
 
 
 def placement_units(resource: Resource, amount: int) -> int:
