@@ -124,13 +124,16 @@ def test_dashboard_lint(name: str) -> None:
     assert len(ids) == len(set(ids))
     for i, panel in enumerate(panels):
         where = f"{name} panel {panel['id']} {panel.get('title')!r}"
+        assert panel["gridPos"]["x"] >= 0 and panel["gridPos"]["x"] + panel["gridPos"]["w"] <= 24, where
+        for other in panels[i + 1 :]:
+            assert not _overlaps(panel["gridPos"], other["gridPos"]), (where, other["title"])
+        if panel["type"] == "row":  # a heading across the dashboard: no query, unit or data source
+            assert panel["title"] and panel["gridPos"]["w"] == 24 and "targets" not in panel, where
+            continue
         assert panel["title"] and panel["description"], where
         assert panel["datasource"] == DATASOURCE, where
         assert panel["fieldConfig"]["defaults"].get("unit"), where
         assert panel["targets"], where
-        assert panel["gridPos"]["x"] >= 0 and panel["gridPos"]["x"] + panel["gridPos"]["w"] <= 24, where
-        for other in panels[i + 1 :]:
-            assert not _overlaps(panel["gridPos"], other["gridPos"]), (where, other["title"])
         for target in panel["targets"]:
             assert target["datasource"] == DATASOURCE, where
             for function in re.findall(r"\b(rate|irate|increase)\(", target["expr"]):
@@ -178,7 +181,7 @@ def panel_targets() -> list[tuple[str, str, str]]:
         (name, panel["title"], target["expr"])
         for name, dashboard in dashboards().items()
         for panel in dashboard["panels"]
-        for target in panel["targets"]
+        for target in panel.get("targets", [])  # rows have none
     ]
 
 

@@ -65,6 +65,17 @@
     datasource: $.datasource,
   },
 
+  // A row: a heading across the dashboard over the panels that follow it, up to the next row. It
+  // has no query, unit or data source of its own.
+  row(title):: {
+    type: 'row',
+    title: title,
+    collapsed: false,
+    panels: [],
+    width:: 24,
+    height:: 1,
+  },
+
   local base(type, title, description, unit, targets, width, height) = {
     type: type,
     title: title,
