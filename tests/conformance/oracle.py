@@ -37,6 +37,10 @@ Requests (`op`):
   `[pci] device_spec` entry matches, the tracker's pools of the free ones, and the PCI passthrough
   filter's `support_requests` for flavors' `pci_passthrough:alias` (see `pci` below).
 
+- `numa` {cells, online, cpu_shared_set, cpu_dedicated_set, reserved_huge_pages, usage, ratios,
+  flavors, limit, pci}: a host's NUMA cells as the libvirt driver builds them, and per flavor
+  Nova's NUMA topology for it, where it fits and how many fit in a row (see `numa` below).
+
 Any other failure is answered as {"oracle_error": ...}, which fails the test that asked.
 """
 
@@ -542,6 +546,211 @@ def pci(request: dict[str, Any]) -> dict[str, Any]:
         return answer
 
 
+def _numa_host(request: dict[str, Any]) -> Any:
+    """The host's NUMATopology from the libvirt driver's own `_get_host_numa_topology`, given the
+    capabilities' `<topology>` written from the question's cells, the online CPUs and the CPU
+    sets and reserved_huge_pages as nova.conf options; then the question's usage put on it."""
+    from types import SimpleNamespace  # noqa: PLC0415
+
+    from nova.conf import neutron as neutron_conf  # noqa: PLC0415
+    from nova.virt.libvirt import config as libvirt_config  # noqa: PLC0415
+    from nova.virt.libvirt import driver as libvirt_driver  # noqa: PLC0415
+
+    neutron_conf.register_dynamic_opts(NOVA_CONF)  # as the libvirt driver does when it starts
+    cells_xml = []
+    for cell in request["cells"]:
+        core_of = {cpu: core for core in cell["siblings"] for cpu in core}
+        cpus = "".join(
+            f"<cpu id='{cpu}' socket_id='{cell.get('socket', 0)}' core_id='{min(core_of.get(cpu, [cpu]))}' "
+            f"siblings='{','.join(str(c) for c in sorted(core_of.get(cpu, [cpu])))}'/>"
+            for cpu in sorted(cell["cpus"])
+        )
+        pages = "".join(
+            f"<pages unit='KiB' size='{page['size']}'>{page['total']}</pages>" for page in cell["pages"]
+        )
+        cells_xml.append(
+            f"<cell id='{cell['id']}'><memory unit='KiB'>{cell['memory_kib']}</memory>{pages}"
+            f"<cpus num='{len(cell['cpus'])}'>{cpus}</cpus></cell>"
+        )
+    topology = libvirt_config.LibvirtConfigCapsNUMATopology()
+    topology.parse_str(f"<topology><cells num='{len(cells_xml)}'>{''.join(cells_xml)}</cells></topology>")
+    online = set(request["online"])
+    driver = SimpleNamespace(
+        _has_numa_support=lambda: True,
+        _host=SimpleNamespace(
+            get_capabilities=lambda: SimpleNamespace(host=SimpleNamespace(topology=topology)),
+            get_online_cpus=lambda: set(online),
+        ),
+        _reserved_hugepages=hardware.numa_get_reserved_huge_pages(),
+    )
+    driver._get_vcpu_available = lambda: libvirt_driver.LibvirtDriver._get_vcpu_available(driver)
+    driver._get_pcpu_available = lambda: libvirt_driver.LibvirtDriver._get_pcpu_available(driver)
+    host = libvirt_driver.LibvirtDriver._get_host_numa_topology(driver)
+    for cell in host.cells:
+        usage = request.get("usage", {}).get(str(cell.id), {})
+        cell.pinned_cpus = set(usage.get("pinned", []))
+        cell.cpu_usage = usage.get("cpu_usage", 0)
+        cell.memory_usage = usage.get("memory_usage", 0)
+        for pages in cell.mempages:
+            pages.used = usage.get("pages_used", {}).get(str(pages.size_kb), 0)
+    return host
+
+
+def _numa_pci_stats(question: dict[str, Any]) -> Any:
+    """PciDeviceStats of the free allowed devices, built as the `pci` op builds them."""
+    import copy  # noqa: PLC0415
+
+    from nova.pci import manager, whitelist  # noqa: PLC0415
+    from nova.pci import stats as pci_stats  # noqa: PLC0415
+
+    allowed = whitelist.Whitelist([json.dumps(entry) for entry in question["specs"]])
+    devices = []
+    for device in question["devices"]:
+        if allowed.device_assignable(copy.deepcopy(device)) is not None:
+            devices.append(nova_objects.PciDevice.create(None, copy.deepcopy(device)))
+    manager.PciDevTracker._build_device_tree(devices)
+    stats = pci_stats.PciDeviceStats(None, dev_filter=allowed)
+    for device in devices:
+        if device.address in question["held"]:
+            instance = {"uuid": str(uuid.uuid4())}
+            device.claim(instance["uuid"])
+            device.allocate(instance)
+        if device.status == "available":
+            stats.add_device(device)
+    return stats
+
+
+def _cell_json(cell: Any) -> dict[str, Any]:
+    return {
+        "id": cell.id,
+        "cpuset": sorted(cell.cpuset),
+        "pcpuset": sorted(cell.pcpuset),
+        "pagesize": cell.pagesize,
+        "memory": cell.memory,
+    }
+
+
+def numa(request: dict[str, Any]) -> dict[str, Any]:
+    """NUMA placement on one host, by Nova's own functions.
+
+    The host's cells come from the libvirt driver (`_host` above) under `cpu_shared_set`,
+    `cpu_dedicated_set` and `reserved_huge_pages` (nova.conf's), with `usage` per cell (pinned
+    CPUs, cpu_usage, memory_usage, pages used per size) put on them. Per flavor {vcpus,
+    memory_mb, extra_specs, image_properties}: `numa_get_constraints` (the topology's cells, or
+    the class of Nova's refusal), `numa_fit_instance_to_host` under NUMATopologyLimits of
+    `ratios` (the host cell, page size and pinning of each guest cell, or no fit), with `pci`
+    {devices, specs, held, aliases} the host's PciDeviceStats and the flavor's
+    `pci_passthrough:alias` requests; and `count`: how many fit in a row, each fitted with a
+    fresh topology (and the same PciDeviceStats, no PCI request) and added by
+    `numa_usage_from_instance_numa`, at most `limit`, or where Nova raised in between.
+    """
+    from nova.pci import request as pci_request  # noqa: PLC0415
+
+    overrides = [
+        ("cpu_shared_set", request.get("cpu_shared_set"), "compute"),
+        ("cpu_dedicated_set", request.get("cpu_dedicated_set"), "compute"),
+        ("reserved_huge_pages", request.get("reserved_huge_pages") or None, None),
+    ]
+    for name, value, group in overrides:
+        NOVA_CONF.set_override(name, value, group=group)
+    pci = request.get("pci")
+    if pci:
+        NOVA_CONF.set_override("alias", [json.dumps(alias) for alias in pci["aliases"]], group="pci")
+        pci_request.get_alias_from_config.cache_clear()
+    try:
+        try:
+            host = _numa_host(request)
+        except nova_exception.NovaException as error:
+            return {"error": f"{type(error).__name__}: {error}"}
+        answer: dict[str, Any] = {
+            "host": [
+                {
+                    "id": cell.id,
+                    "cpuset": sorted(cell.cpuset),
+                    "pcpuset": sorted(cell.pcpuset),
+                    "siblings": [sorted(core) for core in cell.siblings],
+                    "memory": cell.memory,
+                    "mempages": [[p.size_kb, p.total, p.reserved, p.used] for p in cell.mempages],
+                }
+                for cell in host.cells
+            ],
+            "flavors": [],
+        }
+        stats = _numa_pci_stats(pci) if pci else None
+        limits = nova_objects.NUMATopologyLimits(
+            cpu_allocation_ratio=request["ratios"]["cpu"], ram_allocation_ratio=request["ratios"]["ram"]
+        )
+        for question in request["flavors"]:
+            answer["flavors"].append(_numa_flavor(question, host, limits, stats, request["limit"]))
+        return answer
+    finally:
+        for name, _value, group in overrides:
+            NOVA_CONF.clear_override(name, group=group)
+        if pci:
+            NOVA_CONF.clear_override("alias", group="pci")
+            pci_request.get_alias_from_config.cache_clear()
+
+
+def _numa_flavor(question: dict[str, Any], host: Any, limits: Any, stats: Any, limit: int) -> dict[str, Any]:
+    from nova.pci import request as pci_request  # noqa: PLC0415
+
+    extra_specs = question.get("extra_specs", {})
+    flavor_object = nova_objects.Flavor(
+        name="conformance",
+        vcpus=question["vcpus"],
+        memory_mb=question["memory_mb"],
+        extra_specs=extra_specs,
+    )
+    image = nova_objects.ImageMeta.from_dict(
+        {"name": "image", "properties": question.get("image_properties", {})}
+    )
+
+    def topology() -> Any:
+        return hardware.numa_get_constraints(flavor_object, image)
+
+    try:
+        wanted = topology()
+    except (nova_exception.NovaException, ValueError) as error:
+        return {"error": f"{type(error).__name__}: {error}"}
+    if wanted is None:
+        return {"topology": None}
+    answer: dict[str, Any] = {
+        "topology": {
+            "cells": [_cell_json(cell) for cell in wanted.cells],
+            "cpu_policy": wanted.cells[0].cpu_policy,
+            "cpu_thread_policy": wanted.cells[0].cpu_thread_policy,
+            "emulator_threads_policy": wanted.emulator_threads_policy,
+        }
+    }
+    requests = None
+    if stats is not None and extra_specs.get("pci_passthrough:alias"):
+        requests = pci_request._translate_alias_to_requests(extra_specs["pci_passthrough:alias"])
+    fitted = hardware.numa_fit_instance_to_host(host, wanted, None, limits, requests, stats)
+    answer["fit"] = None
+    if fitted is not None:
+        answer["fit"] = {
+            "cells": [cell.id for cell in fitted.cells],
+            "pagesizes": [cell.pagesize for cell in fitted.cells],
+            "pinning": {
+                str(vcpu): cpu for cell in fitted.cells for vcpu, cpu in (cell.cpu_pinning or {}).items()
+            },
+            "reserved": sorted(set().union(*((cell.cpuset_reserved or set()) for cell in fitted.cells))),
+        }
+    count, current, answer["count_error"] = 0, host, None
+    while count < limit:
+        placed = hardware.numa_fit_instance_to_host(current, topology(), None, limits, None, stats)
+        if placed is None:
+            break
+        try:
+            current = hardware.numa_usage_from_instance_numa(current, placed)
+        except nova_exception.NovaException as error:
+            answer["count_error"] = type(error).__name__
+            break
+        count += 1
+    answer["count"] = count
+    return answer
+
+
 def main() -> None:
     placement: Placement | None = None
 
@@ -562,6 +771,8 @@ def main() -> None:
                 return nova_domain(request)
             if op == "pci":
                 return pci(request)
+            if op == "numa":
+                return numa(request)
             if op == "ping":
                 return {"pong": True}
         except Exception as error:  # reported to the test, which fails with it

@@ -23,10 +23,14 @@ by tests/conformance/test_pci.py.
 - A device is free unless a domain holds it, or it is a PF one of whose allowed VFs a domain holds,
   or a VF whose allowed PF a domain holds (Nova marks such relatives unavailable). Devices that no
   spec allows are not tracked at all, and holding one makes no relative unavailable.
-- `support_requests` answers as Nova's PCI passthrough filter does without NUMA: each alias of the
-  request in turn takes its count from the free pools that match it, in Nova's pool order; PF pools
-  only serve aliases that ask for `type-PF`, and remote-managed pools no alias. **NUMA affinity
-  (`numa_policy`, the guest's cells) is not applied: that is part of the later NUMA fit.**
+- `support_requests` answers as Nova's PCI passthrough filter does: each alias of the request in
+  turn takes its count from the free pools that match it, in Nova's pool order; PF pools only
+  serve aliases that ask for `type-PF`, and remote-managed pools no alias. Given the host cells
+  an instance's guest cells landed on (`cells`, as the NUMA fit asks), each alias's `numa_policy`
+  narrows the pools first: `required` to the devices of those cells; `legacy` to those and the
+  devices of no known cell, unless the cells' own suffice; `preferred` to either of these when
+  they suffice, else to every pool with the cells' first. `socket` needs the host's sockets,
+  which virtcap does not read: where the cells' own devices do not suffice, PciRequestError.
 """
 
 from __future__ import annotations
@@ -453,12 +457,20 @@ def parse_alias_request(extra_spec: str) -> list[tuple[str, int]]:
     return requests
 
 
-def support_requests(pools: Sequence[PciPool], aliases: Mapping[str, PciAlias], extra_spec: str) -> bool:
+def support_requests(
+    pools: Sequence[PciPool],
+    aliases: Mapping[str, PciAlias],
+    extra_spec: str,
+    *,
+    cells: frozenset[int] | None = None,
+) -> bool:
     """Whether the free devices of `pools` (as `device_pools` orders them) satisfy the flavor's
-    `pci_passthrough:alias` extra spec, as Nova's PCI passthrough filter answers without NUMA
-    cells. NUMA affinity is not applied here: the NUMA fit is a later step.
+    `pci_passthrough:alias` extra spec, as Nova answers: without `cells` (or with none) as its
+    PCI passthrough filter does, with the host cells of the instance's guest cells as its NUMA
+    fit does, each alias's `numa_policy` deciding which devices are near enough.
 
-    Raises PciRequestError when the extra spec cannot be read or names an unknown alias.
+    Raises PciRequestError when the extra spec cannot be read or names an unknown alias, or when
+    answering needs the host's sockets (`numa_policy` socket).
     """
     requests = []
     for name, count in parse_alias_request(extra_spec):
@@ -470,6 +482,10 @@ def support_requests(pools: Sequence[PciPool], aliases: Mapping[str, PciAlias], 
         candidates = [entry for entry in live if alias.matches(entry.pool)]
         if _total(candidates) < count:
             return False
+        if cells:
+            candidates = _near(candidates, alias, count, cells)
+            if _total(candidates) < count:
+                return False
         if alias.device_type != "type-PF":  # PFs serve only the aliases that ask for them
             candidates = [entry for entry in candidates if entry.pool.dev_type != "type-PF"]
             if _total(candidates) < count:
@@ -488,3 +504,26 @@ def support_requests(pools: Sequence[PciPool], aliases: Mapping[str, PciAlias], 
             if not wanted:
                 break
     return True
+
+
+def _near(
+    candidates: list[_Remaining], alias: PciAlias, count: int, cells: frozenset[int]
+) -> list[_Remaining]:
+    """The candidates the alias's NUMA policy allows for guest cells on `cells`, in the order
+    they are taken."""
+    in_cells = [entry for entry in candidates if entry.pool.numa_node in cells]
+    if alias.numa_policy == "required" or _total(in_cells) >= count:
+        return in_cells
+    if alias.numa_policy == "socket":
+        raise PciRequestError(
+            f"the alias {alias.name!r} asks for devices on the instance's socket, "
+            "which virtcap cannot tell: it does not read the host's sockets"
+        )
+
+    def unplaced_or_near(entry: _Remaining) -> bool:
+        return entry.pool.numa_node is None or entry.pool.numa_node in cells
+
+    near = [entry for entry in candidates if unplaced_or_near(entry)]
+    if alias.numa_policy == LEGACY or _total(near) >= count:
+        return near
+    return sorted(candidates, key=lambda entry: not unplaced_or_near(entry))
