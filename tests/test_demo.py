@@ -7,18 +7,19 @@ from pathlib import Path
 
 from virtcap.audit.oneshot import audit_fleet_once
 from virtcap.demo import DEMO_DIR, demo_config
-from virtcap.demo.generate import demo_hosts, main
+from virtcap.demo.generate import captured_hosts, demo_hosts, main
 from virtcap.model.facts import DomainState
 from virtcap.model.resources import Resource
 
 
-def test_committed_node_files_are_what_the_generator_writes(tmp_path: Path) -> None:
+def test_committed_node_files_and_captures_are_what_the_generator_writes(tmp_path: Path) -> None:
     main(["generate", str(tmp_path)])
-    generated = sorted(p.name for p in tmp_path.glob("*.xml"))
-    committed = sorted(p.name for p in DEMO_DIR.glob("*.xml"))
+    generated = sorted(p.name for pattern in ("*.xml", "*.json") for p in tmp_path.glob(pattern))
+    committed = sorted(p.name for pattern in ("*.xml", "*.json") for p in DEMO_DIR.glob(pattern))
     assert generated == committed
+    assert {f"{host.name}.json" for host in captured_hosts()} <= set(generated)
     for name in generated:
-        assert (tmp_path / name).read_text() == (DEMO_DIR / name).read_text(), (
+        assert (tmp_path / name).read_bytes() == (DEMO_DIR / name).read_bytes(), (
             f"{name} is out of date: run `python -m virtcap.demo.generate`"
         )
 
@@ -32,7 +33,10 @@ def test_the_demo_has_what_the_dashboards_and_alerts_need() -> None:
 
     snapshots = asyncio.run(audit_fleet_once(demo_config(), cpu_window=0.0))
     up = [s for s in snapshots if s.capacity is not None]
-    assert len(up) == len(hosts) and len(snapshots) == len(hosts) + 1  # and one unreachable host
+    captured = captured_hosts()
+    assert len(up) == len(hosts) + len(captured)
+    assert len(snapshots) == len(up) + 1  # and one unreachable host
+    assert all(s.facts is not None and s.facts.problems == () for s in up)
     states = {state for s in up for state, count in s.capacity.domains_by_state.items() if count}  # type: ignore[union-attr]
     assert states == set(DomainState)
 

@@ -1,7 +1,9 @@
-"""Writes the demo fleet's node files: `python -m virtcap.demo.generate [DIR]`.
+"""Writes the demo fleet's files: `python -m virtcap.demo.generate [DIR]`.
 
-Each host is shaped to show one thing an operator must see (see demo.yaml for which). The files
-are committed; a test fails when this script would write them differently.
+Each host is shaped to show one thing an operator must see (see demo.yaml for which): test-driver
+node files (`compute-NN.xml`) for the hosts that driver can show, and captures
+(`compute-NN.json`, virtcap.demo.hostgen) for the hosts with NUMA cells, hugepages and devices
+it cannot. The files are committed; a test fails when this script would write them differently.
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from virtcap.demo import DEMO_DIR
+from virtcap.audit.replay import encode_capture
+from virtcap.demo import DEMO_DIR, hostgen
 from virtcap.demo.fleetgen import (
     BLOCKED,
     CRASHED,
@@ -134,9 +137,188 @@ def _edge_host(rng: random.Random) -> HostSpec:
     return HostSpec(name, 24, 448, 1000, 100, domains=domains)
 
 
+# The captured hosts' flavors, as Nova wrote them into their guests' metadata.
+_DEDICATED = ("hw:cpu_policy", "dedicated")
+P1_XLARGE = hostgen.FlavorSpec("p1.xlarge", 4, 8192, extra_specs=(_DEDICATED, ("hw:mem_page_size", "2MB")))
+RP1_LARGE = hostgen.FlavorSpec("rp1.large", 2, 16384, extra_specs=(_DEDICATED, ("hw:mem_page_size", "1GB")))
+RP1_XLARGE = hostgen.FlavorSpec("rp1.xlarge", 4, 49152, extra_specs=(_DEDICATED, ("hw:mem_page_size", "1GB")))
+SHARED_MEDIUM = hostgen.FlavorSpec("m1.medium", 2, 4096)
+SHARED_LARGE = hostgen.FlavorSpec("m1.large", 4, 8192)
+SHARED_RAM_LARGE = hostgen.FlavorSpec("r1.large", 4, 32768)
+G1_XLARGE = hostgen.FlavorSpec(
+    "g1.xlarge",
+    4,
+    32768,
+    extra_specs=(_DEDICATED, ("resources:VGPU", "1"), ("pci_passthrough:alias", "sriov-vf:1")),
+)
+G1_LARGE = hostgen.FlavorSpec(
+    "g1.large",
+    2,
+    12288,
+    extra_specs=(_DEDICATED, ("resources:VGPU", "1"), ("pci_passthrough:alias", "sriov-vf:1")),
+)
+T4_TYPES = (
+    hostgen.MdevTypeSpec("nvidia-230", "GRID T4-1Q", 16),
+    hostgen.MdevTypeSpec("nvidia-231", "GRID T4-2Q", 8),
+    hostgen.MdevTypeSpec("nvidia-232", "GRID T4-4Q", 4),
+)
+"""A T4's vGPU profiles (16 GiB split in 1, 2 or 4 GiB); the `nvidia-NNN` ids are made up in the
+driver's style: each driver release numbers its types."""
+
+
+def _pins(host: hostgen.HostSpec, cell: int, first_core: int, vcpus: int) -> tuple[int, ...]:
+    """Whole cores from `first_core` on, both threads of each, as Nova's default thread policy
+    (prefer) packs a dedicated guest onto sibling threads."""
+    cores = range(first_core, first_core + vcpus // host.threads)
+    return tuple(hostgen.cpu_id(host, cell, core, thread) for core in cores for thread in range(host.threads))
+
+
+def _pinned(
+    host: hostgen.HostSpec,
+    name: str,
+    flavor: hostgen.FlavorSpec,
+    cell: int,
+    first_core: int,
+    *,
+    page_size_kib: int | None = None,
+    pci: tuple[str, ...] = (),
+    mdevs: tuple[hostgen.MdevSpec, ...] = (),
+) -> hostgen.GuestSpec:
+    return hostgen.GuestSpec(
+        name=name,
+        vcpus=flavor.vcpus,
+        memory_mib=flavor.memory_mib,
+        cell=cell,
+        pins=_pins(host, cell, first_core, flavor.vcpus),
+        page_size_kib=page_size_kib,
+        flavor=flavor,
+        pci=pci,
+        mdevs=mdevs,
+    )
+
+
+def _shared(
+    name: str, flavor: hostgen.FlavorSpec, shared_cpus: tuple[int, ...], state: int = hostgen.RUNNING
+) -> hostgen.GuestSpec:
+    return hostgen.GuestSpec(
+        name=name,
+        vcpus=flavor.vcpus,
+        memory_mib=flavor.memory_mib,
+        state=state,
+        pins=shared_cpus,
+        flavor=flavor,
+    )
+
+
+def numa_host() -> hostgen.HostSpec:
+    """compute-08: two sockets of 8 cores, 2 threads each, 128 GiB a cell in 80 pages of 1 GiB,
+    6144 of 2 MiB and the rest in small pages, an X710 with 8 VFs on each socket. Core 0 of each
+    socket (both threads) is shared, the other 28 CPUs dedicated. The pinned guests leave cell 0
+    6 dedicated CPUs (30 GiB of 1 GiB pages usable) and cell 1 8 (only 14 GiB of 1 GiB pages
+    usable after the 2 reserved, 12 GiB of 2 MiB pages): p1.8xlarge (8 dedicated vCPUs, 16 GiB in
+    large pages) fits in neither cell, though the host has 14 dedicated CPUs and 44 GiB of memory
+    free."""
+    layout = hostgen.HostSpec(name="compute-08", sockets=2, cores=8, threads=2, memory_gib=128)
+    nics = (hostgen.NicSpec(cell=0, bus=0x3B, vfs=8), hostgen.NicSpec(cell=1, bus=0xD8, vfs=8))
+    shared_cpus = tuple(sorted(hostgen.cpu_id(layout, cell, 0, t) for cell in (0, 1) for t in (0, 1)))
+    guests = (
+        _pinned(layout, "compute-08-db-01", RP1_XLARGE, 0, 1, page_size_kib=hostgen.PAGE_1G_KIB),
+        _pinned(
+            layout,
+            "compute-08-nfv-01",
+            P1_XLARGE,
+            0,
+            3,
+            page_size_kib=hostgen.PAGE_2M_KIB,
+            pci=nics[0].vf_addresses[:1],
+        ),
+        _pinned(layout, "compute-08-db-02", RP1_XLARGE, 1, 1, page_size_kib=hostgen.PAGE_1G_KIB),
+        _pinned(
+            layout,
+            "compute-08-nfv-02",
+            RP1_LARGE,
+            1,
+            3,
+            page_size_kib=hostgen.PAGE_1G_KIB,
+            pci=nics[1].vf_addresses[:2],
+        ),
+        _shared("compute-08-web-01", SHARED_LARGE, shared_cpus),
+        _shared("compute-08-app-01", SHARED_MEDIUM, shared_cpus),
+        _shared("compute-08-cache-01", SHARED_RAM_LARGE, shared_cpus),
+        _shared("compute-08-cache-02", SHARED_RAM_LARGE, shared_cpus, hostgen.SHUTOFF),
+    )
+    return replace(
+        layout,
+        hugepages=(
+            hostgen.Hugepages(hostgen.PAGE_2M_KIB, (6144, 6144)),
+            hostgen.Hugepages(hostgen.PAGE_1G_KIB, (80, 80)),
+        ),
+        nics=nics,
+        guests=guests,
+    )
+
+
+def gpu_host() -> hostgen.HostSpec:
+    """compute-09: two sockets of 8 cores, 2 threads each, 64 GiB a cell, a Tesla T4 on each
+    socket offering three vGPU types, an X710 with 8 VFs on socket 1. Guests are pinned, each
+    with a vGPU of its cell's GPU; those of cell 1 also with a VF. A T4 holds vGPUs of one type
+    at a time: GPU 0 two T4-2Q (6 more available), GPU 1 two T4-1Q (14 more)."""
+    layout = hostgen.HostSpec(
+        name="compute-09", sockets=2, cores=8, threads=2, memory_gib=64, model="Xeon-Gold-6326"
+    )
+    nic = hostgen.NicSpec(cell=1, bus=0xAF, vfs=8)
+    gpus = (
+        hostgen.GpuSpec(cell=0, bus=0x3B, mdev_types=T4_TYPES),
+        hostgen.GpuSpec(cell=1, bus=0xD8, mdev_types=T4_TYPES),
+    )
+
+    def vgpu(name: str, gpu: hostgen.GpuSpec, type_id: str) -> tuple[hostgen.MdevSpec, ...]:
+        return (hostgen.MdevSpec(hostgen.stable_uuid(f"mdev/{name}"), type_id, gpu.address),)
+
+    guests = (
+        _pinned(layout, "compute-09-ml-01", G1_XLARGE, 0, 1, mdevs=vgpu("ml-01", gpus[0], "nvidia-231")),
+        _pinned(layout, "compute-09-ml-02", G1_XLARGE, 0, 3, mdevs=vgpu("ml-02", gpus[0], "nvidia-231")),
+        _pinned(
+            layout,
+            "compute-09-viz-01",
+            G1_LARGE,
+            1,
+            1,
+            pci=nic.vf_addresses[0:1],
+            mdevs=vgpu("viz-01", gpus[1], "nvidia-230"),
+        ),
+        _pinned(
+            layout,
+            "compute-09-viz-02",
+            G1_LARGE,
+            1,
+            2,
+            pci=nic.vf_addresses[1:2],
+            mdevs=vgpu("viz-02", gpus[1], "nvidia-230"),
+        ),
+    )
+    return replace(layout, nics=(nic,), gpus=gpus, guests=guests)
+
+
+def captured_hosts() -> list[hostgen.HostSpec]:
+    """The demo's hosts with NUMA cells, hugepages and devices, written as captures."""
+    return [numa_host(), gpu_host()]
+
+
+def write_captures(hosts: list[hostgen.HostSpec], directory: Path) -> dict[str, Path]:
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = {}
+    for host in hosts:
+        path = directory / f"{host.name}.json"
+        path.write_bytes(encode_capture(hostgen.capture_document(host)))
+        paths[host.name] = path
+    return paths
+
+
 def main(argv: list[str]) -> int:
     directory = Path(argv[1]) if len(argv) > 1 else DEMO_DIR
-    for path in write_fleet(demo_hosts(), directory).values():
+    paths = write_fleet(demo_hosts(), directory) | write_captures(captured_hosts(), directory)
+    for path in paths.values():
         print(path)
     return 0
 
