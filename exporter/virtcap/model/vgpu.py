@@ -157,8 +157,12 @@ class VgpuCapacity:
 def gpu_totals(
     devices: Iterable[PciDevice], mediated: Iterable[MediatedDevice], enabled: Iterable[EnabledMdevType]
 ) -> dict[str, tuple[str, int]]:
-    """Nova's VGPU total per GPU address, with the GPU's type, in the order of the GPUs' addresses
-    (see the module's description). Empty without an enabled type."""
+    """Nova's VGPU total per GPU address, with the GPU's type, by address (see the module's
+    description). Empty without an enabled type.
+
+    Under `max_instances`, GPUs add their available instances in the order of `devices`: the
+    audit gives them by address, Nova takes them in libvirt's listing order, which follows no
+    rule; the two agree whenever the cap does not split the GPUs of a type."""
     assignment = MdevAssignment.of(enabled)
     if assignment.default is None and not assignment.by_address:
         return {}
@@ -171,7 +175,7 @@ def gpu_totals(
             continue  # created as another type than the GPU offers: Nova does not count it
         totals[address] = totals.get(address, 0) + 1
         of_type[gpu_type] = of_type.get(gpu_type, 0) + 1
-    for device in sorted(devices, key=lambda d: d.address):
+    for device in devices:
         gpu_type = assignment.type_of(device.address)
         # a type listed twice counts once, its last entry, as Nova keys a GPU's types by id
         available = {t.type_id: t.available for t in device.mdev_types}.get(gpu_type or "")
