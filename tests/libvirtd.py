@@ -187,8 +187,11 @@ def daemon_owner() -> tuple[int, int]:
     return user.pw_uid, user.pw_gid
 
 
-def prepare(directory: Path, owner: tuple[int, int]) -> dict[str, str]:
-    """The daemon's folders and configuration; its environment."""
+def prepare(directory: Path, owner: tuple[int, int], qemu_conf: str = "") -> dict[str, str]:
+    """The daemon's folders and configuration; its environment.
+
+    `qemu_conf`: lines added to the daemon's qemu.conf (`hugetlbfs_mount = "..."`), for a daemon
+    of a test's own that needs more than the session's."""
     config = directory / "config" / "libvirt"
     for path in (config, directory / "cache", directory / "run", directory / "home", directory / "scratch"):
         path.mkdir(parents=True)
@@ -197,7 +200,8 @@ def prepare(directory: Path, owner: tuple[int, int]) -> dict[str, str]:
     )
     # QEMU's output into files: the default hands it to a virtlogd that the session daemon would
     # spawn on its own, outside the tests' control.
-    (config / "qemu.conf").write_text('stdio_handler = "file"\n')
+    extra = qemu_conf if not qemu_conf or qemu_conf.endswith("\n") else qemu_conf + "\n"
+    (config / "qemu.conf").write_text('stdio_handler = "file"\n' + extra)
     for path in [directory, *directory.rglob("*")]:
         os.chown(path, *owner)
     directory.chmod(0o755)
