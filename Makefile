@@ -42,10 +42,12 @@ conformance: $(BIN)/virtcap upstream-venv
 
 test: system-deps $(BIN)/virtcap lint typecheck unit
 
-# The committed rule files and dashboards are generated from Jsonnet, and the README's metrics table
-# from the metric catalogue; a test fails when any of them drifts.
+# The committed rule files and dashboards are generated from Jsonnet, the README's metrics table
+# from the metric catalogue and the demo's node files and captures by virtcap.demo.generate; a test
+# fails when any of them drifts.
 generate: system-deps $(BIN)/virtcap
 	$(BIN)/python -m virtcap.exposition.catalogue README.md
+	$(BIN)/python -m virtcap.demo.generate > /dev/null
 	jsonnet -S -J alerts alerts/alerts.jsonnet > alerts/virtcap-alerts.yaml
 	jsonnet -S -J alerts alerts/rules.jsonnet > alerts/virtcap-rules.yaml
 	rm -f dashboards/generated/*.json
