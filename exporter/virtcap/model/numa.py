@@ -26,7 +26,10 @@ tests/conformance/test_numa.py.
   PCI requests fit the chosen cells. Nova's search mutates the guest cells as it goes (a page
   size `large` or `any`, once resolved on one host cell, stays resolved for the cells tried after
   it; a pinning computed on one cell is reused where an earlier fit on another is remembered):
-  `fit` keeps the same state, so that its answers are Nova's, quirks included.
+  `fit` keeps the same state, so that its answers are Nova's, quirks included. The strangest:
+  Nova remembers which (host cell, guest cell) pairs fit by the guest cell object's id, which
+  each fit overwrites with the host cell's id, so that a guest cell can pass on the remembered
+  fit of another (a pinned guest cell then lands, unpinned, on a cell without dedicated CPUs).
 - `consume` adds a fitted instance's usage to the cells, as the resource tracker does.
   `how_many_fit` fits and consumes in a row.
 - `host_cells` builds the cells from the host's facts and charges the domains that hold NUMA
@@ -786,6 +789,13 @@ class _GuestState:
     page_size: int | None
     pinning: dict[int, int] = field(default_factory=dict)
     reserved: frozenset[int] = frozenset()
+    id: int = -1
+    """The id Nova's guest cell object holds: its own until it fits (or is packed onto) a host
+    cell, whose id it then takes; Nova remembers the pairs it tried by this id."""
+
+    def __post_init__(self) -> None:
+        if self.id < 0:
+            self.id = self.cell.id
 
 
 @dataclass(frozen=True, slots=True)
@@ -876,6 +886,7 @@ def _cell_refusal(
             thread_policy = policy.cpu_thread_policy or PREFER
             return f"no {thread_policy} thread placement for {len(instance.dedicated_vcpus)} pinned vCPUs"
         guest.pinning, guest.reserved = dict(packed[0]), packed[1]
+        guest.id = cell.id
     if policy.cpu_policy != DEDICATED:
         cpu_usage = cell.shared_cpu_usage + len(instance.shared_vcpus)
         if cpu_usage > len(cell.shared_cpus) * cpu_ratio:
@@ -1033,10 +1044,11 @@ def fit(
     for permutation in itertools.permutations(ordered, len(states)):
         chosen: list[int] = []
         for host, guest in zip(permutation, states, strict=True):
-            pair = (host.id, guest.cell.id)
+            pair = (host.id, guest.id)
             if pair in known_refusals:
                 break
             if pair in known_fits:
+                guest.id = host.id
                 chosen.append(host.id)
                 continue
             reserved = 1 if topology.emulator_threads_isolated and not chosen else 0
@@ -1057,6 +1069,7 @@ def fit(
                 refusals.setdefault(host.id, f"cell {host.id}: {label}{why}")
                 break
             known_fits.add(pair)
+            guest.id = host.id
             chosen.append(host.id)
         if len(chosen) != len(states):
             continue
