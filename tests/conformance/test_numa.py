@@ -26,7 +26,6 @@ from virtcap.model.numa import (
     CellPages,
     HostCell,
     NumaSpecError,
-    consume,
     fit,
     host_cells,
     how_many_fit,
@@ -477,21 +476,3 @@ def test_numa_topologies_fits_and_counts_agree_with_nova(oracle: Oracle) -> None
         kinds
     )
     print(f"compared with Nova: {kinds}")
-
-
-def test_consume_adds_what_nova_adds() -> None:
-    """A pinned, hugepage-backed guest on a two-thread core: its CPUs pinned, its pages used."""
-    cell = HostCell(
-        id=0,
-        shared_cpus=frozenset(),
-        dedicated_cpus=frozenset({0, 1, 2, 3}),
-        siblings=(frozenset({0, 2}), frozenset({1, 3})),
-        memory_mib=4096,
-        pages=(CellPages(4, 524288), CellPages(2048, 1024)),
-    )
-    topology = instance_topology(2, 1024, {"hw:cpu_policy": "dedicated", "hw:mem_page_size": "2048"})
-    assert topology is not None
-    placement = fit((cell,), topology, cpu_allocation_ratio=1.0, ram_allocation_ratio=1.0)
-    (after,) = consume((cell,), topology, placement)
-    assert after.pinned_cpus == frozenset(placement.pinning.values()) and len(after.pinned_cpus) == 2
-    assert after.pages[1].used == 512 and after.memory_usage_mib == 1024

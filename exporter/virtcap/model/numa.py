@@ -1101,7 +1101,11 @@ class PinningConflictError(ValueError):
 def consume(cells: Sequence[HostCell], topology: InstanceTopology, numa_fit: NumaFit) -> tuple[HostCell, ...]:
     """The cells once the fitted instance's usage is added, as Nova's tracker adds it."""
     updated = []
+    touched = set(numa_fit.host_cells)
     for cell in cells:
+        if cell.id not in touched:
+            updated.append(cell)
+            continue
         memory = cell.memory_usage_mib
         shared = cell.shared_cpu_usage
         pages = cell.pages
