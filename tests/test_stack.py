@@ -180,6 +180,7 @@ def test_the_stack_end_to_end_with_the_debian_binaries() -> None:
                     "memory",
                     "disk",
                     "custom_windows_licence",  # the demo's custom class, on compute-06
+                    "vgpu",  # the demo's vGPUs, on compute-09
                 }
 
                 def overcommit_in_alertmanager() -> list[dict[str, Any]]:
