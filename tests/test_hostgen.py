@@ -40,6 +40,7 @@ from virtcap.model.facts import (
     PageCount,
     PciDevice,
 )
+from virtcap.model.vgpu import vgpu_capacity
 
 GIB = 1024**3
 MIB = 1024**2
@@ -362,6 +363,15 @@ def test_compute_09_holds_vgpus_of_one_type_per_gpu(tmp_path: Path) -> None:
         ("nvidia-231", "0000:3b:00.0"),
         ("nvidia-230", "0000:d8:00.0"),
     }
+    # as Nova's libvirt driver would report them with the demo's enabled types: a T4-2Q GPU of 8
+    # and a T4-1Q GPU of 16, two held on each
+    (policy,) = (h.policy for h in demo_config().hypervisors if h.name == "compute-09")
+    inventories = vgpu_capacity(facts, policy.enabled_mdev_types, policy.counted_states)
+    assert [(g.address, g.mdev_type, g.total, g.used) for g in inventories.gpus] == [
+        ("0000:3b:00.0", "nvidia-231", 8, 2),
+        ("0000:d8:00.0", "nvidia-230", 16, 2),
+    ]
+    assert inventories.unplaced == ()
     vfs = {a for d in facts.domains for a in d.placement.pci_addresses}
     assert vfs == {"0000:af:02.0", "0000:af:02.1"}
     for domain in facts.domains:
