@@ -724,7 +724,10 @@ def _numa_flavor(question: dict[str, Any], host: Any, limits: Any, stats: Any, l
     }
     requests = None
     if stats is not None and extra_specs.get("pci_passthrough:alias"):
-        requests = pci_request._translate_alias_to_requests(extra_specs["pci_passthrough:alias"])
+        requests = pci_request._translate_alias_to_requests(
+            extra_specs["pci_passthrough:alias"],
+            hardware.get_pci_numa_policy_constraint(flavor_object, image),
+        )
     fitted = hardware.numa_fit_instance_to_host(host, wanted, None, limits, requests, stats)
     answer["fit"] = None
     if fitted is not None:

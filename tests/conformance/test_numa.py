@@ -214,6 +214,8 @@ def generated_flavor(rng: random.Random, with_pci: bool) -> dict[str, Any]:
         specs["pci_passthrough:alias"] = ",".join(
             f"{rng.choice(names)}:{rng.choice((1, 1, 2, 3))}" for _ in range(rng.choice((1, 1, 2)))
         )
+        if rng.random() < 0.25:
+            specs["hw:pci_numa_affinity_policy"] = rng.choice(("required", "legacy", "preferred"))
     image: dict[str, str] = {}
     if rng.random() < 0.15:
         key = rng.choice(("hw_cpu_policy", "hw_cpu_thread_policy", "hw_mem_page_size", "hw_numa_nodes"))
@@ -388,6 +390,7 @@ def _compare_flavor(
         pci_pools=pools,
         pci_aliases=VIRTCAP_ALIASES,
         pci_request=flavor["extra_specs"].get("pci_passthrough:alias") if pci is not None else None,
+        pci_numa_policy=flavor["extra_specs"].get("hw:pci_numa_affinity_policy"),
     )
     kinds["fit"] += 1
     upstream_fit = upstream["fit"]

@@ -1021,6 +1021,7 @@ def fit(
     pci_pools: Sequence[PciPool] = (),
     pci_aliases: Mapping[str, PciAlias] | None = None,
     pci_request: str | None = None,
+    pci_numa_policy: str | None = None,
 ) -> NumaFit:
     """Where the instance's guest cells go on the host cells, as Nova's NUMA topology filter
     answers, or why they do not fit.
@@ -1028,7 +1029,8 @@ def fit(
     `pci_pools` are the host's PCI pools (device_pools' order): present, they order the host
     cells as Nova orders them (cells with devices first for an instance asking for devices,
     last otherwise). `pci_request` (a flavor's `pci_passthrough:alias`, with `pci_aliases`) must
-    then also fit the chosen cells under each alias's NUMA policy.
+    then also fit the chosen cells under each alias's NUMA policy, or `pci_numa_policy` (the
+    flavor's `hw:pci_numa_affinity_policy`) where given.
     """
     pci = PciRequest(pci_pools, pci_aliases or {}, pci_request) if pci_request else None
     if not cells:
@@ -1074,7 +1076,7 @@ def fit(
         if len(chosen) != len(states):
             continue
         if pci is not None and not support_requests(
-            pci.pools, pci.aliases, pci.extra_spec, cells=frozenset(chosen)
+            pci.pools, pci.aliases, pci.extra_spec, cells=frozenset(chosen), numa_policy=pci_numa_policy
         ):
             pci_refused.append(tuple(chosen))
             continue

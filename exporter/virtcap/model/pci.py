@@ -463,11 +463,15 @@ def support_requests(
     extra_spec: str,
     *,
     cells: frozenset[int] | None = None,
+    numa_policy: str | None = None,
 ) -> bool:
     """Whether the free devices of `pools` (as `device_pools` orders them) satisfy the flavor's
     `pci_passthrough:alias` extra spec, as Nova answers: without `cells` (or with none) as its
     PCI passthrough filter does, with the host cells of the instance's guest cells as its NUMA
     fit does, each alias's `numa_policy` deciding which devices are near enough.
+
+    `numa_policy` (the flavor's `hw:pci_numa_affinity_policy` or the image's
+    `hw_pci_numa_affinity_policy`) replaces every alias's own, as in Nova.
 
     Raises PciRequestError when the extra spec cannot be read or names an unknown alias, or when
     answering needs the host's sockets (`numa_policy` socket).
@@ -483,7 +487,7 @@ def support_requests(
         if _total(candidates) < count:
             return False
         if cells:
-            candidates = _near(candidates, alias, count, cells)
+            candidates = _near(candidates, numa_policy or alias.numa_policy, alias.name, count, cells)
             if _total(candidates) < count:
                 return False
         if alias.device_type != "type-PF":  # PFs serve only the aliases that ask for them
@@ -507,16 +511,16 @@ def support_requests(
 
 
 def _near(
-    candidates: list[_Remaining], alias: PciAlias, count: int, cells: frozenset[int]
+    candidates: list[_Remaining], policy: str, alias_name: str, count: int, cells: frozenset[int]
 ) -> list[_Remaining]:
     """The candidates the alias's NUMA policy allows for guest cells on `cells`, in the order
     they are taken."""
     in_cells = [entry for entry in candidates if entry.pool.numa_node in cells]
-    if alias.numa_policy == "required" or _total(in_cells) >= count:
+    if policy == "required" or _total(in_cells) >= count:
         return in_cells
-    if alias.numa_policy == "socket":
+    if policy == "socket":
         raise PciRequestError(
-            f"the alias {alias.name!r} asks for devices on the instance's socket, "
+            f"the alias {alias_name!r} asks for devices on the instance's socket, "
             "which virtcap cannot tell: it does not read the host's sockets"
         )
 
@@ -524,6 +528,6 @@ def _near(
         return entry.pool.numa_node is None or entry.pool.numa_node in cells
 
     near = [entry for entry in candidates if unplaced_or_near(entry)]
-    if alias.numa_policy == LEGACY or _total(near) >= count:
+    if policy == LEGACY or _total(near) >= count:
         return near
     return sorted(candidates, key=lambda entry: not unplaced_or_near(entry))
