@@ -61,6 +61,9 @@ __all__ = [
     "BASE_PAGE_KIB",
     "PAGE_1G_KIB",
     "PAGE_2M_KIB",
+    "PAUSED",
+    "RUNNING",
+    "SHUTOFF",
     "FlavorSpec",
     "GpuSpec",
     "GuestSpec",
@@ -69,10 +72,13 @@ __all__ = [
     "MdevSpec",
     "MdevTypeSpec",
     "NicSpec",
+    "capabilities_xml",
     "capture_document",
     "cell_cpus",
     "cpu_id",
+    "domain_xml",
     "free_pages",
+    "mdev_available",
     "pci_address",
     "stable_uuid",
 ]
@@ -483,8 +489,8 @@ def _node_devices(host: HostSpec) -> Iterable[NodeDevice]:
     group = iter(range(40, 1000))
     for nic in host.nics:
         yield _device(_pf_xml(nic, next(group)))
-        for index, address in enumerate(nic.vf_addresses):
-            yield _device(_vf_xml(nic, index, address, next(group)))
+        for address in nic.vf_addresses:
+            yield _device(_vf_xml(nic, address, next(group)))
     for gpu in host.gpus:
         yield _device(_gpu_xml(host, gpu, next(group)))
     for mdev in host.mdevs:
@@ -579,8 +585,7 @@ def _pf_xml(nic: NicSpec, group: int) -> str:
     )
 
 
-def _vf_xml(nic: NicSpec, index: int, address: str, group: int) -> str:
-    del index  # a VF's XML names its PF, not its own index
+def _vf_xml(nic: NicSpec, address: str, group: int) -> str:
     functions = [
         "    <capability type='phys_function'>",
         f"      {_address_xml(nic.address)}",
