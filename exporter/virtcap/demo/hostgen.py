@@ -281,6 +281,9 @@ def capture_document(host: HostSpec) -> CaptureDocument:
     active = [guest for guest in host.guests if guest.state != SHUTOFF]
     hugepages_kib = sum(p.size_kib * sum(p.per_cell) for p in host.hugepages)
     small_pages_used_kib = sum(g.memory_mib * MIB_IN_KIB for g in active if g.page_size_kib is None)
+    # The kernel counts reserved hugepages as used whether guests hold them or not: what Nova's
+    # formula (MemTotal - MemFree - Buffers - Cached) then gives is the hugepages, the running
+    # small-page guests' memory and the host's own.
     in_use_kib = hugepages_kib + small_pages_used_kib + host.host_in_use_gib * GIB_IN_KIB
     cached_kib = min(4 * GIB_IN_KIB, (memory_kib - in_use_kib) // 2)
     buffers_kib = 512 * MIB_IN_KIB
@@ -298,8 +301,8 @@ def capture_document(host: HostSpec) -> CaptureDocument:
             memory_kib // MIB_IN_KIB,
             host.cpus,
             host.mhz,
-            host.sockets,
-            1,
+            host.sockets,  # NUMA nodes
+            1,  # sockets per node: libvirt counts them per node, one socket each here
             host.cores,
             host.threads,
         ),
