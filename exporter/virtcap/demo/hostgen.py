@@ -655,7 +655,7 @@ def _mdev_xml(mdev: MdevSpec, group: int) -> str:
             f"  <path>{sysfs}/{mdev.uuid}</path>",
             f"  <parent>{_device_name(mdev.parent)}</parent>",
             "  <driver>",
-            "    <name>nvidia-vgpu-vfio</name>",
+            "    <name>vfio_mdev</name>",
             "  </driver>",
             "  <capability type='mdev'>",
             f"    <type id={quoteattr(mdev.type_id)}/>",
