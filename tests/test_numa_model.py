@@ -33,7 +33,7 @@ from virtcap.model.numa import (
     how_many_fit,
     instance_topology,
 )
-from virtcap.model.pci import PciAlias, PciPool, PciRequestError, support_requests
+from virtcap.model.pci import PciAlias, PciPool, PciRequestError, apply_requests, support_requests
 
 GIB = 1024**3
 MIB = 1024**2
@@ -390,3 +390,12 @@ def test_socket_policy_is_refused_where_it_needs_the_sockets() -> None:
     assert support_requests(pools(), aliases, "nic:1", cells=frozenset({0}))
     with pytest.raises(PciRequestError):
         support_requests(pools(), aliases, "nic:2", cells=frozenset({0}))
+
+
+def test_apply_requests_takes_the_devices_near_the_cells_first() -> None:
+    aliases = {"nic": PciAlias("nic", "8086", "154c", numa_policy="legacy")}
+    after = apply_requests(pools(), aliases, "nic:2", cells=frozenset({1}))
+    assert after is not None and [pool.free for pool in after] == [1, 0, 0]
+    assert apply_requests(after, aliases, "nic:2", cells=frozenset({1})) is None
+    emptied = apply_requests(after, aliases, "nic:1")
+    assert emptied is not None and all(not pool.free and pool.count == 1 for pool in emptied)

@@ -63,6 +63,9 @@ __all__ = [
     "InstanceTopology",
     "NumaFit",
     "NumaSpecError",
+    "PinningConflict",
+    "PinningConflictError",
+    "PlacedCell",
     "consume",
     "fit",
     "host_cells",
@@ -1098,6 +1101,10 @@ def fit(
 
 class PinningConflictError(ValueError):
     """A placement whose pinned CPUs are not free on their host cell (Nova refuses the claim)."""
+
+
+PinningConflict = PinningConflictError
+"""The name model/placement.py was written against."""
 
 
 def consume(cells: Sequence[HostCell], topology: InstanceTopology, numa_fit: NumaFit) -> tuple[HostCell, ...]:

@@ -38,7 +38,7 @@ from __future__ import annotations
 import re
 import string
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from virtcap.model.facts import PciDevice
 
@@ -55,6 +55,7 @@ __all__ = [
     "PciRequestError",
     "PciSpecError",
     "allowing_spec",
+    "apply_requests",
     "device_pools",
     "parse_alias_request",
     "support_requests",
@@ -476,27 +477,60 @@ def support_requests(
     Raises PciRequestError when the extra spec cannot be read or names an unknown alias, or when
     answering needs the host's sockets (`numa_policy` socket).
     """
+    return _apply(pools, aliases, extra_spec, cells, numa_policy) is not None
+
+
+def apply_requests(
+    pools: Sequence[PciPool],
+    aliases: Mapping[str, PciAlias],
+    extra_spec: str,
+    *,
+    cells: frozenset[int] | None = None,
+    numa_policy: str | None = None,
+) -> tuple[PciPool, ...] | None:
+    """The pools once the request's devices are taken, in the same order, as Nova's scheduler
+    takes them from its host state (`apply_requests`); None where `support_requests` says no.
+    Nova counts per pool, not per device: the devices taken from a pool are its first free ones.
+    Raises as `support_requests` does."""
+    remaining = _apply(pools, aliases, extra_spec, cells, numa_policy)
+    if remaining is None:
+        return None
+    return tuple(
+        replace(pool, free_devices=pool.free_devices[pool.free - left :])
+        for pool, left in zip(pools, remaining, strict=True)
+    )
+
+
+def _apply(
+    pools: Sequence[PciPool],
+    aliases: Mapping[str, PciAlias],
+    extra_spec: str,
+    cells: frozenset[int] | None,
+    numa_policy: str | None,
+) -> list[int] | None:
+    """The free devices left in each pool once the request is served, or None."""
     requests = []
     for name, count in parse_alias_request(extra_spec):
         if name not in aliases:
             raise PciRequestError(f"the alias {name!r} is not defined")
         requests.append((aliases[name], count))
-    live = [_Remaining(pool, pool.free) for pool in pools if pool.free]
+    entries = [_Remaining(pool, pool.free) for pool in pools]
+    live = [entry for entry in entries if entry.free]
     for alias, count in requests:
         candidates = [entry for entry in live if alias.matches(entry.pool)]
         if _total(candidates) < count:
-            return False
+            return None
         if cells:
             candidates = _near(candidates, numa_policy or alias.numa_policy, alias.name, count, cells)
             if _total(candidates) < count:
-                return False
+                return None
         if alias.device_type != "type-PF":  # PFs serve only the aliases that ask for them
             candidates = [entry for entry in candidates if entry.pool.dev_type != "type-PF"]
             if _total(candidates) < count:
-                return False
+                return None
         candidates = [entry for entry in candidates if not entry.pool.remote_managed]
         if _total(candidates) < count or not candidates:
-            return False
+            return None
         wanted = count
         for entry in candidates:
             if entry.free > wanted:
@@ -504,10 +538,11 @@ def support_requests(
                 wanted = 0
             else:
                 wanted -= entry.free
+                entry.free = 0
                 live.remove(entry)
             if not wanted:
                 break
-    return True
+    return [entry.free for entry in entries]
 
 
 def _near(
