@@ -751,7 +751,29 @@ def _numa_flavor(question: dict[str, Any], host: Any, limits: Any, stats: Any, l
             break
         count += 1
     answer["count"] = count
+    if requests:
+        answer["pci_count"] = _numa_pci_count(host, topology, limits, stats, requests, limit)
     return answer
+
+
+def _numa_pci_count(host: Any, topology: Any, limits: Any, stats: Any, requests: Any, limit: int) -> int:
+    """How many instances asking for PCI devices fit in a row, as the scheduler's host state
+    consumes them: the NUMA fit with the requests, its usage added, the devices taken from the
+    pools near the chosen cells (`PciDeviceStats.apply_requests`)."""
+    import copy  # noqa: PLC0415
+
+    count, current, pools = 0, host, copy.deepcopy(stats)
+    while count < limit:
+        placed = hardware.numa_fit_instance_to_host(current, topology(), None, limits, requests, pools)
+        if placed is None:
+            break
+        try:
+            current = hardware.numa_usage_from_instance_numa(current, placed)
+            pools.apply_requests(requests, None, placed.cells)
+        except nova_exception.NovaException:
+            break
+        count += 1
+    return count
 
 
 def main() -> None:

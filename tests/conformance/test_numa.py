@@ -25,13 +25,16 @@ from virtcap.model.facts import NumaCell, PageCount, PciDevice
 from virtcap.model.numa import (
     CellPages,
     HostCell,
+    InstanceTopology,
     NumaSpecError,
+    PinningConflictError,
+    consume,
     fit,
     host_cells,
     how_many_fit,
     instance_topology,
 )
-from virtcap.model.pci import PciAlias, PciDeviceSpec, PciPool, device_pools
+from virtcap.model.pci import PciAlias, PciDeviceSpec, PciPool, apply_requests, device_pools
 
 HOSTS = 500
 LIMIT = 12
@@ -426,11 +429,57 @@ def _compare_flavor(
         limit=LIMIT,
         pci_pools=pools,
     )
+    if "pci_count" in upstream:
+        kinds["pci count"] += 1
+        pci_count = _pci_count(cells, topology, ratios, pools, flavor["extra_specs"])
+        if pci_count != upstream["pci_count"]:
+            mismatches.append(
+                f"{where} {flavor} ratios {ratios} pools {pools}: virtcap fits {pci_count} "
+                f"with their devices in a row, Nova {upstream['pci_count']}"
+            )
     if count != upstream["count"]:
         mismatches.append(
             f"{where} {flavor} ratios {ratios}: virtcap fits {count} in a row, Nova {upstream['count']}"
             f" ({upstream['count_error']})"
         )
+
+
+def _pci_count(
+    cells: tuple[HostCell, ...],
+    topology: InstanceTopology,
+    ratios: dict[str, float],
+    pools: tuple[PciPool, ...],
+    extra_specs: dict[str, str],
+) -> int:
+    """Fit, consume the cells, take the devices near them: as many times as that works."""
+    request = extra_specs["pci_passthrough:alias"]
+    policy = extra_specs.get("hw:pci_numa_affinity_policy")
+    count = 0
+    while count < LIMIT:
+        placement = fit(
+            cells,
+            topology,
+            cpu_allocation_ratio=ratios["cpu"],
+            ram_allocation_ratio=ratios["ram"],
+            pci_pools=pools,
+            pci_aliases=VIRTCAP_ALIASES,
+            pci_request=request,
+            pci_numa_policy=policy,
+        )
+        if not placement.fits:
+            break
+        try:
+            cells = consume(cells, topology, placement)
+        except PinningConflictError:
+            break
+        taken = apply_requests(
+            pools, VIRTCAP_ALIASES, request, cells=frozenset(placement.host_cells), numa_policy=policy
+        )
+        if taken is None:
+            break
+        pools = taken
+        count += 1
+    return count
 
 
 def test_numa_topologies_fits_and_counts_agree_with_nova(oracle: Oracle) -> None:
@@ -458,7 +507,9 @@ def test_numa_topologies_fits_and_counts_agree_with_nova(oracle: Oracle) -> None
         cases.append((question, cells, usage))
     answers = oracle.ask(questions)
     mismatches: list[str] = []
-    kinds = dict.fromkeys(("host", "refused", "topology", "fit", "fits", "pci fit", "pci fits", "count"), 0)
+    kinds = dict.fromkeys(
+        ("host", "refused", "topology", "fit", "fits", "pci fit", "pci fits", "count", "pci count"), 0
+    )
     for (question, cells, usage), answer in zip(cases, answers, strict=True):
         where = f"host { {k: question[k] for k in HOST_KEYS} } usage {usage}:"
         kinds["host"] += 1
