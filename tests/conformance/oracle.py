@@ -39,7 +39,8 @@ Requests (`op`):
 
 - `numa` {cells, online, cpu_shared_set, cpu_dedicated_set, reserved_huge_pages, usage, ratios,
   flavors, limit, pci}: a host's NUMA cells as the libvirt driver builds them, and per flavor
-  Nova's NUMA topology for it, where it fits and how many fit in a row (see `numa` below).
+  Nova's NUMA topology for it, where it fits and how many fit in a row, with their PCI devices
+  for flavors asking for some (see `numa` below).
 
 Any other failure is answered as {"oracle_error": ...}, which fails the test that asked.
 """
@@ -642,7 +643,8 @@ def numa(request: dict[str, Any]) -> dict[str, Any]:
     {devices, specs, held, aliases} the host's PciDeviceStats and the flavor's
     `pci_passthrough:alias` requests; and `count`: how many fit in a row, each fitted with a
     fresh topology (and the same PciDeviceStats, no PCI request) and added by
-    `numa_usage_from_instance_numa`, at most `limit`, or where Nova raised in between.
+    `numa_usage_from_instance_numa`, at most `limit`, or where Nova raised in between; with PCI
+    requests also `pci_count`, the same with the requests and their devices taken.
     """
     from nova.pci import request as pci_request  # noqa: PLC0415
 

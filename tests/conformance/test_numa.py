@@ -11,7 +11,11 @@ none) and flavors asking for them through aliases of each NUMA policy.
 
 Compared with the oracle's `numa` op: the cells the libvirt driver builds (CPU sets, sibling
 order, memory, pages), the topology (or a refusal), whether it fits and where (host cell, page
-size and pinning of each guest cell), and how many fit in a row.
+size and pinning of each guest cell, the emulator threads' CPU), how many fit in a row, and for
+flavors asking for devices how many fit in a row with their devices taken near their cells.
+Pinned host CPUs are compared by core: which thread of a core Nova gives a vCPU is Python's set
+order, which changes each time Nova rebuilds its cell objects (the core, the count and every
+later fit do not depend on it).
 """
 
 from __future__ import annotations

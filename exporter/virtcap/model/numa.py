@@ -31,7 +31,11 @@ tests/conformance/test_numa.py.
   each fit overwrites with the host cell's id, so that a guest cell can pass on the remembered
   fit of another (a pinned guest cell then lands, unpinned, on a cell without dedicated CPUs).
 - `consume` adds a fitted instance's usage to the cells, as the resource tracker does.
-  `how_many_fit` fits and consumes in a row.
+  `how_many_fit` fits and consumes in a row (PCI devices aside: pci.apply_requests takes them).
+- Not read (Nova's answer may then differ): an image's `traits_required`, memory encryption,
+  the socket PCI policy (pci.py refuses it where it matters). Which thread of a core a pinned
+  vCPU gets is the lowest free one; Nova's is Python's set order, which changes as Nova rebuilds
+  its cell objects (the core, the counts and every later fit are the same).
 - `host_cells` builds the cells from the host's facts and charges the domains that hold NUMA
   resources (see its docstring for how a domain's definition is read).
 """
