@@ -4,6 +4,7 @@ domain's definition read as NUMA usage, the reasons a flavor does not fit)."""
 
 from __future__ import annotations
 
+import random
 from dataclasses import replace
 
 import pytest
@@ -27,6 +28,7 @@ from virtcap.model.numa import (
     InstanceCell,
     NumaFit,
     NumaSpecError,
+    _in_a_row,
     consume,
     fit,
     host_cells,
@@ -399,3 +401,36 @@ def test_apply_requests_takes_the_devices_near_the_cells_first() -> None:
     assert apply_requests(after, aliases, "nic:2", cells=frozenset({1})) is None
     emptied = apply_requests(after, aliases, "nic:1")
     assert emptied is not None and all(not pool.free and pool.count == 1 for pool in emptied)
+
+
+def test_one_cell_counts_add_up_per_cell_as_fitting_in_a_row_does() -> None:
+    """The shortcut for unpinned one-cell topologies against fitting and consuming one by one."""
+    rng = random.Random(7)
+    compared = 0
+    for _ in range(300):
+        cells = tuple(
+            replace(
+                cell(
+                    cell_id,
+                    shared=range(cell_id * 8, cell_id * 8 + rng.randint(0, 8)),
+                    memory_mib=rng.choice((2048, 4096, 8192)),
+                    huge_1g=rng.choice((0, 1, 2)),
+                ),
+                shared_cpu_usage=rng.randint(0, 6),
+                memory_usage_mib=rng.randint(0, 3000),
+            )
+            for cell_id in range(rng.choice((1, 2, 4)))
+        )
+        specs = rng.choice(
+            ({"hw:numa_nodes": "1"}, {"hw:mem_page_size": "large"}, {"hw:mem_page_size": "any"},
+             {"hw:mem_page_size": "small"}, {"hw:mem_page_size": "1GB"}, {"hw:mem_page_size": "2048"})
+        )  # fmt: skip
+        topology = instance_topology(rng.choice((1, 2)), rng.choice((256, 1024, 2048)), specs)
+        assert topology is not None
+        cpu, ram = rng.choice((1.0, 1.5, 16.0)), rng.choice((1.0, 1.5))
+        limit = rng.choice((1, 5, 1000))
+        fast = how_many_fit(cells, topology, cpu_allocation_ratio=cpu, ram_allocation_ratio=ram, limit=limit)
+        slow = _in_a_row(cells, topology, cpu_allocation_ratio=cpu, ram_allocation_ratio=ram, limit=limit)
+        assert fast == slow, (cells, topology, cpu, ram, limit)
+        compared += fast > 1
+    assert compared > 50

@@ -1166,7 +1166,40 @@ def how_many_fit(
 ) -> int:
     """How many instances of the topology fit one after another (at most `limit`): fit, consume,
     again. `pci_pools` only orders the cells (an instance without PCI devices avoids the cells
-    holding them), as in `fit`."""
+    holding them), as in `fit`.
+
+    An instance of one guest cell without pinned CPUs, and with no page size or a fixed one,
+    lands on whichever cell still takes it, and what it uses there depends on that cell alone:
+    its count is then the sum of what each cell takes on its own, worked out per cell without
+    trying the others each time. (Not with `small`, `large` or `any`: Nova's search keeps the
+    size one cell resolved for the cells it tries next, so that the cells are not independent.)"""
+    fixed_page_size = topology.page_size not in (PAGE_SMALL, PAGE_LARGE, PAGE_ANY)
+    if len(topology.cells) == 1 and not topology.pinned and fixed_page_size and cells:
+        total = 0
+        for cell in cells:
+            total += _alone(cell, topology, cpu_allocation_ratio, ram_allocation_ratio, limit - total)
+            if total >= limit:
+                break
+        return min(total, limit)
+    return _in_a_row(
+        cells,
+        topology,
+        cpu_allocation_ratio=cpu_allocation_ratio,
+        ram_allocation_ratio=ram_allocation_ratio,
+        limit=limit,
+        pci_pools=pci_pools,
+    )
+
+
+def _in_a_row(
+    cells: Sequence[HostCell],
+    topology: InstanceTopology,
+    *,
+    cpu_allocation_ratio: float,
+    ram_allocation_ratio: float,
+    limit: int,
+    pci_pools: Sequence[PciPool] = (),
+) -> int:
     count = 0
     current = tuple(cells)
     while count < limit:
@@ -1185,3 +1218,50 @@ def how_many_fit(
             break
         count += 1
     return count
+
+
+def _most(used: int, each: int, ceiling: float, limit: int) -> int:
+    """The largest n (at most `limit`) with used + i x each <= ceiling for every i up to n, by
+    Nova's own comparison."""
+    if each <= 0:
+        return limit if used <= ceiling else 0
+    if used + each > ceiling:
+        return 0
+    n = min(limit, int((ceiling - used) // each))
+    while n > 0 and used + n * each > ceiling:
+        n -= 1
+    while n < limit and used + (n + 1) * each <= ceiling:
+        n += 1
+    return n
+
+
+def _alone(cell: HostCell, topology: InstanceTopology, cpu_ratio: float, ram_ratio: float, limit: int) -> int:
+    """How many instances of a one-cell unpinned topology (no page size or a fixed one) the cell
+    takes on its own."""
+    if limit <= 0:
+        return 0
+    guest = topology.cells[0]
+    memory_kib = guest.memory_mib * KIB_PER_MIB
+    shared = len(guest.shared_vcpus)
+    if shared > len(cell.shared_cpus):
+        return 0
+    most = min(
+        limit,
+        _most(cell.shared_cpu_usage, shared, len(cell.shared_cpus) * cpu_ratio, limit),
+        _most(cell.memory_usage_mib, guest.memory_mib, cell.memory_mib * ram_ratio, limit),
+    )
+    wanted = topology.page_size
+    if not wanted:
+        if cell.pages:
+            smallest = min(pages.size_kib for pages in cell.pages)
+            small = cell.page(smallest)
+            assert small is not None
+            if not (memory_kib <= small.total * smallest and memory_kib % smallest == 0):
+                return 0
+        elif cell.memory_mib < guest.memory_mib:
+            return 0
+        return most
+    pages = cell.page(wanted)
+    if pages is None or memory_kib % wanted:
+        return 0
+    return min(most, max(0, pages.free) // (memory_kib // wanted))
