@@ -180,6 +180,8 @@ def generated_flavor(rng: random.Random, with_pci: bool) -> dict[str, Any]:
     odd = rng.random() < 0.2
     vcpus = rng.choice((1, 2, 2, 2, 3, 4, 4, 6, 8))
     memory_mb = rng.choice((256, 512, 1024, 1024, 2048, 2048, 3072, 4096))
+    if with_pci and rng.random() < 0.6:  # small enough to fit often: the devices then decide
+        vcpus, memory_mb = rng.choice((1, 2)), rng.choice((256, 512, 1024))
     specs: dict[str, str] = {}
     policy = rng.choice((None, None, "dedicated", "dedicated", "dedicated", "shared", "mixed"))
     if odd and rng.random() < 0.3:

@@ -1037,7 +1037,8 @@ def fit(
     cells as Nova orders them (cells with devices first for an instance asking for devices,
     last otherwise). `pci_request` (a flavor's `pci_passthrough:alias`, with `pci_aliases`) must
     then also fit the chosen cells under each alias's NUMA policy, or `pci_numa_policy` (the
-    flavor's `hw:pci_numa_affinity_policy`) where given.
+    flavor's `hw:pci_numa_affinity_policy`) where given; a request pci.support_requests refuses
+    to read raises its PciRequestError.
     """
     pci = PciRequest(pci_pools, pci_aliases or {}, pci_request) if pci_request else None
     if not cells:
