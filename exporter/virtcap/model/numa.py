@@ -51,7 +51,6 @@ from dataclasses import dataclass, field, replace
 
 from virtcap.model.facts import DomainFacts, DomainState, NumaCell
 from virtcap.model.pci import (
-    PCI_ALIAS_SPEC,
     PciAlias,
     PciPool,
     support_requests,
@@ -806,20 +805,13 @@ class _GuestState:
 
 
 @dataclass(frozen=True, slots=True)
-class PciRequest:
+class _PciRequest:
     """The PCI devices an instance asks for, for NUMA affinity: the flavor's
     `pci_passthrough:alias` against the host's pools."""
 
     pools: Sequence[PciPool]
     aliases: Mapping[str, PciAlias]
     extra_spec: str
-
-    @classmethod
-    def of_flavor(
-        cls, pools: Sequence[PciPool], aliases: Mapping[str, PciAlias], extra_specs: Mapping[str, str]
-    ) -> PciRequest | None:
-        spec = extra_specs.get(PCI_ALIAS_SPEC)
-        return cls(pools, aliases, spec) if spec else None
 
 
 def _fitting_page_size(cell: HostCell, memory_kib: int, sizes: Iterable[int]) -> int | None:
@@ -999,7 +991,7 @@ def _pci_counts(pools: Sequence[PciPool]) -> dict[int | None, int]:
 def _search_order(
     cells: Sequence[HostCell],
     topology: InstanceTopology,
-    pci: PciRequest | None,
+    pci: _PciRequest | None,
     pci_pools: Sequence[PciPool],
 ) -> list[HostCell]:
     ordered = list(cells)
@@ -1040,7 +1032,7 @@ def fit(
     flavor's `hw:pci_numa_affinity_policy`) where given; a request pci.support_requests refuses
     to read raises its PciRequestError.
     """
-    pci = PciRequest(pci_pools, pci_aliases or {}, pci_request) if pci_request else None
+    pci = _PciRequest(pci_pools, pci_aliases or {}, pci_request) if pci_request else None
     if not cells:
         return NumaFit(reasons=("the host reports no NUMA cells",))
     if len(cells) < len(topology.cells):
