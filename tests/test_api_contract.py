@@ -203,7 +203,7 @@ def test_any_class_is_claimed_in_placement_units_and_answered_so(server: Server)
     [
         (
             {"resources": {"FPGA": 1}},
-            "resources: expected one of VCPU, PCPU, MEMORY_MB, DISK_GB or a CUSTOM_* class, got 'FPGA'",
+            "resources: expected one of VCPU, PCPU, MEMORY_MB, DISK_GB, VGPU or a CUSTOM_* class, got 'FPGA'",
         ),
         ({"resources": {"CUSTOM_fpga": 1}}, "resources: expected a custom resource class"),
         ({"resources": {"CUSTOM_FPGA": 1.5}}, "resources.CUSTOM_FPGA: expected a whole number, got 1.5"),
