@@ -51,13 +51,13 @@ def test_the_contract_example_loads_and_merges_key_by_key() -> None:
     assert second.policy.cpu_dedicated_set == frozenset(range(16, 32))
     assert second.disk is not None and second.disk.path == "/var/lib/nova/instances"
     assert second.policy.count_inactive_domains is False
-    assert config.flavor_requests["m1.small"] == {
+    assert config.flavor_demands["m1.small"].request == {
         Resource.VCPU: 1,
         Resource.PCPU: 0,
         Resource.MEMORY: 2 * GIB,
         Resource.DISK: 20 * GIB,
     }
-    assert config.flavor_requests["d1.pinned"][Resource.PCPU] == 2
+    assert config.flavor_demands["d1.pinned"].request[Resource.PCPU] == 2
 
 
 def test_no_config_audits_the_local_hypervisor_with_nova_defaults() -> None:
@@ -573,7 +573,7 @@ flavors:
 """,
         "inline",
     )
-    requests = config.flavor_requests
+    requests = {name: demand.request for name, demand in config.flavor_demands.items()}
     fpga = Resource.custom_class("CUSTOM_FPGA")
     assert requests["pinned-fpga"] == {
         Resource.PCPU: 5,

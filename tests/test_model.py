@@ -19,6 +19,7 @@ from virtcap.model.capacity import (
 )
 from virtcap.model.facts import DiskFacts, DomainState, NovaFlavor, NovaInstance
 from virtcap.model.nova import nova_request
+from virtcap.model.placement import Demand
 from virtcap.model.resources import STANDARD_CLASSES, Resource
 
 R = Resource
@@ -136,7 +137,7 @@ def test_cpu_sets_split_vcpu_and_pcpu() -> None:
     offline = host_capacity(
         facts,
         policy(cpu_dedicated_set=frozenset(range(8, 16)), cpu_shared_set=shared),
-        flavors={"small": SMALL},
+        flavors={"small": Demand(SMALL)},
     )
     for refused in offline.resources.values():
         assert refused.refused == (
@@ -223,7 +224,9 @@ def test_a_declared_custom_inventory_is_accounted_like_any_class() -> None:
     fpga_flavor = NovaFlavor("fpga", 2, 1024, 10, 0, 0, extra_specs={"resources:CUSTOM_FPGA": "2"})
     facts = host(domains=(domain("accel", flavor=fpga_flavor),))
     inventories = {FPGA: Inventory(total=8, reserved=2, max_unit=4, step_size=2, allocation_ratio=1.5)}
-    result = host_capacity(facts, policy(inventories=inventories), flavors={"fpga": {FPGA: 2, R.VCPU: 1}})
+    result = host_capacity(
+        facts, policy(inventories=inventories), flavors={"fpga": Demand({FPGA: 2, R.VCPU: 1})}
+    )
     fpga = result.resources[FPGA]
     assert (fpga.total, fpga.reserved, fpga.limit, fpga.used, fpga.free, fpga.max_unit) == (8, 2, 9, 2, 7, 4)
     assert result.schedulable == {"fpga": 3} and result.bottlenecks == {"fpga": FPGA}
@@ -235,7 +238,7 @@ def test_a_declared_custom_inventory_is_accounted_like_any_class() -> None:
     ]
     assert claim_test(result.resources, {FPGA: 4}) == []
     # A host without the inventory fits none, and a domain using the class there shows it
-    bare = host_capacity(facts, policy(), flavors={"fpga": {FPGA: 2}})
+    bare = host_capacity(facts, policy(), flavors={"fpga": Demand({FPGA: 2})})
     assert bare.schedulable == {"fpga": 0}
     assert (bare.resources[FPGA].total, bare.resources[FPGA].used, bare.resources[FPGA].free) == (0, 2, -2)
     other = Resource.custom_class("CUSTOM_LICENCE")
@@ -276,7 +279,7 @@ def test_an_unknown_disk_total_limits_neither_claims_nor_flavors() -> None:
     # Nova's old claim test (no limit, no check) lets it through, and memory stays the bottleneck.
     huge = {R.VCPU: 1, R.MEMORY: 1 * GIB, R.DISK: 100 * 1024 * GIB}
     facts = host(disk=None, domains=(domain(memory=1 * GIB, disks=(local_disk(500 * 1024 * GIB),)),))
-    result = host_capacity(facts, policy(), flavors={"m1.small": SMALL, "d1.huge": huge})
+    result = host_capacity(facts, policy(), flavors={"m1.small": Demand(SMALL), "d1.huge": Demand(huge)})
     assert claim_test(result.resources, huge) == []
     # memory: 64 GiB - 512 MiB - 1 GiB = 62.5 GiB free
     assert result.schedulable == {"m1.small": 31, "d1.huge": 62}
@@ -296,7 +299,7 @@ SMALL = {R.VCPU: 1, R.MEMORY: 2 * GIB, R.DISK: 20 * GIB}
 def test_schedulable_is_the_minimum_over_requested_resources() -> None:
     # vcpu: 64 - 15 = 49 free; memory: 63.5 GiB - 30 GiB = 33.5 GiB -> 16; disk 1000 - 0 -> 50
     facts = host(domains=(domain(vcpus=15, memory=30 * GIB),))
-    result = host_capacity(facts, policy(), flavors={"m1.small": SMALL})
+    result = host_capacity(facts, policy(), flavors={"m1.small": Demand(SMALL)})
     assert result.schedulable == {"m1.small": 16}
     assert result.bottlenecks == {"m1.small": R.MEMORY}
 
@@ -304,7 +307,7 @@ def test_schedulable_is_the_minimum_over_requested_resources() -> None:
 def test_an_instance_never_overcommits_against_itself() -> None:
     # 4 CPUs x 16.0 leaves 64 vCPUs free, but an 8-vCPU guest is larger than max_unit = 4 CPUs.
     big = {R.VCPU: 8, R.MEMORY: 1 * GIB}
-    result = host_capacity(host(cpus=4), policy(ratios={R.VCPU: 16.0}), flavors={"big": big})
+    result = host_capacity(host(cpus=4), policy(ratios={R.VCPU: 16.0}), flavors={"big": Demand(big)})
     assert result.resources[R.VCPU].free == 64
     assert result.schedulable == {"big": 0}
     assert result.bottlenecks == {"big": R.VCPU}
@@ -317,13 +320,15 @@ def test_max_unit_is_the_total_not_total_minus_reserved() -> None:
     """Issue 13's case: 8 CPUs, 2 reserved, ratio 4.0: (8 - 2) x 4 = 24, and Placement accepts an
     8-vCPU allocation (max_unit = total = 8) three times in a row."""
     eight = {R.VCPU: 8, R.MEMORY: 1 * GIB}
-    result = host_capacity(host(cpus=8), policy(reserved={R.VCPU: 2}), flavors={"eight": eight})
+    result = host_capacity(host(cpus=8), policy(reserved={R.VCPU: 2}), flavors={"eight": Demand(eight)})
     assert result.resources[R.VCPU].limit == 24
     assert result.schedulable == {"eight": 3}
     assert claim_test(result.resources, eight) == []
     # memory alike: 64 GiB at 1.5 leaves room for a 64 GiB guest even with 512 MiB reserved
     fat = {R.VCPU: 1, R.MEMORY: 64 * GIB}
-    result = host_capacity(host(memory=64 * GIB), policy(ratios={R.MEMORY: 1.5}), flavors={"fat": fat})
+    result = host_capacity(
+        host(memory=64 * GIB), policy(ratios={R.MEMORY: 1.5}), flavors={"fat": Demand(fat)}
+    )
     assert result.schedulable == {"fat": 1}
     # a 9-vCPU claim on an empty 8-CPU host at ratio 4 is larger than the host: refused
     nine = host_capacity(host(cpus=8), policy()).resources
@@ -343,7 +348,7 @@ def test_limits_are_truncated_in_mib_and_gib_and_reserved_disk_rounds_up() -> No
 
 
 def test_reserved_above_total_is_a_refused_inventory() -> None:
-    result = host_capacity(host(cpus=4), policy(reserved={R.VCPU: 6}), flavors={"small": SMALL})
+    result = host_capacity(host(cpus=4), policy(reserved={R.VCPU: 6}), flavors={"small": Demand(SMALL)})
     vcpu = result.resources[R.VCPU]
     assert vcpu.refused == "reserved vcpu exceeds its total: Placement refuses the inventory"
     assert (vcpu.limit, vcpu.max_unit) == (0, 0)
@@ -353,11 +358,11 @@ def test_reserved_above_total_is_a_refused_inventory() -> None:
 
 def test_schedulable_is_never_negative_and_ignores_unknown_disk() -> None:
     overfull = host(cpus=2, disk=None, domains=(domain(vcpus=20),))
-    result = host_capacity(overfull, policy(), flavors={"m1.small": SMALL})
+    result = host_capacity(overfull, policy(), flavors={"m1.small": Demand(SMALL)})
     free = result.resources[R.VCPU].free
     assert free is not None and free < 0
     assert result.schedulable == {"m1.small": 0}
-    roomy = host_capacity(host(disk=None), policy(), flavors={"m1.small": SMALL})
+    roomy = host_capacity(host(disk=None), policy(), flavors={"m1.small": Demand(SMALL)})
     assert roomy.schedulable == {"m1.small": 31}  # memory-bound; disk unknown is unlimited
 
 
@@ -432,7 +437,7 @@ def test_invariants(
         reserved={R.MEMORY: reserved_mib * MIB},
         count_inactive_domains=count_inactive,
     )
-    result = host_capacity(facts, chosen, flavors={"m1.small": SMALL})
+    result = host_capacity(facts, chosen, flavors={"m1.small": Demand(SMALL)})
     counted = chosen.counted_states
     assert set(result.resources) == set(STANDARD_CLASSES)
     for capacity in result.resources.values():

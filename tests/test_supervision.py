@@ -21,6 +21,7 @@ from virtcap.claims.ledger import ClaimDatabase, ClaimLedger
 from virtcap.config import AuditSettings, ClaimSettings, Config, Hypervisor
 from virtcap.demo import DEMO_DIR
 from virtcap.model.capacity import NOVA_ALLOCATION_RATIOS, HostPolicy, amounts
+from virtcap.model.placement import Demand
 from virtcap.model.resources import Resource
 from virtcap.service.auditor import FleetAuditor
 from virtcap.service.snapshot import HypervisorSnapshot
@@ -107,7 +108,7 @@ def test_an_audit_loop_that_crashes_marks_its_hypervisor_down_and_is_retried() -
         fleet = FleetAuditor(store, supervisor)
         hypervisors = (demo_hypervisor("broken", broken_policy), demo_hypervisor("healthy", HostPolicy()))
         # how many more of a flavor fit is computed with each audit: it needs the vCPU limit
-        flavors = {"m1.tiny": amounts(vcpu=1, memory=512 * 1024**2)}
+        flavors = {"m1.tiny": Demand(amounts(vcpu=1, memory=512 * 1024**2))}
         await fleet.apply(hypervisors, AuditSettings(interval=0.2, timeout=5), flavors)
         await eventually(lambda: supervisor.failures["audit"] >= 2, 10, "crashed and retried")
         broken = store.hypervisors["broken"]

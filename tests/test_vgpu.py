@@ -505,7 +505,7 @@ def test_a_flavor_asking_for_vgpus_counts_them() -> None:
         "     extra_specs: {'resources:VGPU': '2', 'resources1:VGPU': '1'}}\n",
         "inline",
     )
-    requests = config.flavor_requests
+    requests = {name: demand.request for name, demand in config.flavor_demands.items()}
     assert requests["g1"][Resource.VGPU] == 1
     assert requests["g2"][Resource.VGPU] == 3  # two request groups, both on this host
     instance = NovaInstance(NovaFlavor("g1", 4, 8192, 0, 0, 0, extra_specs={"resources:VGPU": "1"}))

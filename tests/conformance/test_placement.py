@@ -277,8 +277,8 @@ class Case:
             memory=self.claimed.get("MEMORY_MB", 0) * MIB,
             disk=self.claimed.get("DISK_GB", 0) * GIB,
         ) | _custom_amounts(self.claimed)
-        capacity = host_capacity(facts, policy, config.flavor_requests, claimed)
-        return capacity, claim_test(capacity.resources, config.flavor_requests[FLAVOR])
+        capacity = host_capacity(facts, policy, config.flavor_demands, claimed)
+        return capacity, claim_test(capacity.resources, config.flavor_demands[FLAVOR].request)
 
 
 def _custom_amounts(placement: Mapping[str, int]) -> dict[Resource, int]:

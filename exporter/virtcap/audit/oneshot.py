@@ -25,7 +25,7 @@ def audit_hypervisor_blocking(hypervisor: Hypervisor, cpu_window: float) -> Host
 
 async def audit_fleet_once(config: Config, cpu_window: float = CPU_SAMPLE_WINDOW) -> list[HypervisorSnapshot]:
     slots = asyncio.Semaphore(config.audit.concurrency)
-    flavors = config.flavor_requests
+    flavors = config.flavor_demands
 
     async def audit_one(hypervisor: Hypervisor) -> HypervisorSnapshot:
         async with slots:

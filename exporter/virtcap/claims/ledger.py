@@ -25,10 +25,10 @@ from collections.abc import Mapping
 from virtcap.claims.database import SQLITE_MAX_INTEGER, ClaimDatabase
 from virtcap.claims.records import Claim, ClaimRequest
 from virtcap.config import ClaimSettings
-from virtcap.model.capacity import Amounts, claim_test
 from virtcap.model.facts import HostFacts
-from virtcap.model.resources import Resource, placement_units
-from virtcap.service.snapshot import HypervisorSnapshot
+from virtcap.model.placement import NOTHING_WITHIN, Demand, WithinHost, within_host
+from virtcap.model.resources import Amounts, Resource, placement_units
+from virtcap.service.snapshot import HypervisorSnapshot, PendingClaims
 from virtcap.service.store import SnapshotStore
 
 __all__ = [  # the records are defined in virtcap.claims.records, beside the database that stores them
@@ -89,13 +89,18 @@ class ClaimLedger:
     async def stop(self) -> None:
         await self.database.close()
 
-    def claimed(self, hypervisor: str) -> dict[Resource, int]:
+    def claimed(self, hypervisor: str) -> PendingClaims:
+        """What the claims on the hypervisor hold, those carrying extra specs in the order they
+        were made (each took its cells and devices after the ones before it)."""
         totals: dict[Resource, int] = {}
-        for claim in self.claims.values():
+        within = []
+        for claim in sorted(self.claims.values(), key=lambda held: held.created_at):
             if claim.hypervisor == hypervisor:
                 for resource, amount in claim.amounts.items():
                     totals[resource] = totals.get(resource, 0) + amount
-        return totals
+                if claim.extra_specs:
+                    within.append(claim_within(claim.amounts, claim.extra_specs))
+        return PendingClaims(totals, tuple(within))
 
     def pending(self) -> Counter[str]:
         return Counter(claim.hypervisor for claim in self.claims.values())
@@ -113,7 +118,7 @@ class ClaimLedger:
         async with self._lock:
             name = self._place(request) if request.hypervisor == ANY_HYPERVISOR else request.hypervisor
             if request.hypervisor != ANY_HYPERVISOR:
-                reasons = self._reasons(name, request.amounts)
+                reasons = self._reasons(name, request)
                 if reasons:
                     self._rejected()
                     raise ClaimRejectedError(f"the claim does not fit on {name}", {name: reasons})
@@ -126,6 +131,8 @@ class ClaimLedger:
                 expires_at=now + request.ttl,
                 domain_uuid=request.domain_uuid,
                 owner=request.owner,
+                flavor=request.flavor,
+                extra_specs=dict(request.extra_specs),
             )
             try:
                 await self.database.insert(claim)
@@ -140,14 +147,15 @@ class ClaimLedger:
         log.info("claim created", extra={"claim": claim.id, "hypervisor": name, "owner": claim.owner})
         return claim
 
-    def _reasons(self, name: str, amounts: Amounts) -> list[str]:
+    def _reasons(self, name: str, request: ClaimRequest) -> list[str]:
         state = self.store.hypervisors.get(name)
         if state is None:
             raise UnknownHypervisorError(name)
         snapshot = state.latest
         if snapshot is None or not snapshot.up or snapshot.capacity is None:
             return [f"hypervisor {name} is not up: there is no current capacity to claim against"]
-        return claim_test(snapshot.capacity.resources, amounts)
+        demand = Demand(request.amounts, claim_within(request.amounts, request.extra_specs))
+        return snapshot.capacity.claim_test(demand)
 
     def _place(self, request: ClaimRequest) -> str:
         """The weigher of `"hypervisor": "any"`: among the hypervisors where the claim fits, the one
@@ -156,7 +164,7 @@ class ClaimLedger:
         reasons: dict[str, list[str]] = {}
         best: tuple[float, str] | None = None
         for name in sorted(self.store.hypervisors):
-            failing = self._reasons(name, request.amounts)
+            failing = self._reasons(name, request)
             if failing:
                 reasons[name] = failing
                 continue
@@ -291,3 +299,14 @@ def whole_units(amounts: Amounts) -> dict[Resource, int]:
         for resource, amount in amounts.items()
         if amount > 0
     }
+
+
+def claim_within(amounts: Amounts, extra_specs: Mapping[str, str]) -> WithinHost:
+    """What a claim's extra specs ask of the cells and devices: a flavor of its vCPUs (shared and
+    dedicated) and memory. Specs the API accepted always read; should a row have been edited into
+    ones Nova refuses, the claim still holds its amounts, and nothing within the host."""
+    vcpus = amounts.get(Resource.VCPU, 0) + amounts.get(Resource.PCPU, 0)
+    try:
+        return within_host(vcpus, amounts.get(Resource.MEMORY, 0), extra_specs)
+    except ValueError:
+        return NOTHING_WITHIN

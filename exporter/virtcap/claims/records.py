@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from virtcap.model.capacity import Amounts
+from virtcap.model.resources import Amounts
 
 
 @dataclass(frozen=True, slots=True)

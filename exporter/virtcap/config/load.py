@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -34,7 +34,6 @@ from virtcap.config.yamlfile import ConfigError, load_yaml_file, load_yaml_text
 from virtcap.model.capacity import (
     NOVA_ALLOCATION_RATIOS,
     NOVA_RESERVED,
-    Amounts,
     HostPolicy,
     Inventory,
     amounts,
@@ -42,7 +41,8 @@ from virtcap.model.capacity import (
 from virtcap.model.facts import NovaFlavor, NovaInstance
 from virtcap.model.nova import nova_request
 from virtcap.model.pci import PCI_ALIAS_SPEC, PciAlias, PciRequestError, parse_alias_request
-from virtcap.model.resources import Resource, placement_units, resource_by_label
+from virtcap.model.placement import NOTHING_WITHIN, Demand, WithinHost, within_host
+from virtcap.model.resources import Amounts, Resource, placement_units, resource_by_label
 from virtcap.units import format_cpu_set
 
 __all__ = [
@@ -72,6 +72,13 @@ class Hypervisor:
 class Flavor:
     name: str
     request: Amounts
+    within: WithinHost = NOTHING_WITHIN
+    """What its extra specs ask of a hypervisor's NUMA cells and PCI devices."""
+    extra_specs: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def demand(self) -> Demand:
+        return Demand(self.request, self.within)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,8 +92,8 @@ class Config:
     """Nova's `[pci] alias`, by name: what `pci_passthrough:alias` in a flavor asks for."""
 
     @property
-    def flavor_requests(self) -> dict[str, Amounts]:
-        return {flavor.name: flavor.request for flavor in self.flavors}
+    def flavor_demands(self) -> dict[str, Demand]:
+        return {flavor.name: flavor.demand for flavor in self.flavors}
 
 
 DEFAULT_DISK = DiskSource(pool="default")
@@ -119,20 +126,29 @@ def build_config(parsed: ConfigFile, source: str) -> Config:
     entries = parsed.hypervisors
     if entries is None:
         entries = [HypervisorSection(name=socket.gethostname() or "localhost", uri=LOCAL_URI)]
+    aliases = {entry.name: entry.alias() for entry in parsed.pci.alias}
     hypervisors = []
     disjoint: set[tuple[int, int]] = set()
     for index, entry in enumerate(entries):
         where = f"hypervisors[{index}]" if parsed.hypervisors is not None else "defaults"
         policy, disk = _merge_policy(parsed.defaults, entry, source, where, disjoint)
+        policy = replace(policy, pci_aliases=aliases)
         hypervisors.append(Hypervisor(name=entry.name, uri=entry.uri, policy=policy, disk=disk))
-    flavors = tuple(Flavor(name=f.name, request=_flavor_request(f)) for f in parsed.flavors)
+    flavors = tuple(
+        Flavor(
+            name=section.name,
+            request=_flavor_request(section),
+            within=_flavor_within(section, f"{source}: flavors[{index}].extra_specs"),
+            extra_specs=section.extra_specs,
+        )
+        for index, section in enumerate(parsed.flavors)
+    )
     for index, flavor in enumerate(flavors):
         if not any(amount > 0 for amount in flavor.request.values()):
             raise ConfigError(
                 f"{source}: flavors[{index}].extra_specs: the flavor asks for nothing "
                 "(its resources: amounts are all 0); expected at least one amount above 0"
             )
-    aliases = {entry.name: entry.alias() for entry in parsed.pci.alias}
     for index, section in enumerate(parsed.flavors):
         _check_alias_request(section, aliases, f"{source}: flavors[{index}].extra_specs")
     return Config(
@@ -143,6 +159,16 @@ def build_config(parsed: ConfigFile, source: str) -> Config:
         claims=parsed.claims,
         pci_aliases=aliases,
     )
+
+
+def _flavor_within(flavor: FlavorSection, where: str) -> WithinHost:
+    """The NUMA topology and devices a flavor's extra specs ask for: Nova refuses a flavor whose
+    NUMA request it cannot meet anywhere (`hw:numa_cpus.0` naming a vCPU beyond the flavor's, a
+    page size it cannot read, ...) before any instance of it exists."""
+    try:
+        return within_host(flavor.vcpu, flavor.memory, flavor.extra_specs)
+    except ValueError as error:
+        raise ConfigError(f"{where}: {error}") from None
 
 
 def _check_alias_request(flavor: FlavorSection, aliases: Mapping[str, PciAlias], where: str) -> None:

@@ -9,24 +9,33 @@ no reserved amount, limit or free, and it limits no request.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypedDict
 
 from virtcap.model.facts import DomainFacts, DomainState, HostFacts
 from virtcap.model.nova import nova_allocation
-from virtcap.model.pci import PciDeviceSpec
+from virtcap.model.pci import PciAlias, PciDeviceSpec
+from virtcap.model.placement import (
+    CellsAndDevices,
+    Constraint,
+    Demand,
+    WithinHost,
+    cells_and_devices,
+    with_pending,
+)
 from virtcap.model.resources import (
     GIB,
     MIB,
     PLACEMENT_MAX_INT,
     STANDARD_CLASSES,
+    Amounts,
     Resource,
     display_order,
     placement_units,
     request_groups,
 )
-from virtcap.model.vgpu import EnabledMdevType
+from virtcap.model.vgpu import EnabledMdevType, VgpuCapacity, vgpu_capacity
 
 STATES: tuple[DomainState, ...] = tuple(DomainState)
 
@@ -67,16 +76,14 @@ class HostPolicy:
     enabled_mdev_types: tuple[EnabledMdevType, ...] = ()
     """Nova's `[devices] enabled_mdev_types`, in order, each with its `[mdev_<type>]` section:
     which mediated device type each physical GPU offers as vGPUs (see virtcap.model.vgpu)."""
+    pci_aliases: Mapping[str, PciAlias] = field(default_factory=dict)
+    """Nova's `[pci] alias` (the same on every hypervisor): what flavors ask for devices by."""
 
     @property
     def counted_states(self) -> frozenset[DomainState]:
         if self.count_inactive_domains:
             return frozenset(STATES)
         return frozenset(STATES) - {DomainState.SHUTOFF}
-
-
-Amounts = Mapping[Resource, int]
-"""An amount per resource (cpus or bytes): a domain's allocation, a flavor's request, a claim."""
 
 
 def amounts(vcpu: int = 0, pcpu: int = 0, memory: int = 0, disk: int = 0) -> dict[Resource, int]:
@@ -176,7 +183,22 @@ class HostCapacity:
     """Memory of counted domains backed by hugepages: part of used memory (Nova allocates it as
     MEMORY_MB), and also held in hugepages, which Nova tracks per NUMA cell."""
     bottlenecks: Mapping[str, Resource | None] = field(default_factory=dict)
-    """Per flavor, the resource that limits how many more instances fit."""
+    """Per flavor, the resource that limits how many more instances fit (None where its NUMA fit
+    or its devices limit it more: see `placement_limited`)."""
+    within: CellsAndDevices = field(default_factory=CellsAndDevices)
+    """The NUMA cells and PCI pools with what domains and pending claims use."""
+    vgpus: VgpuCapacity = field(default_factory=VgpuCapacity)
+    placement_limited: Mapping[str, Constraint] = field(default_factory=dict)
+    """The flavors whose NUMA fit or devices let fewer fit than the whole-host amounts, and which."""
+    refusals: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """Per flavor of which no more instance fits, why: the classes, cells or pools that refuse it."""
+
+    def claim_test(self, demand: Demand) -> list[str]:
+        """Every reason one more instance of the demand does not fit (Nova's claim test, then
+        the vGPUs, the NUMA cells and the PCI devices); empty when it fits."""
+        vgpu = self.resources.get(Resource.VGPU)
+        placed = _Placed(self.resources, self.vgpus, vgpu.claimed if vgpu is not None else 0, self.within)
+        return list(placed.refusals(demand))
 
     @property
     def problems(self) -> tuple[str, ...]:
@@ -193,11 +215,14 @@ def domain_allocation(domain: DomainFacts, dedicated_cpus: frozenset[int] | None
         return nova_allocation(domain.nova)
     local = sum(d.capacity_bytes or 0 for d in domain.disks if d.local)
     cpus = Resource.PCPU if is_dedicated(domain, dedicated_cpus) else Resource.VCPU
-    return {
+    allocation = {
         cpus: domain.vcpus,
         Resource.MEMORY: placement_units(Resource.MEMORY, domain.memory_bytes) * MIB,
         Resource.DISK: placement_units(Resource.DISK, local) * GIB,
     }
+    if domain.placement.mdev_uuids:  # a vGPU each, as Nova allocates them
+        allocation[Resource.VGPU] = len(domain.placement.mdev_uuids)
+    return allocation
 
 
 def is_dedicated(domain: DomainFacts, dedicated_cpus: frozenset[int] | None) -> bool:
@@ -207,10 +232,12 @@ def is_dedicated(domain: DomainFacts, dedicated_cpus: frozenset[int] | None) -> 
     return all(pin is not None and pin <= dedicated_cpus for pin in domain.vcpu_pins)
 
 
-def host_totals(facts: HostFacts, policy: HostPolicy) -> dict[Resource, int | None]:
+def host_totals(
+    facts: HostFacts, policy: HostPolicy, vgpus: VgpuCapacity | None = None
+) -> dict[Resource, int | None]:
     """The inventory totals Nova's libvirt driver reports: CPUs of the sets (or every CPU),
-    memory, and the storage for instance disks floored to whole GiB (None when none was found);
-    then the declared inventories."""
+    memory, the storage for instance disks floored to whole GiB (None when none was found), the
+    vGPUs of the GPUs that have a provider; then the declared inventories."""
     if policy.cpu_shared_set is not None:
         vcpu_total = len(policy.cpu_shared_set)
     elif policy.cpu_dedicated_set is not None:
@@ -224,6 +251,8 @@ def host_totals(facts: HostFacts, policy: HostPolicy) -> dict[Resource, int | No
         Resource.MEMORY: facts.memory_bytes // MIB * MIB,
         Resource.DISK: storage.capacity_bytes // GIB * GIB if storage is not None else None,
     }
+    if vgpus is not None and any(gpu.has_provider for gpu in vgpus.gpus):
+        totals[Resource.VGPU] = vgpus.total
     for resource, inventory in policy.inventories.items():
         totals[resource] = inventory.total * resource.placement_unit
     return totals
@@ -296,12 +325,15 @@ def host_actual_usage(facts: HostFacts) -> dict[Resource, float | None]:
 def host_capacity(
     facts: HostFacts,
     policy: HostPolicy,
-    flavors: Mapping[str, Amounts] | None = None,
+    flavors: Mapping[str, Demand] | None = None,
     claimed: Amounts | None = None,
+    pending: Sequence[WithinHost] = (),
 ) -> HostCapacity:
     """Every class the hypervisor offers, and every class a domain or a claim uses even where it
     is not offered (a CUSTOM_* class of a Nova flavor on a host without that inventory: total 0,
-    so its free amount goes negative and shows the mismatch)."""
+    so its free amount goes negative and shows the mismatch); its NUMA cells, PCI pools and
+    vGPUs; how many more of each flavor fit. `pending` is what pending claims (oldest first) ask
+    of the cells and devices, beside their `claimed` amounts."""
     allocated: dict[Resource, dict[DomainState, int]] = {}
     domains_by_state = dict.fromkeys(STATES, 0)
     hugepage_bytes = 0
@@ -314,7 +346,8 @@ def host_capacity(
             hugepage_bytes += allocation.get(Resource.MEMORY, 0)
     actual = host_actual_usage(facts)
     claimed = claimed or {}
-    totals = host_totals(facts, policy)
+    vgpus = vgpu_capacity(facts, policy.enabled_mdev_types, policy.counted_states)
+    totals = host_totals(facts, policy, vgpus)
     for resource in _used_classes(allocated, claimed):
         totals.setdefault(resource, 0)
     refused = refusals(facts, policy, totals)
@@ -329,14 +362,85 @@ def host_capacity(
             claimed=claimed.get(resource, 0),
             actual=actual.get(resource),
             refused=refused.get(resource),
-            **_declared_units(resource, policy.inventories.get(resource)),
+            **_declared_units(resource, policy.inventories.get(resource), vgpus),
         )
         for resource in display_order(totals)
     }
-    fits = {name: flavor_fit(resources, request) for name, request in (flavors or {}).items()}
-    schedulable = {name: count for name, (count, _) in fits.items()}
-    bottlenecks = {name: resource for name, (_, resource) in fits.items()}
-    return HostCapacity(resources, domains_by_state, schedulable, hugepage_bytes, bottlenecks)
+    within = with_pending(cells_and_devices(facts, policy), pending)
+    placed = _Placed(resources, vgpus, claimed.get(Resource.VGPU, 0), within)
+    fits = {name: placed.count(demand) for name, demand in (flavors or {}).items()}
+    return HostCapacity(
+        resources,
+        domains_by_state,
+        schedulable={name: fit.count for name, fit in fits.items()},
+        hugepage_memory_bytes=hugepage_bytes,
+        bottlenecks={name: fit.bottleneck for name, fit in fits.items()},
+        within=within,
+        vgpus=vgpus,
+        placement_limited={name: fit.limited for name, fit in fits.items() if fit.limited is not None},
+        refusals={
+            name: placed.refusals(flavors[name]) for name, fit in fits.items() if fit.count == 0 and flavors
+        },
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class FlavorCount:
+    count: int
+    bottleneck: Resource | None
+    limited: Constraint | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Placed:
+    """What decides a count beyond the whole-host classes: vGPUs come from one GPU each, and the
+    cells and devices hold the instances Nova's filters let in."""
+
+    resources: Mapping[Resource, ResourceCapacity]
+    vgpus: VgpuCapacity
+    claimed_vgpus: int
+    within: CellsAndDevices
+
+    def count(self, demand: Demand) -> FlavorCount:
+        count, bottleneck = flavor_fit(self.resources, demand.request)
+        wanted = demand.request.get(Resource.VGPU, 0)
+        if wanted > 0 and count > 0:
+            on_gpus = vgpu_fits(self.vgpus, wanted, self.claimed_vgpus)
+            if on_gpus < count:
+                count, bottleneck = on_gpus, Resource.VGPU
+        if count == 0 or not demand.within.asks:
+            return FlavorCount(count, bottleneck)
+        within = self.within.count(demand.within, count)
+        if within < count:
+            limited: Constraint = "numa" if demand.within.topology is not None else "pci"
+            return FlavorCount(within, None, limited)
+        return FlavorCount(count, bottleneck)
+
+    def refusals(self, demand: Demand) -> tuple[str, ...]:
+        """Why one more does not fit: the classes first (Nova's claim test), then the vGPUs, the
+        cells and the devices."""
+        reasons = claim_test(self.resources, demand.request)
+        wanted = demand.request.get(Resource.VGPU, 0)
+        if not reasons and wanted > 0 and vgpu_fits(self.vgpus, wanted, self.claimed_vgpus) == 0:
+            reasons.append(vgpu_refusal(self.vgpus, wanted))
+        if not reasons:
+            reasons.extend(self.within.refusals(demand.within))
+        return tuple(reasons)
+
+
+def vgpu_fits(vgpus: VgpuCapacity, amount: int, claimed: int = 0) -> int:
+    """How many allocations of `amount` vGPUs the GPUs still take, each from one GPU, once the
+    vGPUs of pending claims are taken one by one from the GPUs with the most free (a claim names
+    no GPU, and Placement spreads nothing on its own: this is the most a claim leaves)."""
+    free = [max(gpu.free, 0) for gpu in vgpus.gpus if gpu.has_provider]
+    for _ in range(min(claimed, sum(free))):
+        free[free.index(max(free))] -= 1
+    return sum(left // amount for left in free)
+
+
+def vgpu_refusal(vgpus: VgpuCapacity, amount: int) -> str:
+    per_gpu = ", ".join(f"{gpu.address} {max(gpu.free, 0)}" for gpu in vgpus.gpus if gpu.has_provider)
+    return f"Requested VGPU {amount}: no physical GPU has {amount} free ({per_gpu or 'no GPU offers vGPUs'})"
 
 
 def _used_classes(allocated: Mapping[Resource, object], claimed: Amounts) -> Iterable[Resource]:
@@ -350,8 +454,11 @@ class _DeclaredUnits(TypedDict):
     declared_max_unit: int | None
 
 
-def _declared_units(resource: Resource, declared: Inventory | None) -> _DeclaredUnits:
-    """A declared inventory's unit constraints; Nova's (1, 1, the total) for measured classes."""
+def _declared_units(resource: Resource, declared: Inventory | None, vgpus: VgpuCapacity) -> _DeclaredUnits:
+    """A declared inventory's unit constraints; Nova's (1, 1, the total) for measured classes,
+    and one GPU's total as the largest allocation of vGPUs (each allocation comes from one)."""
+    if resource is Resource.VGPU and declared is None:
+        return {"min_unit": 1, "step_size": 1, "declared_max_unit": vgpus.max_unit}
     if declared is None:
         return {"min_unit": 1, "step_size": 1, "declared_max_unit": None}
     largest = declared.max_unit * resource.placement_unit

@@ -91,6 +91,10 @@ _INTERNING = threading.Lock()
 """Audit threads and the event loop both meet classes: one object per name, whoever comes first."""
 
 # Nova's defaults since release 27 (2023.1): see ACCOUNTING.md's table.
+Amounts = Mapping[Resource, int]
+"""An amount per resource (cpus, bytes or a count): a domain's allocation, a flavor's request, a
+claim."""
+
 Resource.VCPU = Resource("vcpu", "VCPU", "cpus", claim_unit="VCPU", default_allocation_ratio=4.0)
 Resource.PCPU = Resource("pcpu", "PCPU", "cpus", claim_unit="PCPU")
 Resource.MEMORY = Resource("memory", "MEMORY_MB", "bytes", MIB, "MiB", default_reserved=512 * MIB)

@@ -38,8 +38,8 @@ from virtcap.audit.replay import is_replay_uri
 from virtcap.audit.threads import SerialCaller
 from virtcap.claims.ledger import ClaimLedger
 from virtcap.config import AuditSettings, Hypervisor
-from virtcap.model.capacity import Amounts
 from virtcap.model.facts import CpuIdentity, CpuTimes, HostFacts
+from virtcap.model.placement import Demand
 from virtcap.service.snapshot import HypervisorSnapshot
 from virtcap.service.store import SnapshotStore
 from virtcap.service.supervise import Supervisor
@@ -58,7 +58,7 @@ class HypervisorAuditor:
         self,
         hypervisor: Hypervisor,
         settings: AuditSettings,
-        flavors: Mapping[str, Amounts],
+        flavors: Mapping[str, Demand],
         store: SnapshotStore,
         slots: asyncio.Semaphore,
         supervisor: Supervisor,
@@ -246,7 +246,7 @@ class FleetAuditor:
         self._slots = asyncio.Semaphore(1)
 
     async def apply(
-        self, hypervisors: tuple[Hypervisor, ...], settings: AuditSettings, flavors: Mapping[str, Amounts]
+        self, hypervisors: tuple[Hypervisor, ...], settings: AuditSettings, flavors: Mapping[str, Demand]
     ) -> None:
         """Start auditing this fleet: removed hypervisors stop (and lose their series), changed
         ones restart with their new settings, new ones start."""

@@ -7,8 +7,22 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from virtcap.config import Hypervisor
-from virtcap.model.capacity import Amounts, HostCapacity, host_capacity
+from virtcap.model.capacity import HostCapacity, host_capacity
 from virtcap.model.facts import HostFacts
+from virtcap.model.placement import Demand, WithinHost
+from virtcap.model.resources import Amounts
+
+
+@dataclass(frozen=True, slots=True)
+class PendingClaims:
+    """What the claims pending on a hypervisor hold: their amounts together, and, oldest first,
+    what those carrying a flavor's extra specs take of the cells and devices."""
+
+    amounts: Amounts = field(default_factory=dict)
+    within: tuple[WithinHost, ...] = ()
+
+
+NO_CLAIMS = PendingClaims()
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,26 +34,28 @@ class HypervisorSnapshot:
     capacity: HostCapacity | None
     taken_at: float
     hypervisor: Hypervisor | None = None
-    flavors: Mapping[str, Amounts] = field(default_factory=dict)
+    flavors: Mapping[str, Demand] = field(default_factory=dict)
 
     @classmethod
     def audited(
         cls,
         hypervisor: Hypervisor,
         facts: HostFacts,
-        flavors: Mapping[str, Amounts],
-        claimed: Amounts | None = None,
+        flavors: Mapping[str, Demand],
+        claims: PendingClaims = NO_CLAIMS,
     ) -> HypervisorSnapshot:
-        capacity = host_capacity(facts, hypervisor.policy, flavors, claimed)
+        capacity = host_capacity(facts, hypervisor.policy, flavors, claims.amounts, claims.within)
         return cls(hypervisor.name, True, None, facts, capacity, facts.audited_at, hypervisor, flavors)
 
     @classmethod
     def failed(cls, hypervisor: Hypervisor, error: str) -> HypervisorSnapshot:
         return cls(hypervisor.name, False, error, None, None, time.time(), hypervisor)
 
-    def with_claims(self, claimed: Amounts) -> HypervisorSnapshot:
+    def with_claims(self, claims: PendingClaims) -> HypervisorSnapshot:
         """The same audit with other pending claims: capacity is recomputed, nothing is re-read."""
         if self.facts is None or self.hypervisor is None:
             return self
-        capacity = host_capacity(self.facts, self.hypervisor.policy, self.flavors, claimed)
+        capacity = host_capacity(
+            self.facts, self.hypervisor.policy, self.flavors, claims.amounts, claims.within
+        )
         return replace(self, capacity=capacity)

@@ -10,9 +10,8 @@ import asyncio
 from collections import Counter
 from dataclasses import dataclass, field
 
-from virtcap.model.capacity import Amounts
 from virtcap.model.facts import CpuIdentity
-from virtcap.service.snapshot import HypervisorSnapshot
+from virtcap.service.snapshot import HypervisorSnapshot, PendingClaims
 
 
 @dataclass
@@ -58,12 +57,12 @@ class SnapshotStore:
         state.audits[outcome] += 1
         self._bump()
 
-    def apply_claims(self, name: str, claimed: Amounts) -> None:
+    def apply_claims(self, name: str, claims: PendingClaims) -> None:
         """Pending claims changed: recompute the capacity of the last audit with them."""
         state = self.hypervisors.get(name)
         if state is None or state.last_good is None:
             return
-        updated = state.last_good.with_claims(claimed)
+        updated = state.last_good.with_claims(claims)
         if state.latest is state.last_good:
             state.latest = updated
         state.last_good = updated

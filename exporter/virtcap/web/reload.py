@@ -62,6 +62,6 @@ class ConfigReloads:
         exporter.config = config
         exporter.cache.stale_after = config.audit.staleness_bound
         exporter.writers.replace_users(writer_hashes(config))
-        await exporter.fleet.apply(config.hypervisors, config.audit, config.flavor_requests)
+        await exporter.fleet.apply(config.hypervisors, config.audit, config.flavor_demands)
         exporter.store.touch()
         log.info("configuration reloaded", extra={"hypervisors": len(config.hypervisors)})

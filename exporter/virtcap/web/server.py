@@ -100,7 +100,7 @@ async def serve(
         ) from None
     # Listening first: a taken port fails before a thousand hypervisors are connected to, and
     # /-/healthy answers while the first audits run (/-/ready tells when they are done).
-    await fleet.apply(config.hypervisors, config.audit, config.flavor_requests)
+    await fleet.apply(config.hypervisors, config.audit, config.flavor_demands)
     supervisor.start("render-metrics", "render", cache.run)
     supervisor.start("expire-claims", "expire-claims", claims.expire_forever)
     supervisor.start("connection-sweeper", "connections", exporter.connections.sweep_forever)

@@ -1,0 +1,273 @@
+"""Where instances fit within a hypervisor: its NUMA cells and PCI devices, beside the whole-host
+classes.
+
+Nova's scheduler first asks Placement for the whole-host classes (capacity.py), then its filters
+test the host's NUMA cells (NUMATopologyFilter) and PCI devices (PciPassthroughFilter), and
+nova-compute's claim repeats both tests (`_test_numa_topology`, `_test_pci`). VGPUs need no test
+here: they are a Placement class, one provider per physical GPU (vgpu.py).
+
+A flavor's count within the host is how many instances in a row pass those tests, each consuming
+what it was given before the next is tried, as the scheduler's host state consumes the instances
+of one request (`consume_from_instance`): the NUMA fit picks the cells and the CPU pinning, then
+the devices are taken from the pools near those cells.
+
+Pure: facts and policy in, cells and pools out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Literal
+
+from virtcap.model.facts import HostFacts
+from virtcap.model.numa import (
+    HostCell,
+    InstanceTopology,
+    NumaFit,
+    PinningConflictError,
+    consume,
+    fit,
+    host_cells,
+    instance_topology,
+)
+from virtcap.model.pci import (
+    PCI_ALIAS_SPEC,
+    PciAlias,
+    PciPool,
+    PciRequestError,
+    apply_requests,
+    device_pools,
+    support_requests,
+)
+from virtcap.model.resources import Amounts, Resource, placement_units
+
+if TYPE_CHECKING:  # capacity.py builds on this module: its policy is only read here
+    from virtcap.model.capacity import HostPolicy
+
+Constraint = Literal["numa", "pci"]
+"""What within the host limits a flavor below its whole-host count: its NUMA fit (cells, pinned
+CPUs, hugepages, devices near the cells) or, for a flavor without a NUMA topology, its devices."""
+
+
+@dataclass(frozen=True, slots=True)
+class WithinHost:
+    """What one instance of a flavor (or a claim carrying one) asks of a hypervisor's cells and
+    devices, beside its Placement request."""
+
+    topology: InstanceTopology | None = None
+    """The NUMA topology Nova gives it (`hw:numa_nodes`, `hw:cpu_policy`, `hw:mem_page_size`,
+    ...), None where it gets none."""
+    pci_alias: str | None = None
+    """Its `pci_passthrough:alias`: the devices it asks for by alias."""
+    pci_numa_policy: str | None = None
+    """Its `hw:pci_numa_affinity_policy`, which replaces the aliases' own."""
+
+    @property
+    def asks(self) -> bool:
+        return self.topology is not None or self.pci_alias is not None
+
+
+NOTHING_WITHIN = WithinHost()
+PCI_NUMA_POLICY_SPEC = "hw:pci_numa_affinity_policy"
+
+
+def within_host(vcpus: int, memory_bytes: int, extra_specs: Mapping[str, str]) -> WithinHost:
+    """What a flavor's extra specs ask of the cells and devices; raises NumaSpecError (a
+    ValueError, one line) where Nova refuses the flavor's NUMA request."""
+    if not extra_specs:
+        return NOTHING_WITHIN
+    topology = instance_topology(vcpus, placement_units(Resource.MEMORY, memory_bytes), extra_specs)
+    return WithinHost(
+        topology, extra_specs.get(PCI_ALIAS_SPEC) or None, extra_specs.get(PCI_NUMA_POLICY_SPEC) or None
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Demand:
+    """What one instance of a flavor (or one claim) asks of a hypervisor: Placement's classes,
+    and its share of the cells and devices."""
+
+    request: Amounts
+    within: WithinHost = NOTHING_WITHIN
+
+
+@dataclass(frozen=True, slots=True)
+class AliasDevices:
+    """The devices a flavor asking for one alias could be given on the hypervisor."""
+
+    devices: int
+    free: int
+
+
+@dataclass(frozen=True, slots=True)
+class CellsAndDevices:
+    """A hypervisor's NUMA cells and PCI pools with what domains (and pending claims) use."""
+
+    cells: tuple[HostCell, ...] = ()
+    pci_pools: tuple[PciPool, ...] = ()
+    pci_aliases: Mapping[str, PciAlias] = field(default_factory=dict)
+    cpu_allocation_ratio: float = 1.0
+    ram_allocation_ratio: float = 1.0
+
+    def alias_devices(self) -> dict[str, AliasDevices]:
+        """Per configured alias, the devices matching it and the free ones (NUMA aside); a PF pool
+        counts only for an alias asking for `type-PF`, as Nova's filter has it."""
+        found = {}
+        for name, alias in self.pci_aliases.items():
+            pools = [
+                pool
+                for pool in self.pci_pools
+                if alias.matches(pool)
+                and not pool.remote_managed
+                and (pool.dev_type != "type-PF" or alias.device_type == "type-PF")
+            ]
+            found[name] = AliasDevices(sum(p.count for p in pools), sum(p.free for p in pools))
+        return found
+
+    def fit(self, within: WithinHost) -> NumaFit | None:
+        """Where one instance goes (its NUMA fit), None where it has no NUMA topology."""
+        if within.topology is None:
+            return None
+        return fit(
+            self.cells,
+            within.topology,
+            cpu_allocation_ratio=self.cpu_allocation_ratio,
+            ram_allocation_ratio=self.ram_allocation_ratio,
+            pci_pools=self.pci_pools,
+            pci_aliases=self.pci_aliases,
+            pci_request=within.pci_alias,
+            pci_numa_policy=within.pci_numa_policy,
+        )
+
+    def refusals(self, within: WithinHost) -> list[str]:
+        """Why one instance does not fit the cells and devices, naming the cell or the alias;
+        empty when it fits."""
+        placement = self.fit(within)
+        if placement is not None:
+            return [] if placement.fits else [f"NUMA: {why}" for why in placement.reasons]
+        if within.pci_alias is not None and not self._devices_fit(within, None):
+            return [f"PCI: no free devices for {within.pci_alias}{self._free_by_alias(within.pci_alias)}"]
+        return []
+
+    def take(self, within: WithinHost) -> CellsAndDevices | None:
+        """The cells and pools once one more instance is given its share, None where it does not
+        fit. Nova's order: the NUMA fit chooses the cells, then the devices come from the pools
+        those cells allow."""
+        if not within.asks:
+            return self
+        cells = self.cells
+        near: frozenset[int] | None = None
+        placement = self.fit(within)
+        if placement is not None:
+            assert within.topology is not None
+            if not placement.fits:
+                return None
+            try:
+                cells = consume(cells, within.topology, placement)
+            except PinningConflictError:
+                return None
+            near = frozenset(placement.host_cells)
+        pools = self.pci_pools
+        if within.pci_alias is not None:
+            taken = self._take_devices(within, near)
+            if taken is None:
+                return None
+            pools = taken
+        return replace(self, cells=cells, pci_pools=pools)
+
+    def count(self, within: WithinHost, limit: int) -> int:
+        """How many instances fit in a row, at most `limit` (the whole-host count)."""
+        if not within.asks:
+            return limit
+        current: CellsAndDevices | None = self
+        fitted = 0
+        while fitted < limit and current is not None:
+            current = current.take(within)
+            if current is not None:
+                fitted += 1
+        return fitted
+
+    def _devices_fit(self, within: WithinHost, near: frozenset[int] | None) -> bool:
+        assert within.pci_alias is not None
+        try:
+            return support_requests(
+                self.pci_pools,
+                self.pci_aliases,
+                within.pci_alias,
+                cells=near,
+                numa_policy=within.pci_numa_policy,
+            )
+        except PciRequestError:
+            return False
+
+    def _take_devices(self, within: WithinHost, near: frozenset[int] | None) -> tuple[PciPool, ...] | None:
+        assert within.pci_alias is not None
+        try:
+            return apply_requests(
+                self.pci_pools,
+                self.pci_aliases,
+                within.pci_alias,
+                cells=near,
+                numa_policy=within.pci_numa_policy,
+            )
+        except PciRequestError:
+            return None
+
+    def _free_by_alias(self, request: str) -> str:
+        found = self.alias_devices()
+        known = [f"{name} {found[name].free} free" for name in sorted(found) if name in request]
+        return f" ({', '.join(known)})" if known else ""
+
+
+def cells_and_devices(facts: HostFacts, policy: HostPolicy) -> CellsAndDevices:
+    """The hypervisor's cells and pools with what its counted domains use: their NUMA placement
+    (numa.host_cells) and the devices they pass through, Nova's ratios for the cells' limits."""
+    counted = policy.counted_states
+    held = [
+        address
+        for domain in facts.domains
+        if domain.state in counted
+        for address in domain.placement.pci_addresses
+    ]
+    return CellsAndDevices(
+        cells=host_cells(
+            facts.numa_cells,
+            facts.domains,
+            cpu_shared_set=policy.cpu_shared_set,
+            cpu_dedicated_set=policy.cpu_dedicated_set,
+            online_cpus=facts.online_cpus,
+            reserved_huge_pages=policy.reserved_huge_pages,
+            counted_states=counted,
+        ),
+        pci_pools=device_pools(facts.pci_devices, policy.pci_device_spec, held),
+        pci_aliases=policy.pci_aliases,
+        cpu_allocation_ratio=policy.allocation_ratios.get(
+            Resource.VCPU, Resource.VCPU.default_allocation_ratio
+        ),
+        ram_allocation_ratio=policy.allocation_ratios.get(
+            Resource.MEMORY, Resource.MEMORY.default_allocation_ratio
+        ),
+    )
+
+
+def with_pending(layout: CellsAndDevices, pending: Sequence[WithinHost]) -> CellsAndDevices:
+    """The cells and pools once pending claims (oldest first) take their share. A claim that no
+    longer fits within the host (its domain appeared elsewhere in the meantime, a guest took its
+    cell) takes nothing there: its whole-host amounts still count."""
+    for within in pending:
+        layout = layout.take(within) or layout
+    return layout
+
+
+__all__ = [
+    "NOTHING_WITHIN",
+    "AliasDevices",
+    "CellsAndDevices",
+    "Constraint",
+    "Demand",
+    "WithinHost",
+    "cells_and_devices",
+    "with_pending",
+    "within_host",
+]
