@@ -289,6 +289,153 @@ TASKS_DEAD = MetricFamily(
     meaning="tasks of the kind waiting for their restart after a crash",
 )
 
+_CELL_AMOUNT = ("hypervisor", "cell", "resource", "unit")
+_CELL_PAGES = ("hypervisor", "cell", "page_size_bytes")
+_PCI_POOL = ("hypervisor", "pool", "vendor_id", "product_id", "device_type", "numa_node", "physical_network")
+_CELL_RESOURCES = {"resource": ("vcpu", "pcpu", "memory")}
+
+NUMA_CELL_SIZE = MetricFamily(
+    "hypervisor_numa_cell_size",
+    "gauge",
+    "What one NUMA cell has, as Nova's NUMA accounting splits it: CPUs of the shared set (vcpu) and "
+    "of the dedicated set (pcpu), memory.",
+    _CELL_AMOUNT,
+    UNIT_LABEL,
+    label_values=_CELL_RESOURCES,
+    meaning="the cell's CPUs of the shared set (`vcpu`) and of the dedicated set (`pcpu`), and its "
+    "memory; without CPU sets Nova counts every CPU in both",
+)
+NUMA_CELL_LIMIT = MetricFamily(
+    "hypervisor_numa_cell_limit",
+    "gauge",
+    "What the cell may give guests: shared CPUs x cpu allocation ratio, dedicated CPUs, memory x "
+    "ram allocation ratio (Nova's NUMA limits).",
+    _CELL_AMOUNT,
+    UNIT_LABEL,
+    label_values=_CELL_RESOURCES,
+    meaning="shared CPUs x the vCPU ratio, dedicated CPUs, memory x the memory ratio: Nova's NUMA limits",
+)
+NUMA_CELL_USED = MetricFamily(
+    "hypervisor_numa_cell_used",
+    "gauge",
+    "What counted domains with a NUMA placement take from the cell: floating vCPUs, pinned "
+    "dedicated CPUs, memory.",
+    _CELL_AMOUNT,
+    UNIT_LABEL,
+    label_values=_CELL_RESOURCES,
+    meaning="floating vCPUs, pinned dedicated CPUs and memory of counted domains with a NUMA "
+    "placement (Nova counts no cell usage for an instance without a NUMA topology)",
+)
+NUMA_CELL_FREE = MetricFamily(
+    "hypervisor_numa_cell_free",
+    "gauge",
+    "limit - used in the cell; negative past the policy.",
+    _CELL_AMOUNT,
+    UNIT_LABEL,
+    label_values=_CELL_RESOURCES,
+    meaning="`limit - used` in the cell",
+)
+HUGEPAGES = MetricFamily(
+    "hypervisor_numa_cell_hugepages",
+    "gauge",
+    "Hugepages of the size in the cell.",
+    _CELL_PAGES,
+    meaning="hugepages of the size in the cell (small pages are not shown: their free count is not capacity)",
+)
+HUGEPAGES_RESERVED = MetricFamily(
+    "hypervisor_numa_cell_hugepages_reserved",
+    "gauge",
+    "Hugepages of the size kept for the host (Nova's reserved_huge_pages).",
+    _CELL_PAGES,
+    meaning="kept for the host (`reserved_huge_pages`)",
+)
+HUGEPAGES_USED = MetricFamily(
+    "hypervisor_numa_cell_hugepages_used",
+    "gauge",
+    "Hugepages of the size held by counted domains whose memory they back.",
+    _CELL_PAGES,
+    meaning="held by counted domains",
+)
+HUGEPAGES_FREE = MetricFamily(
+    "hypervisor_numa_cell_hugepages_free",
+    "gauge",
+    "total - reserved - used: what the next guest can get, as Nova counts it.",
+    _CELL_PAGES,
+    meaning="`total - reserved - used`, as Nova counts what the next guest can get",
+)
+HUGEPAGES_KERNEL_FREE = MetricFamily(
+    "hypervisor_numa_cell_hugepages_kernel_free",
+    "gauge",
+    "Free hugepages of the size in the cell as the kernel reports them (virNodeGetFreePages), as of "
+    "the last background audit.",
+    _CELL_PAGES,
+    meaning="free as the kernel says (`virNodeGetFreePages`): below Nova's free count when "
+    "something beside the counted domains holds pages",
+)
+PCI_POOL_DEVICES = MetricFamily(
+    "hypervisor_pci_pool_devices",
+    "gauge",
+    "Passthrough devices of the PCI pool (devices Nova pools together: same ids, NUMA node, type, "
+    "tags and physical function).",
+    _PCI_POOL,
+    label_values={"device_type": ("type-PCI", "type-PF", "type-VF")},
+    meaning="devices of a pool as Nova pools them (`pool`: the physical function's address for "
+    "VFs, the device's own otherwise; `numa_node` empty where the firmware tells none)",
+)
+PCI_POOL_DEVICES_FREE = MetricFamily(
+    "hypervisor_pci_pool_devices_free",
+    "gauge",
+    "Devices of the pool no domain holds (nor a domain holding their physical or virtual functions).",
+    _PCI_POOL,
+    label_values={"device_type": ("type-PCI", "type-PF", "type-VF")},
+    meaning="devices of the pool still free",
+)
+PCI_ALIAS_DEVICES = MetricFamily(
+    "hypervisor_pci_alias_devices",
+    "gauge",
+    "Passthrough devices a flavor asking for the PCI alias could get on the hypervisor.",
+    ("hypervisor", "alias"),
+    meaning="devices a `pci_passthrough:alias` of the alias could be given",
+)
+PCI_ALIAS_DEVICES_FREE = MetricFamily(
+    "hypervisor_pci_alias_devices_free",
+    "gauge",
+    "Of those, the free ones (without regard to NUMA affinity).",
+    ("hypervisor", "alias"),
+    meaning="of those, the free ones (NUMA affinity aside)",
+)
+GPU_VGPUS = MetricFamily(
+    "hypervisor_gpu_vgpus",
+    "gauge",
+    "VGPU inventory of the physical GPU for its enabled mediated device type, as Nova reports it.",
+    ("hypervisor", "gpu", "mdev_type"),
+    meaning="a physical GPU's VGPU inventory (`gpu`: its PCI address), one Placement provider each",
+)
+GPU_VGPUS_USED = MetricFamily(
+    "hypervisor_gpu_vgpus_used",
+    "gauge",
+    "Mediated devices of the GPU held by counted domains.",
+    ("hypervisor", "gpu", "mdev_type"),
+    meaning="held by counted domains",
+)
+GPU_VGPUS_FREE = MetricFamily(
+    "hypervisor_gpu_vgpus_free",
+    "gauge",
+    "VGPUs of the GPU still free.",
+    ("hypervisor", "gpu", "mdev_type"),
+    meaning="`inventory - used`",
+)
+FLAVOR_PLACEMENT_LIMITED = MetricFamily(
+    "hypervisor_flavor_placement_limited",
+    "gauge",
+    "1 where NUMA cells or PCI devices let fewer instances of the flavor fit than the whole-host "
+    "amounts would.",
+    ("hypervisor", "flavor", "constraint"),
+    label_values={"constraint": ("numa", "pci")},
+    meaning="value 1 where the flavor's NUMA fit (`numa`: cells, pinned CPUs, hugepages) or its "
+    "devices (`pci`) hold its count below what the whole-host amounts allow",
+)
+
 RESOURCE_AMOUNTS: tuple[MetricFamily, ...] = (
     RESOURCE_TOTAL,
     RESOURCE_RESERVED,
@@ -299,6 +446,20 @@ RESOURCE_AMOUNTS: tuple[MetricFamily, ...] = (
 )
 """A resource's amounts, one series each where the amount is known."""
 
+NUMA_CELL_AMOUNTS: tuple[MetricFamily, ...] = (
+    NUMA_CELL_SIZE,
+    NUMA_CELL_LIMIT,
+    NUMA_CELL_USED,
+    NUMA_CELL_FREE,
+)
+HUGEPAGE_COUNTS: tuple[MetricFamily, ...] = (
+    HUGEPAGES,
+    HUGEPAGES_RESERVED,
+    HUGEPAGES_USED,
+    HUGEPAGES_FREE,
+    HUGEPAGES_KERNEL_FREE,
+)
+
 HYPERVISOR_FAMILIES: tuple[MetricFamily, ...] = (
     HYPERVISOR_UP,
     *RESOURCE_AMOUNTS,
@@ -307,6 +468,7 @@ HYPERVISOR_FAMILIES: tuple[MetricFamily, ...] = (
     RESOURCE_CLAIMED,
     SCHEDULABLE_INSTANCES,
     FLAVOR_BOTTLENECK,
+    FLAVOR_PLACEMENT_LIMITED,
     DOMAINS,
     AUDIT_PROBLEMS,
     INVENTORY_REFUSED,
@@ -315,6 +477,15 @@ HYPERVISOR_FAMILIES: tuple[MetricFamily, ...] = (
     AUDITS,
     CLAIMS_PENDING,
     HYPERVISOR_INFO,
+    *NUMA_CELL_AMOUNTS,
+    *HUGEPAGE_COUNTS,
+    PCI_POOL_DEVICES,
+    PCI_POOL_DEVICES_FREE,
+    PCI_ALIAS_DEVICES,
+    PCI_ALIAS_DEVICES_FREE,
+    GPU_VGPUS,
+    GPU_VGPUS_USED,
+    GPU_VGPUS_FREE,
 )
 """The families of the hypervisors, in the order they are rendered (/metrics and /probe)."""
 

@@ -12,13 +12,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import Metric
+from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from virtcap import __version__
 from virtcap.exposition import catalogue
 from virtcap.exposition.catalogue import AUDIT_OUTCOMES, CLAIM_OUTCOMES
-from virtcap.model.facts import CpuIdentity, DomainState
+from virtcap.model.capacity import HostCapacity
+from virtcap.model.facts import CpuIdentity, DomainState, HostFacts
+from virtcap.model.placement import SMALL_PAGE_KIB, cell_amounts
 from virtcap.model.resources import display_order
 from virtcap.service.snapshot import HypervisorSnapshot
 from virtcap.service.store import SnapshotStore
@@ -186,8 +188,6 @@ def build_families(hypervisors: Iterable[HypervisorView]) -> list[Metric]:
     ratio = gauges[catalogue.RESOURCE_ALLOCATION_RATIO]
     allocated = gauges[catalogue.RESOURCE_ALLOCATED]
     claimed = gauges[catalogue.RESOURCE_CLAIMED]
-    schedulable = gauges[catalogue.SCHEDULABLE_INSTANCES]
-    bottleneck = gauges[catalogue.FLAVOR_BOTTLENECK]
     domains = gauges[catalogue.DOMAINS]
     problems = gauges[catalogue.AUDIT_PROBLEMS]
     refused = gauges[catalogue.INVENTORY_REFUSED]
@@ -223,11 +223,9 @@ def build_families(hypervisors: Iterable[HypervisorView]) -> list[Metric]:
         problems.add_metric([name], len(facts.problems) + len(capacity.problems))
         for state in DomainState:
             domains.add_metric([name, state.value], capacity.domains_by_state[state])
-        for flavor, count in capacity.schedulable.items():
-            schedulable.add_metric([name, flavor], count)
-            limiting = capacity.bottlenecks.get(flavor)
-            if limiting is not None:
-                bottleneck.add_metric([name, flavor, limiting.label], 1)
+        _add_flavors(gauges, name, capacity)
+        _add_cells(gauges, name, capacity, facts)
+        _add_devices(gauges, name, capacity)
         # Every class the capacity has, custom ones too (`custom_fpga`, counted in `integer`).
         for resource in display_order(capacity.resources):
             rc = capacity.resources[resource]
@@ -250,3 +248,78 @@ def build_families(hypervisors: Iterable[HypervisorView]) -> list[Metric]:
         catalogue.HYPERVISOR_INFO: info,
     }
     return [built[family] for family in catalogue.HYPERVISOR_FAMILIES]
+
+
+_Gauges = Mapping[catalogue.MetricFamily, GaugeMetricFamily]
+
+
+def _add_flavors(gauges: _Gauges, name: str, capacity: HostCapacity) -> None:
+    """How many more of each flavor fit, and what limits them: a class, or the cells or devices."""
+    for flavor, count in capacity.schedulable.items():
+        gauges[catalogue.SCHEDULABLE_INSTANCES].add_metric([name, flavor], count)
+        limiting = capacity.bottlenecks.get(flavor)
+        if limiting is not None:
+            gauges[catalogue.FLAVOR_BOTTLENECK].add_metric([name, flavor, limiting.label], 1)
+        constraint = capacity.placement_limited.get(flavor)
+        if constraint is not None:
+            gauges[catalogue.FLAVOR_PLACEMENT_LIMITED].add_metric([name, flavor, constraint], 1)
+
+
+def _add_cells(gauges: _Gauges, name: str, capacity: HostCapacity, facts: HostFacts) -> None:
+    """Per NUMA cell its CPUs and memory (size, limit, used, free), and per hugepage size its
+    pages: what Nova's NUMA accounting holds, with the kernel's own free count beside it."""
+    within = capacity.within
+    families = [gauges[family] for family in catalogue.NUMA_CELL_AMOUNTS]
+    *nova_pages, kernel_pages = [gauges[family] for family in catalogue.HUGEPAGE_COUNTS]
+    kernel_free = {
+        (cell.id, page.size_kib): page.free
+        for cell in facts.numa_cells
+        for page in cell.pages
+        if page.free is not None
+    }
+    for cell in within.cells:
+        cell_id = str(cell.id)
+        for amount in cell_amounts(cell, within.cpu_allocation_ratio, within.ram_allocation_ratio):
+            labels = [name, cell_id, amount.resource.label, amount.resource.unit]
+            for family, value in zip(
+                families, (amount.size, amount.limit, amount.used, amount.free), strict=True
+            ):
+                family.add_metric(labels, value)
+        for size in cell.pages:
+            if size.size_kib <= SMALL_PAGE_KIB:
+                continue
+            labels = [name, cell_id, str(size.size_kib * 1024)]
+            for family, value in zip(
+                nova_pages, (size.total, size.reserved, size.used, size.free), strict=True
+            ):
+                family.add_metric(labels, value)
+            free = kernel_free.get((cell.id, size.size_kib))
+            if free is not None:
+                kernel_pages.add_metric(labels, free)
+
+
+def _add_devices(gauges: _Gauges, name: str, capacity: HostCapacity) -> None:
+    """PCI pools as Nova pools them, the devices each configured alias could get, and the vGPUs
+    of each physical GPU."""
+    devices = gauges[catalogue.PCI_POOL_DEVICES]
+    free = gauges[catalogue.PCI_POOL_DEVICES_FREE]
+    for pool in capacity.within.pci_pools:
+        labels = [
+            name,
+            pool.address,
+            pool.vendor_id,
+            pool.product_id,
+            pool.dev_type,
+            "" if pool.numa_node is None else str(pool.numa_node),
+            dict(pool.tags).get("physical_network", ""),
+        ]
+        devices.add_metric(labels, pool.count)
+        free.add_metric(labels, pool.free)
+    for alias, found in capacity.within.alias_devices().items():
+        gauges[catalogue.PCI_ALIAS_DEVICES].add_metric([name, alias], found.devices)
+        gauges[catalogue.PCI_ALIAS_DEVICES_FREE].add_metric([name, alias], found.free)
+    for gpu in capacity.vgpus.gpus:
+        labels = [name, gpu.address, gpu.mdev_type]
+        gauges[catalogue.GPU_VGPUS].add_metric(labels, gpu.total)
+        gauges[catalogue.GPU_VGPUS_USED].add_metric(labels, gpu.used)
+        gauges[catalogue.GPU_VGPUS_FREE].add_metric(labels, gpu.free)

@@ -5,11 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from virtcap.model.capacity import ResourceCapacity
+from virtcap.model.capacity import HostCapacity, ResourceCapacity
 from virtcap.model.facts import DomainState
+from virtcap.model.numa import HostCell
+from virtcap.model.pci import PciPool
+from virtcap.model.placement import SMALL_PAGE_KIB, cell_amounts
 from virtcap.model.resources import display_order
 from virtcap.service.snapshot import HypervisorSnapshot
-from virtcap.units import format_bytes
+from virtcap.units import format_bytes, format_cpu_set
 
 BAR_WIDTH = 20
 
@@ -55,11 +58,73 @@ def hypervisor_document(snapshot: HypervisorSnapshot) -> dict[str, Any]:
         },
         schedulable=dict(capacity.schedulable),
         bottlenecks={flavor: r.label if r else None for flavor, r in capacity.bottlenecks.items()},
+        placement_limited=dict(capacity.placement_limited),
+        refusals={flavor: list(reasons) for flavor, reasons in capacity.refusals.items()},
         memory_actual_source=facts.memory_in_use_source,
         hugepage_memory_bytes=capacity.hugepage_memory_bytes,
+        numa_cells=[_cell_document(capacity, cell) for cell in capacity.within.cells],
+        pci_pools=[_pool_document(pool) for pool in capacity.within.pci_pools],
+        pci_aliases={
+            alias: {"devices": found.devices, "free": found.free}
+            for alias, found in capacity.within.alias_devices().items()
+        },
+        gpus=[
+            {
+                "address": gpu.address,
+                "mdev_type": gpu.mdev_type,
+                "total": gpu.total,
+                "used": gpu.used,
+                "free": gpu.free,
+            }
+            for gpu in capacity.vgpus.gpus
+        ],
         problems=[*facts.problems, *capacity.problems],
     )
     return document
+
+
+def _cell_document(capacity: HostCapacity, cell: HostCell) -> dict[str, Any]:
+    """One NUMA cell: its CPU sets, its amounts against Nova's NUMA limits, its pages per size."""
+    within = capacity.within
+    return {
+        "id": cell.id,
+        "shared_cpus": format_cpu_set(cell.shared_cpus),
+        "dedicated_cpus": format_cpu_set(cell.dedicated_cpus),
+        "pinned_cpus": format_cpu_set(cell.pinned_cpus),
+        "resources": {
+            amount.resource.label: {
+                "unit": amount.resource.unit,
+                "size": amount.size,
+                "limit": amount.limit,
+                "used": amount.used,
+                "free": amount.free,
+            }
+            for amount in cell_amounts(cell, within.cpu_allocation_ratio, within.ram_allocation_ratio)
+        },
+        "pages": [
+            {
+                "size_bytes": pages.size_kib * 1024,
+                "total": pages.total,
+                "reserved": pages.reserved,
+                "used": pages.used,
+                "free": pages.free,
+            }
+            for pages in cell.pages
+        ],
+    }
+
+
+def _pool_document(pool: PciPool) -> dict[str, Any]:
+    return {
+        "address": pool.address,
+        "vendor_id": pool.vendor_id,
+        "product_id": pool.product_id,
+        "device_type": pool.dev_type,
+        "numa_node": pool.numa_node,
+        "tags": dict(pool.tags),
+        "devices": pool.count,
+        "free": pool.free,
+    }
 
 
 def fleet_document(snapshots: Iterable[HypervisorSnapshot]) -> dict[str, Any]:
@@ -85,13 +150,55 @@ def _render_one(snapshot: HypervisorSnapshot) -> str:
             for i, (cell, w) in enumerate(zip(row, widths, strict=True))
         ]
         lines.append("  " + "  ".join(cells).rstrip())
+    lines.extend(_cell_lines(capacity))
     if capacity.schedulable:
-        fits = ", ".join(f"{name} {count}" for name, count in capacity.schedulable.items())
+        fits = ", ".join(_fit(capacity, name, count) for name, count in capacity.schedulable.items())
         lines.append(f"  schedulable: {fits}")
+    for flavor, reasons in capacity.refusals.items():
+        if capacity.placement_limited.get(flavor) or any(_within(reason) for reason in reasons):
+            lines.append(f"  {flavor} fits nowhere here: {'; '.join(reasons)}")
     if snapshot.facts is not None:
         lines.extend(f"  ! {problem}" for problem in snapshot.facts.problems)
     lines.extend(f"  ! {problem}" for problem in capacity.problems)
     return "\n".join(lines)
+
+
+def _fit(capacity: HostCapacity, flavor: str, count: int) -> str:
+    """`p1.8xlarge 0 (numa)`: the count, and the cells or devices where they hold it down."""
+    limited = capacity.placement_limited.get(flavor)
+    return f"{flavor} {count} ({limited})" if limited else f"{flavor} {count}"
+
+
+def _within(reason: str) -> bool:
+    return reason.startswith(("NUMA: ", "PCI: "))
+
+
+def _cell_lines(capacity: HostCapacity) -> list[str]:
+    """Per NUMA cell one line: dedicated CPUs pinned, shared CPUs and memory used against their
+    limits, and the hugepages free per size."""
+    within = capacity.within
+    lines = []
+    for cell in within.cells:
+        parts = []
+        for amount in cell_amounts(cell, within.cpu_allocation_ratio, within.ram_allocation_ratio):
+            if amount.size == 0:
+                continue
+            if amount.resource.unit == "bytes":
+                parts.append(
+                    f"{amount.resource.label} {format_bytes(amount.used)}/{format_bytes(amount.limit)}"
+                )
+            else:
+                parts.append(f"{amount.resource.label} {amount.used}/{amount.limit:g}")
+        for pages in cell.pages:
+            offered = pages.total - pages.reserved
+            if pages.size_kib > SMALL_PAGE_KIB and pages.total:
+                parts.append(f"{format_bytes(pages.size_kib * 1024)} pages {pages.free}/{offered} free")
+        lines.append(f"  cell {cell.id}: {', '.join(parts)}")
+    for alias, found in within.alias_devices().items():
+        lines.append(f"  pci alias {alias}: {found.free}/{found.devices} free")
+    for gpu in capacity.vgpus.gpus:
+        lines.append(f"  gpu {gpu.address} ({gpu.mdev_type}): {gpu.free}/{gpu.total} vGPUs free")
+    return lines
 
 
 def _resource_row(capacity: ResourceCapacity) -> tuple[str, ...]:

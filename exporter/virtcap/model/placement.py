@@ -40,7 +40,7 @@ from virtcap.model.pci import (
     device_pools,
     support_requests,
 )
-from virtcap.model.resources import Amounts, Resource, placement_units
+from virtcap.model.resources import MIB, Amounts, Resource, placement_units
 
 if TYPE_CHECKING:  # capacity.py builds on this module: its policy is only read here
     from virtcap.model.capacity import HostPolicy
@@ -80,6 +80,44 @@ def within_host(vcpus: int, memory_bytes: int, extra_specs: Mapping[str, str]) -
     topology = instance_topology(vcpus, placement_units(Resource.MEMORY, memory_bytes), extra_specs)
     return WithinHost(
         topology, extra_specs.get(PCI_ALIAS_SPEC) or None, extra_specs.get(PCI_NUMA_POLICY_SPEC) or None
+    )
+
+
+SMALL_PAGE_KIB = 4
+"""The base page size: its pages are the cell's memory, shown as memory, not as pages."""
+
+
+@dataclass(frozen=True, slots=True)
+class CellAmount:
+    """One resource of a NUMA cell as Nova's NUMA fit checks it: what the cell has, what it may
+    give (its NUMA limit), what guest cells placed on it use."""
+
+    resource: Resource
+    size: int
+    limit: float
+    used: int
+
+    @property
+    def free(self) -> float:
+        return self.limit - self.used
+
+
+def cell_amounts(
+    cell: HostCell, cpu_allocation_ratio: float, ram_allocation_ratio: float
+) -> tuple[CellAmount, ...]:
+    """Shared CPUs against `cpus x cpu_allocation_ratio`, dedicated CPUs against themselves (a
+    pinned CPU is never shared), memory in bytes against `memory x ram_allocation_ratio`: the
+    limits Nova's NUMA topology filter passes to its fit."""
+    memory = cell.memory_mib * MIB
+    return (
+        CellAmount(
+            Resource.VCPU,
+            len(cell.shared_cpus),
+            len(cell.shared_cpus) * cpu_allocation_ratio,
+            cell.shared_cpu_usage,
+        ),
+        CellAmount(Resource.PCPU, len(cell.dedicated_cpus), len(cell.dedicated_cpus), len(cell.pinned_cpus)),
+        CellAmount(Resource.MEMORY, memory, memory * ram_allocation_ratio, cell.memory_usage_mib * MIB),
     )
 
 
@@ -262,11 +300,14 @@ def with_pending(layout: CellsAndDevices, pending: Sequence[WithinHost]) -> Cell
 
 __all__ = [
     "NOTHING_WITHIN",
+    "SMALL_PAGE_KIB",
     "AliasDevices",
+    "CellAmount",
     "CellsAndDevices",
     "Constraint",
     "Demand",
     "WithinHost",
+    "cell_amounts",
     "cells_and_devices",
     "with_pending",
     "within_host",
