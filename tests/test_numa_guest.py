@@ -41,7 +41,11 @@ import pytest
 
 from tests.libvirtd import SEARCH_PATH, Libvirtd, _bounded, daemon_owner, prepare
 from virtcap.audit.hypervisor import audit_host, open_read_only
+from virtcap.config import parse_config
+from virtcap.model.capacity import HostPolicy, host_capacity
 from virtcap.model.facts import DomainFacts, DomainState, GuestCell, HostFacts, HugepageBacking, NumaCell
+from virtcap.model.placement import Demand
+from virtcap.model.resources import Resource
 
 # A real libvirtd: left out, with the session's own daemon tests, by `-m "not libvirtd"`.
 pytestmark = pytest.mark.libvirtd
@@ -454,3 +458,55 @@ def test_the_pci_devices_are_those_of_virsh_nodedev_list(numa_guest: NumaGuest) 
     assert [p for p in facts.problems if "node device" in p] == []
     listed = {pci_address(name) for name in virsh(numa_guest.uri, "nodedev-list", "--cap", "pci").split()}
     assert {device.address for device in facts.pci_devices} == listed
+
+
+# (d) What the capacity model makes of it.
+
+
+def test_the_model_charges_the_guest_to_its_cell(numa_guest: NumaGuest) -> None:
+    """With the vCPU's CPU dedicated and the emulator's shared, as Nova would configure this host:
+    the cell has the vCPU's CPU pinned, the guest's 64 MiB in use and its 32 pages used, and Nova's
+    free count of 2 MiB pages is the kernel's (nothing else on the machine holds any)."""
+    facts = numa_guest.audit()
+    policy = HostPolicy(
+        cpu_dedicated_set=frozenset({numa_guest.vcpu_cpu}),
+        cpu_shared_set=frozenset({numa_guest.emulator_cpu}),
+    )
+    flavors = {
+        # one more pinned vCPU: the cell's only dedicated CPU is the guest's
+        "pinned": parse_flavor(1, 16, {"hw:cpu_policy": "dedicated", "hw:mem_page_size": "2MB"}),
+        # floating, in 16 MiB of 2 MiB pages: as many as the free pages hold
+        "paged": parse_flavor(1, 16, {"hw:mem_page_size": "2MB"}),
+    }
+    capacity = host_capacity(facts, policy, flavors)
+    cell = next(cell for cell in capacity.within.cells if cell.id == HOST_CELL)
+    assert cell.pinned_cpus == frozenset({numa_guest.vcpu_cpu})
+    assert cell.dedicated_cpus == frozenset({numa_guest.vcpu_cpu})
+    assert cell.memory_usage_mib == GUEST_MIB
+    pages = cell.page(PAGE_KIB)
+    assert pages is not None
+    assert pages.used == GUEST_PAGES
+    kernel = next(p for p in host_cell(facts).pages if p.size_kib == PAGE_KIB)
+    assert (pages.total, pages.free) == (kernel.total, kernel.free)
+    # the whole-host PCPU inventory already says no (the guest holds its one dedicated CPU), so
+    # the class is the bottleneck and the cell is not what limits it
+    assert capacity.schedulable["pinned"] == 0
+    assert capacity.bottlenecks["pinned"] is Resource.PCPU
+    assert "pinned" not in capacity.placement_limited
+    assert [reason.split(" ")[:2] for reason in capacity.refusals["pinned"]] == [["Free", "pcpu"]]
+    assert capacity.within.refusals(flavors["pinned"].within) == [
+        f"NUMA: cell {HOST_CELL}: 0 free dedicated CPUs < 1 requested"
+    ]
+    assert kernel.free is not None
+    assert capacity.schedulable["paged"] == kernel.free * PAGE_KIB // (16 * KIB)
+
+
+def parse_flavor(vcpus: int, memory_mib: int, extra_specs: dict[str, str]) -> Demand:
+    """A flavor as the configuration reads it: its Placement request and what it asks within the
+    host."""
+    specs = "".join(f"\n        {key!r}: {value!r}" for key, value in extra_specs.items())
+    config = parse_config(
+        f"flavors:\n  - name: f\n    vcpu: {vcpus}\n    memory: {memory_mib}MiB\n    extra_specs:{specs}\n",
+        "test",
+    )
+    return config.flavors[0].demand
