@@ -167,16 +167,19 @@ class CellsAndDevices:
         """Where one instance goes (its NUMA fit), None where it has no NUMA topology."""
         if within.topology is None:
             return None
-        return fit(
-            self.cells,
-            within.topology,
-            cpu_allocation_ratio=self.cpu_allocation_ratio,
-            ram_allocation_ratio=self.ram_allocation_ratio,
-            pci_pools=self.pci_pools,
-            pci_aliases=self.pci_aliases,
-            pci_request=within.pci_alias,
-            pci_numa_policy=within.pci_numa_policy,
-        )
+        try:
+            return fit(
+                self.cells,
+                within.topology,
+                cpu_allocation_ratio=self.cpu_allocation_ratio,
+                ram_allocation_ratio=self.ram_allocation_ratio,
+                pci_pools=self.pci_pools,
+                pci_aliases=self.pci_aliases,
+                pci_request=within.pci_alias,
+                pci_numa_policy=within.pci_numa_policy,
+            )
+        except PciRequestError as error:  # the `socket` policy: it needs the host's sockets
+            return NumaFit(reasons=(f"PCI: {error}",))
 
     def refusals(self, within: WithinHost) -> list[str]:
         """Why one instance does not fit the cells and devices, naming the cell or the alias;
