@@ -145,12 +145,7 @@ RP1_XLARGE = hostgen.FlavorSpec("rp1.xlarge", 4, 49152, extra_specs=(_DEDICATED,
 SHARED_MEDIUM = hostgen.FlavorSpec("m1.medium", 2, 4096)
 SHARED_LARGE = hostgen.FlavorSpec("m1.large", 4, 8192)
 SHARED_RAM_LARGE = hostgen.FlavorSpec("r1.large", 4, 32768)
-G1_XLARGE = hostgen.FlavorSpec(
-    "g1.xlarge",
-    4,
-    32768,
-    extra_specs=(_DEDICATED, ("resources:VGPU", "1"), ("pci_passthrough:alias", "sriov-vf:1")),
-)
+G1_XLARGE = hostgen.FlavorSpec("g1.xlarge", 4, 28672, extra_specs=(_DEDICATED, ("resources:VGPU", "1")))
 G1_LARGE = hostgen.FlavorSpec(
     "g1.large",
     2,
@@ -261,7 +256,8 @@ def numa_host() -> hostgen.HostSpec:
 def gpu_host() -> hostgen.HostSpec:
     """compute-09: two sockets of 8 cores, 2 threads each, 64 GiB a cell, a Tesla T4 on each
     socket offering three vGPU types, an X710 with 8 VFs on socket 1. Guests are pinned, each
-    with a vGPU of its cell's GPU; those of cell 1 also with a VF. A T4 holds vGPUs of one type
+    with a vGPU of its cell's GPU (g1.xlarge, 28 GiB: cell 0 has 8 GiB left); those of cell 1
+    also with a VF (g1.large). A T4 holds vGPUs of one type
     at a time: GPU 0 two T4-2Q (6 more available), GPU 1 two T4-1Q (14 more)."""
     layout = hostgen.HostSpec(
         name="compute-09", sockets=2, cores=8, threads=2, memory_gib=64, model="Xeon-Gold-6326"
