@@ -422,24 +422,30 @@ class _Placed:
         reasons = claim_test(self.resources, demand.request)
         wanted = demand.request.get(Resource.VGPU, 0)
         if not reasons and wanted > 0 and vgpu_fits(self.vgpus, wanted, self.claimed_vgpus) == 0:
-            reasons.append(vgpu_refusal(self.vgpus, wanted))
+            reasons.append(vgpu_refusal(self.vgpus, wanted, self.claimed_vgpus))
         if not reasons:
             reasons.extend(self.within.refusals(demand.within))
         return tuple(reasons)
 
 
 def vgpu_fits(vgpus: VgpuCapacity, amount: int, claimed: int = 0) -> int:
-    """How many allocations of `amount` vGPUs the GPUs still take, each from one GPU, once the
-    vGPUs of pending claims are taken one by one from the GPUs with the most free (a claim names
-    no GPU, and Placement spreads nothing on its own: this is the most a claim leaves)."""
-    free = [max(gpu.free, 0) for gpu in vgpus.gpus if gpu.has_provider]
-    for _ in range(min(claimed, sum(free))):
-        free[free.index(max(free))] -= 1
-    return sum(left // amount for left in free)
+    """How many allocations of `amount` vGPUs the GPUs still take, each from one GPU."""
+    return sum(left // amount for _, left in vgpus_left(vgpus, claimed))
 
 
-def vgpu_refusal(vgpus: VgpuCapacity, amount: int) -> str:
-    per_gpu = ", ".join(f"{gpu.address} {max(gpu.free, 0)}" for gpu in vgpus.gpus if gpu.has_provider)
+def vgpus_left(vgpus: VgpuCapacity, claimed: int = 0) -> list[tuple[str, int]]:
+    """Each GPU with a provider and its free vGPUs once pending claims' vGPUs are taken one by one
+    from the GPUs with the most free (a claim names no GPU, and Placement spreads nothing on its
+    own: this is the most the claims leave)."""
+    left = [(gpu.address, max(gpu.free, 0)) for gpu in vgpus.gpus if gpu.has_provider]
+    for _ in range(min(claimed, sum(free for _, free in left))):
+        index = max(range(len(left)), key=lambda i: left[i][1])
+        left[index] = (left[index][0], left[index][1] - 1)
+    return left
+
+
+def vgpu_refusal(vgpus: VgpuCapacity, amount: int, claimed: int = 0) -> str:
+    per_gpu = ", ".join(f"{address} {free}" for address, free in vgpus_left(vgpus, claimed))
     return f"Requested VGPU {amount}: no physical GPU has {amount} free ({per_gpu or 'no GPU offers vGPUs'})"
 
 

@@ -38,6 +38,7 @@ from virtcap.model.pci import (
     PciRequestError,
     apply_requests,
     device_pools,
+    parse_alias_request,
     support_requests,
 )
 from virtcap.model.resources import MIB, Amounts, Resource, placement_units
@@ -256,8 +257,13 @@ class CellsAndDevices:
             return None
 
     def _free_by_alias(self, request: str) -> str:
+        """` (vf 3 free)`: the free devices of each alias the request names."""
         found = self.alias_devices()
-        known = [f"{name} {found[name].free} free" for name in sorted(found) if name in request]
+        try:
+            asked = {name for name, _count in parse_alias_request(request)}
+        except PciRequestError:
+            return ""
+        known = [f"{name} {found[name].free} free" for name in sorted(asked) if name in found]
         return f" ({', '.join(known)})" if known else ""
 
 
