@@ -38,11 +38,10 @@ from virtcap.model.capacity import (
     Inventory,
     amounts,
 )
-from virtcap.model.facts import NovaFlavor, NovaInstance
-from virtcap.model.nova import nova_request
+from virtcap.model.nova import flavor_request
 from virtcap.model.pci import PCI_ALIAS_SPEC, PciAlias, PciRequestError, parse_alias_request
 from virtcap.model.placement import NOTHING_WITHIN, Demand, WithinHost, within_host
-from virtcap.model.resources import Amounts, Resource, placement_units, resource_by_label
+from virtcap.model.resources import Amounts, Resource, resource_by_label
 from virtcap.units import format_cpu_set
 
 __all__ = [
@@ -242,16 +241,7 @@ def _flavor_request(flavor: FlavorSection) -> Amounts:
     without asks for its amounts as written."""
     if not flavor.extra_specs:
         return amounts(vcpu=flavor.vcpu, pcpu=flavor.pcpu, memory=flavor.memory, disk=flavor.disk)
-    nova = NovaFlavor(
-        name=flavor.name,
-        vcpus=flavor.vcpu,
-        memory_mib=placement_units(Resource.MEMORY, flavor.memory),
-        root_gib=placement_units(Resource.DISK, flavor.disk),
-        ephemeral_gib=0,
-        swap_mib=0,
-        extra_specs=flavor.extra_specs,
-    )
-    return nova_request(NovaInstance(nova))
+    return flavor_request(flavor.name, flavor.vcpu, flavor.memory, flavor.disk, flavor.extra_specs)
 
 
 def _inventories(defaults: PolicySection, own: PolicySection) -> dict[Resource, Inventory]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from virtcap.model.facts import NovaInstance
+from virtcap.model.facts import NovaFlavor, NovaInstance
 from virtcap.model.resources import (
     CUSTOM_CLASS,
     CUSTOM_PREFIX,
@@ -20,6 +20,7 @@ from virtcap.model.resources import (
     STANDARD_CLASSES,
     Resource,
     ResourceRequest,
+    placement_units,
     resource_class,
 )
 from virtcap.units import parse_cpu_set
@@ -45,6 +46,26 @@ def nova_request(instance: NovaInstance) -> ResourceRequest:
             for group in _placement_groups(instance).values()
         )
     )
+
+
+def flavor_request(
+    name: str, vcpus: int, memory_bytes: int, disk_bytes: int, extra_specs: Mapping[str, str]
+) -> ResourceRequest:
+    """What one instance of a flavor (booted from an image, without swap or ephemeral disk) asks
+    Placement for: its extra specs read as Nova's scheduler reads them (`hw:cpu_policy: dedicated`
+    makes its vCPUs PCPU, `resources:CLASS` adds or replaces classes, ...), its memory and disk
+    rounded up to Placement's MiB and GiB. Configured flavors with extra specs and claims carrying
+    extra specs ask for this."""
+    flavor = NovaFlavor(
+        name=name,
+        vcpus=vcpus,
+        memory_mib=placement_units(Resource.MEMORY, memory_bytes),
+        root_gib=placement_units(Resource.DISK, disk_bytes),
+        ephemeral_gib=0,
+        swap_mib=0,
+        extra_specs=extra_specs,
+    )
+    return nova_request(NovaInstance(flavor))
 
 
 def nova_allocation(instance: NovaInstance) -> dict[Resource, int]:
