@@ -303,9 +303,13 @@ def whole_units(amounts: Amounts) -> dict[Resource, int]:
 
 def claim_within(amounts: Amounts, extra_specs: Mapping[str, str]) -> WithinHost:
     """What a claim's extra specs ask of the cells and devices: a flavor of its vCPUs (shared and
-    dedicated) and memory. Specs the API accepted always read; should a row have been edited into
-    ones Nova refuses, the claim still holds its amounts, and nothing within the host."""
+    dedicated, less the PCPU of isolated emulator threads, which is not a vCPU) and memory. Specs
+    the API accepted always read; should a row have been edited into ones Nova refuses, the claim
+    still holds its amounts, and nothing within the host."""
     vcpus = amounts.get(Resource.VCPU, 0) + amounts.get(Resource.PCPU, 0)
+    isolated = extra_specs.get("hw:emulator_threads_policy") == "isolate"
+    if isolated and extra_specs.get("hw:cpu_policy") in ("dedicated", "mixed"):
+        vcpus -= 1  # nova_request's own rule: one more PCPU for the emulator threads
     try:
         return within_host(vcpus, amounts.get(Resource.MEMORY, 0), extra_specs)
     except ValueError:
