@@ -21,11 +21,15 @@ from virtcap.claims.ledger import (
     ClaimRequest,
     ClaimStorageError,
     UnknownHypervisorError,
+    claim_within,
 )
-from virtcap.config import ClaimSettings, explain_validation_error
+from virtcap.config import ClaimSettings, Config, explain_validation_error
 from virtcap.exposition.report import fleet_document
+from virtcap.model.pci import PCI_ALIAS_SPEC, PciRequestError, parse_alias_request
+from virtcap.model.resources import Resource
 from virtcap.service.store import SnapshotStore
 from virtcap.web.body import json_error, parse_json, read_body
+from virtcap.web.exporter import EXPORTER
 from virtcap.web.models import ClaimBody, ClaimDocument, ClaimList, iso_time
 from virtcap.web.openapi import openapi_document
 
@@ -61,7 +65,8 @@ async def create_claim(request: web.Request) -> web.Response:
         body = ClaimBody.model_validate(document)
     except ValidationError as error:
         lines = explain_validation_error(error, "body", ClaimBody).splitlines()
-        message = "; ".join(line.removeprefix("body: ") for line in lines)
+        # a rule across fields names its own: "(top level)" would say nothing more
+        message = "; ".join(line.removeprefix("body: ").removeprefix("(top level): ") for line in lines)
         raise json_error(web.HTTPBadRequest, message) from None
     except (ValueError, ArithmeticError, TypeError) as error:  # a parser that let its own error out
         raise json_error(web.HTTPBadRequest, f"the body is not a valid claim: {error}") from None
@@ -69,12 +74,15 @@ async def create_claim(request: web.Request) -> web.Response:
     if ttl > settings.max_ttl:
         message = f"ttl: at most {settings.max_ttl:g}s (claims.max_ttl), got {ttl:g}s"
         raise json_error(web.HTTPBadRequest, message)
+    amounts, extra_specs = _asked(body, request.app[EXPORTER].config)
     claim_request = ClaimRequest(
         hypervisor=body.hypervisor,
-        amounts=body.amounts(),
+        amounts=amounts,
         ttl=ttl,
         domain_uuid=str(body.domain_uuid) if body.domain_uuid is not None else None,
         owner=body.owner,
+        flavor=body.flavor,
+        extra_specs=extra_specs,
     )
     try:
         claim = await ledger.create(claim_request)
@@ -91,6 +99,50 @@ async def create_claim(request: web.Request) -> web.Response:
     return web.json_response(
         claim_document(claim), status=201, headers={"Location": f"/api/v1/claims/{claim.id}"}
     )
+
+
+def _asked(body: ClaimBody, config: Config) -> tuple[dict[Resource, int], dict[str, str]]:
+    """What the claim asks for and the extra specs it is held by: a configured flavor's, or the
+    body's own, their aliases checked against the running configuration's."""
+    if body.flavor is None:
+        _check_aliases(body.extra_specs, config)
+        return body.amounts(), body.extra_specs
+    flavor = next((flavor for flavor in config.flavors if flavor.name == body.flavor), None)
+    if flavor is None:
+        known = ", ".join(flavor.name for flavor in config.flavors) or "none (no flavor is configured)"
+        raise json_error(
+            web.HTTPBadRequest, f"flavor: unknown flavor {body.flavor!r}; expected one of: {known}"
+        )
+    amounts = {resource: amount for resource, amount in flavor.request.items() if amount}
+    if not amounts:
+        raise json_error(web.HTTPBadRequest, f"flavor: {body.flavor!r} asks for nothing")
+    extra_specs = dict(flavor.extra_specs)
+    if claim_within(amounts, extra_specs) != flavor.within:
+        raise json_error(
+            web.HTTPBadRequest,
+            f"flavor: {body.flavor!r} asks Placement (resources:VCPU, resources:PCPU or "
+            "resources:MEMORY_MB) for other vCPUs or memory than its NUMA topology, which a claim "
+            "cannot hold apart",
+        )
+    return amounts, extra_specs
+
+
+def _check_aliases(extra_specs: dict[str, str], config: Config) -> None:
+    """`pci_passthrough:alias` names configured aliases, readably, as Nova's API requires of a
+    flavor."""
+    spec = extra_specs.get(PCI_ALIAS_SPEC)
+    if spec is None:
+        return
+    where = f"extra_specs.{PCI_ALIAS_SPEC}"
+    try:
+        requests = parse_alias_request(spec)
+    except PciRequestError as error:
+        raise json_error(web.HTTPBadRequest, f"{where}: {error}") from None
+    unknown = sorted({name for name, _count in requests if name not in config.pci_aliases})
+    if unknown:
+        known = ", ".join(sorted(config.pci_aliases)) or "none (pci.alias is empty)"
+        named = ", ".join(map(repr, unknown))
+        raise json_error(web.HTTPBadRequest, f"{where}: unknown alias {named}; expected one of: {known}")
 
 
 async def list_claims(request: web.Request) -> web.Response:

@@ -9,7 +9,10 @@ from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, WithJsonSchema, field_validator, model_validator
 
-from virtcap.claims.ledger import Claim
+from virtcap.claims.ledger import Claim, claim_within
+from virtcap.config.schema import MAX_EXTRA_SPECS, MAX_NAME_CHARS, ExtraSpecText
+from virtcap.model.nova import extra_spec_problems, flavor_request
+from virtcap.model.placement import within_host
 from virtcap.model.resources import (
     CUSTOM_CLASS,
     STANDARD_CLASSES,
@@ -70,7 +73,9 @@ _PLACEMENT_UNITS = ", ".join(
 
 def _claim_rules(schema: dict[str, Any]) -> None:
     """What ClaimBody's model validator checks, said in JSON Schema: at least one class asked for
-    (a size with a digit other than 0 is not 0), and no class both as a field and in resources."""
+    (a size with a digit other than 0 is not 0) or a flavor named, no class both as a field and in
+    resources, nothing asked for beside a flavor, and extra specs beside vcpu (at least 1) but
+    neither pcpu nor resources."""
     asks: list[dict[str, Any]] = [
         {
             "required": [r.label],
@@ -86,8 +91,9 @@ def _claim_rules(schema: dict[str, Any]) -> None:
             "properties": {"resources": {"not": {"additionalProperties": {"const": 0}}}},
         }
     )
+    asks.append(_NAMES_A_FLAVOR)
     schema["anyOf"] = asks
-    schema["allOf"] = [
+    rules: list[dict[str, Any]] = [
         {
             "not": {
                 "required": [r.label, "resources"],
@@ -96,6 +102,28 @@ def _claim_rules(schema: dict[str, Any]) -> None:
         }
         for r in STANDARD_CLASSES
     ]
+    rules.extend(
+        {"not": {"required": ["flavor", name], "properties": _NAMES_A_FLAVOR["properties"]}}
+        for name in _NOT_BESIDE_A_FLAVOR
+    )
+    rules.append(
+        {
+            "if": {"required": ["extra_specs"], "properties": {"extra_specs": {"minProperties": 1}}},
+            "then": {
+                "required": ["vcpu"],
+                "properties": {"vcpu": {"minimum": 1}},
+                "not": {"anyOf": [{"required": [name]} for name in _NOT_BESIDE_EXTRA_SPECS]},
+            },
+        }
+    )
+    schema["allOf"] = rules
+
+
+_NAMES_A_FLAVOR: dict[str, Any] = {"required": ["flavor"], "properties": {"flavor": {"type": "string"}}}
+_NOT_BESIDE_A_FLAVOR = (*(r.label for r in STANDARD_CLASSES), "resources", "extra_specs")
+"""What a claim naming a flavor does not say: the flavor says it."""
+_NOT_BESIDE_EXTRA_SPECS = ("pcpu", "resources")
+"""What a claim carrying extra specs does not say: the extra specs say it, as in a Nova flavor."""
 
 
 ResourceAmounts = Annotated[dict[str, Annotated[int, Strict()]], WithJsonSchema(_resources_schema())]
@@ -106,8 +134,9 @@ amounts, each amount within its class's bounds (`most`)."""
 class ClaimBody(BaseModel):
     """A claim: capacity to reserve on a hypervisor for a build in flight, until its domain appears,
     its TTL passes or it is deleted. It asks for at least one class, each named once: `vcpu`,
-    `pcpu`, `memory`, `disk`, or any class in `resources`. Counts and amounts are JSON integers
-    written without a fraction or an exponent (2, not 2.0: JSON Schema cannot tell them apart)."""
+    `pcpu`, `memory`, `disk`, or any class in `resources`; or for what one instance of a
+    configured `flavor` asks for. Counts and amounts are JSON integers written without a fraction
+    or an exponent (2, not 2.0: JSON Schema cannot tell them apart)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, json_schema_extra=_claim_rules)
 
@@ -127,6 +156,26 @@ class ClaimBody(BaseModel):
         f"({_PLACEMENT_UNITS}, CUSTOM_* classes in a plain count), such as "
         f'{{"CUSTOM_FPGA": 1, "VCPU": 2, "MEMORY_MB": 4096}}; at most {MAX_CLASSES} classes. A class '
         f"named here is not also one of {_STANDARD_FIELDS}.",
+    )
+    flavor: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_NAME_CHARS,
+        description="A configured flavor: the claim asks for what one instance of it asks for, its "
+        "Placement request (summed into one allocation, as every claim is) and, with its extra specs, "
+        f"its share of the NUMA cells and devices. Nothing is asked for beside it: none of "
+        f"{_STANDARD_FIELDS}, resources or extra_specs.",
+    )
+    extra_specs: dict[ExtraSpecText, ExtraSpecText] = Field(
+        default_factory=dict,
+        max_length=MAX_EXTRA_SPECS,
+        description="Nova's flavor extra specs, for a flavor of `vcpu` (at least 1), `memory` and "
+        "`disk` made up for the claim: it asks for what Nova's scheduler would ask Placement for "
+        "(`hw:cpu_policy: dedicated` makes the vCPUs PCPU, `resources:CLASS` adds a class, ...) and is "
+        "held in the NUMA cells and devices they ask for (`hw:numa_nodes`, `hw:mem_page_size`, "
+        "`pci_passthrough:alias` of a configured alias, ...). Specs Nova's API would refuse are "
+        f"refused. Not beside `pcpu` or `resources`: the extra specs say them. At most "
+        f"{MAX_EXTRA_SPECS} keys.",
     )
     ttl: Duration | None = Field(
         default=None,
@@ -163,6 +212,16 @@ class ClaimBody(BaseModel):
 
     @model_validator(mode="after")
     def _asks_for_something(self) -> Self:
+        if self.flavor is not None:
+            beside = [name for name in _NOT_BESIDE_A_FLAVOR if name in self.model_fields_set]
+            if beside:
+                raise ValueError(
+                    f"flavor: the flavor says what the claim asks for; expected none of "
+                    f"{', '.join(beside)} beside it"
+                )
+            return self
+        if self.extra_specs:
+            self._check_extra_specs()
         for resource in STANDARD_CLASSES:
             if resource.label in self.model_fields_set and resource.placement_class in self.resources:
                 raise ValueError(
@@ -170,11 +229,47 @@ class ClaimBody(BaseModel):
                     "name it once"
                 )
         if not self.amounts():
-            raise ValueError(f"a claim asks for at least one of {_STANDARD_FIELDS} or a class in resources")
+            raise ValueError(
+                f"a claim asks for at least one of {_STANDARD_FIELDS} or a class in resources, "
+                "or names a flavor"
+            )
         return self
 
+    def _check_extra_specs(self) -> None:
+        beside = [name for name in _NOT_BESIDE_EXTRA_SPECS if name in self.model_fields_set]
+        if beside:
+            raise ValueError(
+                f"extra_specs: the extra specs say what {' and '.join(beside)} would, as in a Nova "
+                f"flavor (vcpu with hw:cpu_policy: dedicated, resources:CLASS); expected no "
+                f"{' or '.join(beside)} beside them"
+            )
+        if self.vcpu < 1:
+            raise ValueError(
+                "extra_specs: a flavor has at least one vCPU; expected vcpu of at least 1 beside them"
+            )
+        problems = extra_spec_problems(self.vcpu, self.extra_specs)
+        if problems:
+            raise ValueError(f"extra_specs: {'; '.join(problems)}")
+        try:
+            within = within_host(self.vcpu, self.memory, self.extra_specs)
+        except ValueError as error:
+            raise ValueError(f"extra_specs: {error}") from None
+        if claim_within(self.amounts(), self.extra_specs) != within:
+            raise ValueError(
+                "extra_specs: resources:VCPU, resources:PCPU or resources:MEMORY_MB ask Placement for "
+                "other vCPUs or memory than the NUMA topology they ask for, which a claim cannot hold "
+                "apart; expected them only without a NUMA topology"
+            )
+
     def amounts(self) -> dict[Resource, int]:
-        """What the claim asks for, in each class's unit (cpus, bytes, a count): none of zero."""
+        """What the claim asks for, in each class's unit (cpus, bytes, a count): none of zero.
+        With extra specs, what Nova's scheduler asks Placement for, its groups summed; nothing
+        for a flavor, which the configuration knows."""
+        if self.flavor is not None:
+            return {}
+        if self.extra_specs:
+            request = flavor_request("claim", self.vcpu, self.memory, self.disk, self.extra_specs)
+            return {resource: amount for resource, amount in request.items() if amount}
         asked: dict[Resource, int] = {r: getattr(self, r.label) for r in STANDARD_CLASSES}
         for name, amount in self.resources.items():
             resource = resource_class(name)
@@ -201,6 +296,11 @@ class ClaimDocument(BaseModel):
     expires_at: Annotated[str, WithJsonSchema(_DATE_TIME)]
     domain_uuid: Annotated[str | None, WithJsonSchema({"anyOf": [_UUID, {"type": "null"}]})]
     owner: str
+    flavor: str | None = Field(description="The configured flavor the claim named; null when it named none.")
+    extra_specs: dict[str, str] = Field(
+        description="The extra specs the claim is held by in the NUMA cells and devices, its flavor's "
+        "or its own; empty when it has none."
+    )
 
     @classmethod
     def of(cls, claim: Claim) -> ClaimDocument:
@@ -215,6 +315,8 @@ class ClaimDocument(BaseModel):
             expires_at=iso_time(claim.expires_at),
             domain_uuid=claim.domain_uuid,
             owner=claim.owner,
+            flavor=claim.flavor,
+            extra_specs=dict(claim.extra_specs),
         )
 
 
