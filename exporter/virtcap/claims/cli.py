@@ -29,6 +29,14 @@ def _resource(text: str) -> tuple[str, int]:
     return name, int(amount)
 
 
+def _extra_spec(text: str) -> tuple[str, str]:
+    """`KEY=VALUE`: the key and value are checked by the exporter, as Nova's API checks a flavor's."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE such as hw:cpu_policy=dedicated, got {text!r}")
+    return key, value
+
+
 def add_claim_commands(commands: Any) -> None:
     claim = commands.add_parser("claim", help="create, list or delete claims on a running exporter")
     actions = claim.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -55,6 +63,18 @@ def add_claim_commands(commands: Any) -> None:
         help="any class by Placement's name, in Placement's unit, such as CUSTOM_FPGA=1 or "
         "MEMORY_MB=4096; repeat it for more classes",
     )
+    create.add_argument(
+        "--flavor", help="a configured flavor: the claim asks for what one instance of it asks for"
+    )
+    create.add_argument(
+        "--extra-spec",
+        action="append",
+        type=_extra_spec,
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Nova flavor extra spec for a flavor of --vcpu, --memory and --disk, such as "
+        "hw:cpu_policy=dedicated; repeat it for more specs",
+    )
     create.add_argument("--ttl", help="how long to hold the claim, such as 15m (default: the exporter's)")
     create.add_argument(
         "--domain-uuid", help="the UUID the domain will have: its appearance releases the claim"
@@ -77,6 +97,15 @@ def run_claim(args: argparse.Namespace) -> int:
             return EXIT_USAGE
         if args.resource:
             body["resources"] = dict(args.resource)
+        keys = Counter(key for key, _ in args.extra_spec)
+        twice = sorted(key for key, count in keys.items() if count > 1)
+        if twice:
+            print(f"virtcap: --extra-spec: {', '.join(twice)} given more than once", file=sys.stderr)
+            return EXIT_USAGE
+        if args.extra_spec:
+            body["extra_specs"] = dict(args.extra_spec)
+        if args.flavor is not None:
+            body["flavor"] = args.flavor
         body["owner"] = args.owner
         if args.ttl:
             body["ttl"] = args.ttl
