@@ -54,7 +54,9 @@ def test_the_served_description_is_the_module(server: Server) -> None:
     assert document == json.loads(json.dumps(openapi_document()))
 
 
-FIELDS = ["hypervisor", "vcpu", "pcpu", "memory", "disk", "ttl", "domain_uuid", "owner"]
+FIELDS = [
+    "hypervisor", "vcpu", "pcpu", "memory", "disk", "ttl", "domain_uuid", "owner", "flavor", "extra_specs",
+]  # fmt: skip
 json_values = st.recursive(
     st.none()
     | st.booleans()
@@ -66,6 +68,16 @@ json_values = st.recursive(
     ),
     max_leaves=6,
 )
+SPEC_KEYS = [
+    "hw:cpu_policy", "hw:cpu_thread_policy", "hw:emulator_threads_policy", "hw:cpu_dedicated_mask",
+    "hw:numa_nodes", "hw:numa_cpus.0", "hw:numa_mem.0", "hw:mem_page_size", "pci_passthrough:alias",
+    "hw:pci_numa_affinity_policy", "resources:VCPU", "resources:MEMORY_MB", "resources1:CUSTOM_X",
+    "resources:FPGA", "hw:cpu_realtime",
+]  # fmt: skip
+SPEC_VALUES = [
+    "dedicated", "shared", "mixed", "isolate", "require", "0", "1", "2", "-1", "0-1", "^0", "large", "small",
+    "any", "2MB", "1GB", "x:1", "gpu:1", "required", "yes", "1024",
+]  # fmt: skip
 plausible = {
     "hypervisor": st.sampled_from(["mixed", "big", "small", "any", "", "nowhere"]) | st.text(max_size=10),
     "vcpu": st.integers(-5, 10**7) | json_values,
@@ -76,6 +88,13 @@ plausible = {
     "ttl": st.sampled_from(["1s", "5m", "2h", "0s", "-1s"]) | st.floats() | json_values,
     "domain_uuid": st.uuids().map(str) | st.text(max_size=40),
     "owner": st.text(max_size=300),
+    "flavor": st.sampled_from(["m1.small", "m9.none", ""]) | st.none() | st.text(max_size=8) | json_values,
+    "extra_specs": st.dictionaries(
+        st.sampled_from(SPEC_KEYS) | st.text(max_size=8),
+        st.sampled_from(SPEC_VALUES) | st.text(max_size=6),
+        max_size=4,
+    )
+    | json_values,
 }
 bodies = st.fixed_dictionaries({}, optional=plausible) | st.dictionaries(
     st.sampled_from(FIELDS) | st.text(max_size=8), json_values, max_size=6
@@ -334,6 +353,38 @@ def test_the_description_takes_exactly_the_class_names_the_api_takes(
         assert (schema.is_valid(body), parsed(server, body)) == (False, False), name
 
 
+def test_the_description_takes_a_flavor_or_extra_specs_as_the_api_does(
+    server: Server, served: dict[str, Any]
+) -> None:
+    schema = validator(served, "ClaimBody")
+    taken: list[dict[str, Any]] = [
+        {"flavor": "m1.small"},
+        {"flavor": "m1.small", "ttl": "1s", "owner": "x"},
+        {"vcpu": 1, "extra_specs": {"hw:cpu_policy": "shared"}},
+        {"vcpu": 2, "memory": "1GiB", "disk": "1GiB", "extra_specs": {"resources:CUSTOM_X": "0"}},
+        {"flavor": None, "vcpu": 1, "extra_specs": {}, "pcpu": 0},
+    ]
+    for fields in taken:
+        body = {"hypervisor": "big", **fields}
+        assert (schema.is_valid(body), parsed(server, body)) == (True, True), body
+    refused: list[dict[str, Any]] = [
+        {"flavor": "m1.small", "vcpu": 1},
+        {"flavor": "m1.small", "resources": {}},
+        {"flavor": "m1.small", "extra_specs": {}},
+        {"flavor": ""},
+        {"extra_specs": {"hw:cpu_policy": "shared"}},
+        {"vcpu": 0, "memory": "1GiB", "extra_specs": {"hw:cpu_policy": "shared"}},
+        {"vcpu": 1, "pcpu": 0, "extra_specs": {"hw:cpu_policy": "shared"}},
+        {"vcpu": 1, "resources": {"CUSTOM_X": 1}, "extra_specs": {"hw:cpu_policy": "shared"}},
+        {"vcpu": 1, "extra_specs": {f"k{n}": "v" for n in range(129)}},
+        {"vcpu": 1, "extra_specs": {"k": "v" * 256}},
+        {"vcpu": 1, "extra_specs": {"k": 1}},
+    ]
+    for fields in refused:
+        body = {"hypervisor": "big", **fields}
+        assert (schema.is_valid(body), parsed(server, body)) == (False, False), body
+
+
 # Sizes and durations from the characters that matter, in-process: the parser behind the API
 # (units.py) against the patterns, for many more spellings than a server can be asked about.
 QUANTITY_CHARACTERS = [
@@ -377,10 +428,25 @@ plausible_resources = st.dictionaries(
 bodies_with_resources = st.fixed_dictionaries(
     {}, optional={**plausible, "resources": plausible_resources | json_values}
 )
+bodies_with_specs = st.fixed_dictionaries(
+    {
+        "hypervisor": st.sampled_from(["mixed", "big", "any"]),
+        "vcpu": st.integers(0, 8),
+        "extra_specs": st.dictionaries(st.sampled_from(SPEC_KEYS), st.sampled_from(SPEC_VALUES), max_size=4),
+    },
+    optional={
+        "memory": st.sampled_from(["1GiB", "512MiB", "0"]),
+        "disk": st.sampled_from(["10GiB", "0"]),
+        "pcpu": st.integers(0, 2),
+        "resources": st.sampled_from([{}, {"CUSTOM_X": 1}]),
+        "flavor": st.sampled_from(["m1.small", "m9.none"]) | st.none(),
+        "ttl": st.just("1s"),
+    },
+)
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(body=bodies | bodies_with_resources)
+@given(body=bodies | bodies_with_resources | bodies_with_specs)
 def test_the_description_takes_every_body_the_api_takes(
     server: Server, served: dict[str, Any], body: dict[str, Any]
 ) -> None:
