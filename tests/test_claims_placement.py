@@ -256,3 +256,12 @@ def test_virtcap_claim_create_names_a_flavor_or_extra_specs(
     with pytest.raises(SystemExit):
         main([*common, "--vcpu", "1", "--extra-spec", "hw:cpu_policy"])
     assert "expected KEY=VALUE" in capsys.readouterr().err
+
+
+def test_isolated_emulator_threads_take_one_more_dedicated_cpu_in_the_cell(server: Server) -> None:
+    specs = {**PINNED_SPECS, "hw:emulator_threads_policy": "isolate"}
+    status, created = claim(server, hypervisor="numa", vcpu=2, memory="2GiB", extra_specs=specs)
+    assert status == 201, created
+    assert created["resources"] == {"PCPU": 3, "MEMORY_MB": 2048}
+    wait_for(lambda: cell_used(server, 0, "pcpu", "cpus") == 3, 3, what="cell 0 pcpu used == 3")
+    assert hugepages_used(server, 0) == 2
