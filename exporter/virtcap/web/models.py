@@ -331,7 +331,9 @@ class ErrorBody(BaseModel):
     reasons: dict[str, list[str]] = Field(
         default_factory=dict,
         description="A claim that does not fit (409): per hypervisor tried, every failing class "
-        "in Nova's words, such as `Free memory 1024.00 MiB < requested 2048 MiB`.",
+        "in Nova's words, such as `Free memory 1024.00 MiB < requested 2048 MiB`, and for a claim "
+        "with extra specs why no NUMA cell or device holds it, such as "
+        "`NUMA: cell 0: 2 free dedicated CPUs < 4 requested`.",
     )
 
 
