@@ -94,13 +94,19 @@ EXPECTED_ON_DEMO = {
     ("HypervisorFleetCannotTolerateHostFailure", (("resource", "memory"),)),
     ("HypervisorFleetCannotTolerateHostFailure", (("resource", "vcpu"),)),
     ("HypervisorFlavorHeadroomLow", (("flavor", "p1.8xlarge"),)),
+    (
+        "HypervisorHugepagesExhausted",
+        (("cell", "0"), ("hypervisor", "compute-08"), ("page_size_bytes", "2097152")),
+    ),
+    ("HypervisorVgpuHeadroomLow", (("mdev_type", "nvidia-232"),)),
     ("HypervisorAuditFailing", (("hypervisor", "compute-07"),)),
 }
 
 
 def _key(alert: dict[str, Any]) -> tuple[str, tuple[tuple[str, str], ...]]:
     labels = alert["labels"]
-    shown = tuple((k, labels[k]) for k in ("flavor", "hypervisor", "resource") if k in labels)
+    keys = ("alias", "cell", "flavor", "hypervisor", "mdev_type", "page_size_bytes", "resource")
+    shown = tuple((k, labels[k]) for k in keys if k in labels)
     return labels["alertname"], shown
 
 

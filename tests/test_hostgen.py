@@ -304,7 +304,8 @@ def test_an_impossible_host_is_refused(change: dict[str, object], message: str) 
 
 def test_compute_08_has_room_for_p1_8xlarge_in_no_cell(tmp_path: Path) -> None:
     """14 dedicated CPUs free and 44 GiB of memory, yet cell 0 has 6 free dedicated CPUs and
-    cell 1, with 8, only 14 GiB of 1 GiB pages usable and 12 GiB of 2 MiB pages."""
+    cell 1, with 8, only 14 GiB of 1 GiB pages usable and 12 GiB of 2 MiB pages. Cell 0's 2 MiB
+    pages are all taken: the guests hold 4096 and the host keeps the other 2048."""
     facts = audit(numa_host(), tmp_path)
     assert facts.problems == ()
     assert [len(cell.cpus) for cell in facts.numa_cells] == [16, 16]
@@ -323,7 +324,7 @@ def test_compute_08_has_room_for_p1_8xlarge_in_no_cell(tmp_path: Path) -> None:
         (cell.id, page.size_kib): page.free for cell in cells for page in cell.pages if page.size_kib > 4
     }
     assert usable == {
-        (0, PAGE_2M_KIB): 2048,
+        (0, PAGE_2M_KIB): 0,
         (0, PAGE_1G_KIB): 30,
         (1, PAGE_2M_KIB): 6144,
         (1, PAGE_1G_KIB): 14,
@@ -350,7 +351,7 @@ def test_compute_09_holds_vgpus_of_one_type_per_gpu(tmp_path: Path) -> None:
     gpus = {d.address: d for d in facts.pci_devices if d.mdev_types}
     available = {address: {t.type_id: t.available for t in d.mdev_types} for address, d in gpus.items()}
     assert available == {
-        "0000:3b:00.0": {"nvidia-230": 0, "nvidia-231": 6, "nvidia-232": 0},
+        "0000:3b:00.0": {"nvidia-230": 0, "nvidia-231": 0, "nvidia-232": 2},
         "0000:d8:00.0": {"nvidia-230": 14, "nvidia-231": 0, "nvidia-232": 0},
     }
     assert {(gpu.address, gpu.numa_node, gpu.product_id) for gpu in gpus.values()} == {
@@ -360,15 +361,15 @@ def test_compute_09_holds_vgpus_of_one_type_per_gpu(tmp_path: Path) -> None:
     held = {uuid for d in facts.domains for uuid in d.placement.mdev_uuids}
     assert held == {m.uuid for m in facts.mediated_devices} and len(held) == 4
     assert {(m.type_id, m.parent_address) for m in facts.mediated_devices} == {
-        ("nvidia-231", "0000:3b:00.0"),
+        ("nvidia-232", "0000:3b:00.0"),
         ("nvidia-230", "0000:d8:00.0"),
     }
-    # as Nova's libvirt driver would report them with the demo's enabled types: a T4-2Q GPU of 8
+    # as Nova's libvirt driver would report them with the demo's enabled types: a T4-4Q GPU of 4
     # and a T4-1Q GPU of 16, two held on each
     (policy,) = (h.policy for h in demo_config().hypervisors if h.name == "compute-09")
     inventories = vgpu_capacity(facts, policy.enabled_mdev_types, policy.counted_states)
     assert [(g.address, g.mdev_type, g.total, g.used) for g in inventories.gpus] == [
-        ("0000:3b:00.0", "nvidia-231", 8, 2),
+        ("0000:3b:00.0", "nvidia-232", 4, 2),
         ("0000:d8:00.0", "nvidia-230", 16, 2),
     ]
     assert inventories.unplaced == ()

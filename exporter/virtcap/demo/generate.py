@@ -258,7 +258,8 @@ def gpu_host() -> hostgen.HostSpec:
     socket offering three vGPU types, an X710 with 8 VFs on socket 1. Guests are pinned, each
     with a vGPU of its cell's GPU (g1.xlarge, 28 GiB: cell 0 has 8 GiB left); those of cell 1
     also with a VF (g1.large). A T4 holds vGPUs of one type
-    at a time: GPU 0 two T4-2Q (6 more available), GPU 1 two T4-1Q (14 more)."""
+    at a time: GPU 0 two T4-4Q (2 more available: the fleet is short of that type), GPU 1 two
+    T4-1Q (14 more)."""
     layout = hostgen.HostSpec(
         name="compute-09", sockets=2, cores=8, threads=2, memory_gib=64, model="Xeon-Gold-6326"
     )
@@ -272,8 +273,8 @@ def gpu_host() -> hostgen.HostSpec:
         return (hostgen.MdevSpec(hostgen.stable_uuid(f"mdev/{name}"), type_id, gpu.address),)
 
     guests = (
-        _pinned(layout, "compute-09-ml-01", G1_XLARGE, 0, 1, mdevs=vgpu("ml-01", gpus[0], "nvidia-231")),
-        _pinned(layout, "compute-09-ml-02", G1_XLARGE, 0, 3, mdevs=vgpu("ml-02", gpus[0], "nvidia-231")),
+        _pinned(layout, "compute-09-ml-01", G1_XLARGE, 0, 1, mdevs=vgpu("ml-01", gpus[0], "nvidia-232")),
+        _pinned(layout, "compute-09-ml-02", G1_XLARGE, 0, 3, mdevs=vgpu("ml-02", gpus[0], "nvidia-232")),
         _pinned(
             layout,
             "compute-09-viz-01",
