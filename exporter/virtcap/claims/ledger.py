@@ -20,11 +20,11 @@ import sqlite3
 import time
 import uuid
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from virtcap.claims.database import SQLITE_MAX_INTEGER, ClaimDatabase
 from virtcap.claims.records import Claim, ClaimRequest
-from virtcap.config import ClaimSettings
+from virtcap.config import ClaimSettings, Hypervisor
 from virtcap.model.facts import HostFacts
 from virtcap.model.placement import NOTHING_WITHIN, Demand, WithinHost, within_host
 from virtcap.model.resources import Amounts, Resource, placement_units
@@ -90,17 +90,8 @@ class ClaimLedger:
         await self.database.close()
 
     def claimed(self, hypervisor: str) -> PendingClaims:
-        """What the claims on the hypervisor hold, those carrying extra specs in the order they
-        were made (each took its cells and devices after the ones before it)."""
-        totals: dict[Resource, int] = {}
-        within = []
-        for claim in sorted(self.claims.values(), key=lambda held: held.created_at):
-            if claim.hypervisor == hypervisor:
-                for resource, amount in claim.amounts.items():
-                    totals[resource] = totals.get(resource, 0) + amount
-                if claim.extra_specs:
-                    within.append(claim_within(claim.amounts, claim.extra_specs))
-        return PendingClaims(totals, tuple(within))
+        """What the claims on the hypervisor hold (see `pending_claims`)."""
+        return pending_claims(self.claims.values(), hypervisor)
 
     def pending(self) -> Counter[str]:
         return Counter(claim.hypervisor for claim in self.claims.values())
@@ -116,12 +107,22 @@ class ClaimLedger:
         if not (math.isfinite(request.ttl) and request.ttl > 0):
             raise ValueError(f"the ttl must be a finite number of seconds above 0, got {request.ttl}")
         async with self._lock:
-            name = self._place(request) if request.hypervisor == ANY_HYPERVISOR else request.hypervisor
-            if request.hypervisor != ANY_HYPERVISOR:
-                reasons = self._reasons(name, request)
-                if reasons:
-                    self._rejected()
-                    raise ClaimRejectedError(f"the claim does not fit on {name}", {name: reasons})
+            # The claim test fits NUMA cells and devices, on every hypervisor for `any`: in a
+            # thread, on the snapshots of this moment (immutable; the store's dict is not).
+            latest = {name: state.latest for name, state in self.store.hypervisors.items()}
+            if request.hypervisor == ANY_HYPERVISOR:
+                name, reasons = await asyncio.to_thread(place, latest, request)
+            else:
+                name = request.hypervisor
+                if name not in latest:
+                    raise UnknownHypervisorError(name)
+                reasons = {name: await asyncio.to_thread(claim_reasons, latest[name], name, request)}
+            if name is None or reasons.get(name):
+                self._rejected()
+                message = (
+                    "no hypervisor fits the claim" if name is None else f"the claim does not fit on {name}"
+                )
+                raise ClaimRejectedError(message, reasons)
             now = time.time()
             claim = Claim(
                 id=str(uuid.uuid4()),
@@ -143,47 +144,9 @@ class ClaimLedger:
                 raise self._refused("claim not created", error) from None
             self.claims[claim.id] = claim
             self.outcomes["created"] += 1
-            self.store.apply_claims(name, self.claimed(name))
+            await self._refresh({name})
         log.info("claim created", extra={"claim": claim.id, "hypervisor": name, "owner": claim.owner})
         return claim
-
-    def _reasons(self, name: str, request: ClaimRequest) -> list[str]:
-        state = self.store.hypervisors.get(name)
-        if state is None:
-            raise UnknownHypervisorError(name)
-        snapshot = state.latest
-        if snapshot is None or not snapshot.up or snapshot.capacity is None:
-            return [f"hypervisor {name} is not up: there is no current capacity to claim against"]
-        demand = Demand(request.amounts, claim_within(request.amounts, request.extra_specs))
-        return snapshot.capacity.claim_test(demand)
-
-    def _place(self, request: ClaimRequest) -> str:
-        """The weigher of `"hypervisor": "any"`: among the hypervisors where the claim fits, the one
-        left with the largest share of its limit free after it, on the scarcest requested resource
-        (ties by name). It spreads claims, as Nova's default weighers do."""
-        reasons: dict[str, list[str]] = {}
-        best: tuple[float, str] | None = None
-        for name in sorted(self.store.hypervisors):
-            failing = self._reasons(name, request)
-            if failing:
-                reasons[name] = failing
-                continue
-            state = self.store.hypervisors[name]
-            assert state.latest is not None and state.latest.capacity is not None
-            resources = state.latest.capacity.resources
-            shares = []
-            for resource, amount in request.amounts.items():
-                capacity = resources.get(resource)
-                # a resource without a limit (its total unknown) is not scarce: it does not weigh
-                if amount > 0 and capacity is not None and capacity.limit and capacity.free is not None:
-                    shares.append((capacity.free - amount) / capacity.limit)
-            score = min(shares) if shares else 1.0
-            if best is None or score > best[0]:
-                best = (score, name)
-        if best is None:
-            self._rejected()
-            raise ClaimRejectedError("no hypervisor fits the claim", reasons)
-        return best[1]
 
     async def delete(self, claim_id: str) -> Claim | None:
         """Raises ClaimStorageError, with the claim still held, when the database refuses."""
@@ -197,10 +160,12 @@ class ClaimLedger:
                 # Released in memory only, it would come back at the next start: the client is
                 # told it failed, and may try again.
                 raise self._refused("claim not deleted", error) from None
-            self._drop([claim], "deleted")
+            await self._drop([claim], "deleted")
         return claim
 
-    async def record_audit(self, snapshot: HypervisorSnapshot, facts: HostFacts) -> None:
+    async def record_audit(
+        self, hypervisor: Hypervisor, facts: HostFacts, flavors: Mapping[str, Demand]
+    ) -> None:
         """Record a successful audit with the claims still pending on its hypervisor.
 
         Claims whose domain now exists there are released first: the domain carries the
@@ -213,12 +178,14 @@ class ClaimLedger:
             found = [
                 c
                 for c in self.claims.values()
-                if c.hypervisor == snapshot.name
+                if c.hypervisor == hypervisor.name
                 and c.domain_uuid is not None
                 and c.domain_uuid.lower() in present
             ]
             await self._forget(found, "reconciled", refresh=False)
-            self.store.record(snapshot.with_claims(self.claimed(snapshot.name)), "success")
+            pending = list(self.claims.values())
+            snapshot = await asyncio.to_thread(_audited, hypervisor, facts, flavors, pending)
+            self.store.record(snapshot, "success")
 
     async def expire(self) -> None:
         """Release the claims past their TTL, and delete the rows the database refused before."""
@@ -260,7 +227,7 @@ class ClaimLedger:
                 f"claims {outcome}, in memory only: the database refuses the delete",
                 extra={"claims": [claim.id for claim in claims], "error": str(error)},
             )
-        self._drop(claims, outcome, refresh)
+        await self._drop(claims, outcome, refresh)
 
     async def _delete_unwritten(self) -> None:
         if not self._unwritten_deletes or time.monotonic() < self._retry_unwritten_at:
@@ -282,14 +249,87 @@ class ClaimLedger:
         log.error(f"{what}: the claims database refuses writes", extra={"error": str(error)})
         return ClaimStorageError(f"the claims database refuses writes ({error}); {what}")
 
-    def _drop(self, claims: list[Claim], outcome: str, refresh: bool = True) -> None:
+    async def _drop(self, claims: list[Claim], outcome: str, refresh: bool = True) -> None:
         for claim in claims:
             del self.claims[claim.id]
             self.outcomes[outcome] += 1
             log.info(f"claim {outcome}", extra={"claim": claim.id, "hypervisor": claim.hypervisor})
         if refresh:
-            for name in {claim.hypervisor for claim in claims}:
-                self.store.apply_claims(name, self.claimed(name))
+            await self._refresh({claim.hypervisor for claim in claims})
+
+    async def _refresh(self, names: set[str]) -> None:
+        """Recompute the capacity of the last audits of these hypervisors with their pending claims,
+        in a thread (it fits the claims into the NUMA cells and devices); an audit recorded in the
+        meantime already counted them, and is kept."""
+        for name in sorted(names):
+            state = self.store.hypervisors.get(name)
+            if state is None or state.last_good is None:
+                continue
+            audited = state.last_good
+            pending = list(self.claims.values())
+            updated = await asyncio.to_thread(_with_claims, audited, pending)
+            self.store.replace_good(name, audited, updated)
+
+
+def _audited(
+    hypervisor: Hypervisor, facts: HostFacts, flavors: Mapping[str, Demand], claims: list[Claim]
+) -> HypervisorSnapshot:
+    return HypervisorSnapshot.audited(hypervisor, facts, flavors, pending_claims(claims, hypervisor.name))
+
+
+def _with_claims(audited: HypervisorSnapshot, claims: list[Claim]) -> HypervisorSnapshot:
+    return audited.with_claims(pending_claims(claims, audited.name))
+
+
+def pending_claims(claims: Iterable[Claim], hypervisor: str) -> PendingClaims:
+    """What the claims on the hypervisor hold, those carrying extra specs in the order they were
+    made (each took its cells and devices after the ones before it)."""
+    totals: dict[Resource, int] = {}
+    within = []
+    for claim in sorted(claims, key=lambda held: held.created_at):
+        if claim.hypervisor == hypervisor:
+            for resource, amount in claim.amounts.items():
+                totals[resource] = totals.get(resource, 0) + amount
+            if claim.extra_specs:
+                within.append(claim_within(claim.amounts, claim.extra_specs))
+    return PendingClaims(totals, tuple(within))
+
+
+def claim_reasons(snapshot: HypervisorSnapshot | None, name: str, request: ClaimRequest) -> list[str]:
+    """Every reason the claim does not fit the hypervisor's latest snapshot; empty when it fits."""
+    if snapshot is None or not snapshot.up or snapshot.capacity is None:
+        return [f"hypervisor {name} is not up: there is no current capacity to claim against"]
+    demand = Demand(request.amounts, claim_within(request.amounts, request.extra_specs))
+    return snapshot.capacity.claim_test(demand)
+
+
+def place(
+    latest: Mapping[str, HypervisorSnapshot | None], request: ClaimRequest
+) -> tuple[str | None, dict[str, list[str]]]:
+    """The weigher of `"hypervisor": "any"`: among the hypervisors where the claim fits, the one
+    left with the largest share of its limit free after it, on the scarcest requested resource
+    (ties by name). It spreads claims, as Nova's default weighers do. None, with every
+    hypervisor's reasons, where it fits nowhere."""
+    reasons: dict[str, list[str]] = {}
+    best: tuple[float, str] | None = None
+    for name in sorted(latest):
+        snapshot = latest[name]
+        failing = claim_reasons(snapshot, name, request)
+        if failing:
+            reasons[name] = failing
+            continue
+        assert snapshot is not None and snapshot.capacity is not None
+        resources = snapshot.capacity.resources
+        shares = []
+        for resource, amount in request.amounts.items():
+            capacity = resources.get(resource)
+            # a resource without a limit (its total unknown) is not scarce: it does not weigh
+            if amount > 0 and capacity is not None and capacity.limit and capacity.free is not None:
+                shares.append((capacity.free - amount) / capacity.limit)
+        score = min(shares) if shares else 1.0
+        if best is None or score > best[0]:
+            best = (score, name)
+    return (best[1], {}) if best is not None else (None, reasons)
 
 
 def whole_units(amounts: Amounts) -> dict[Resource, int]:

@@ -167,10 +167,13 @@ class HypervisorAuditor:
         if identity != self._identity:  # a new connection may find another host (or CPU)
             self._identity = identity
             self.store.set_identity(self.name, identity)
-        snapshot = HypervisorSnapshot.audited(self.hypervisor, facts, self.flavors)
+        # The capacity fits flavors into NUMA cells and devices, milliseconds a host: in a thread.
         if self.claims is not None:
-            await self.claims.record_audit(snapshot, facts)
+            await self.claims.record_audit(self.hypervisor, facts, self.flavors)
         else:
+            snapshot = await asyncio.to_thread(
+                HypervisorSnapshot.audited, self.hypervisor, facts, self.flavors
+            )
             self.store.record(snapshot, "success")
         return True
 

@@ -11,7 +11,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from virtcap.model.facts import CpuIdentity
-from virtcap.service.snapshot import HypervisorSnapshot, PendingClaims
+from virtcap.service.snapshot import HypervisorSnapshot
 
 
 @dataclass
@@ -57,12 +57,12 @@ class SnapshotStore:
         state.audits[outcome] += 1
         self._bump()
 
-    def apply_claims(self, name: str, claims: PendingClaims) -> None:
-        """Pending claims changed: recompute the capacity of the last audit with them."""
+    def replace_good(self, name: str, audited: HypervisorSnapshot, updated: HypervisorSnapshot) -> None:
+        """The last good audit recomputed with other pending claims: kept unless another audit
+        was recorded since `audited` (it counted the claims already)."""
         state = self.hypervisors.get(name)
-        if state is None or state.last_good is None:
+        if state is None or state.last_good is not audited:
             return
-        updated = state.last_good.with_claims(claims)
         if state.latest is state.last_good:
             state.latest = updated
         state.last_good = updated
