@@ -31,14 +31,12 @@ from virtcap.model.numa import (
     HostCell,
     InstanceTopology,
     NumaSpecError,
-    PinningConflictError,
-    consume,
     fit,
     host_cells,
-    how_many_fit,
     instance_topology,
 )
-from virtcap.model.pci import PciAlias, PciDeviceSpec, PciPool, apply_requests, device_pools
+from virtcap.model.pci import PciAlias, PciDeviceSpec, PciPool, device_pools
+from virtcap.model.placement import CellsAndDevices, WithinHost
 
 HOSTS = 500
 LIMIT = 60
@@ -427,13 +425,9 @@ def _compare_flavor(
         )
         return
     kinds["count"] += 1
-    count = how_many_fit(
-        cells,
-        topology,
-        cpu_allocation_ratio=ratios["cpu"],
-        ram_allocation_ratio=ratios["ram"],
-        limit=LIMIT,
-        pci_pools=pools,
+    # the count host_capacity gives: placement.CellsAndDevices.count
+    count = CellsAndDevices(cells, pools, VIRTCAP_ALIASES, ratios["cpu"], ratios["ram"]).count(
+        WithinHost(topology), LIMIT
     )
     if "pci_count" in upstream:
         kinds["pci count"] += 1
@@ -458,35 +452,13 @@ def _pci_count(
     pools: tuple[PciPool, ...],
     extra_specs: dict[str, str],
 ) -> int:
-    """Fit, consume the cells, take the devices near them: as many times as that works."""
-    request = extra_specs["pci_passthrough:alias"]
-    policy = extra_specs.get("hw:pci_numa_affinity_policy")
-    count = 0
-    while count < LIMIT:
-        placement = fit(
-            cells,
-            topology,
-            cpu_allocation_ratio=ratios["cpu"],
-            ram_allocation_ratio=ratios["ram"],
-            pci_pools=pools,
-            pci_aliases=VIRTCAP_ALIASES,
-            pci_request=request,
-            pci_numa_policy=policy,
-        )
-        if not placement.fits:
-            break
-        try:
-            cells = consume(cells, topology, placement)
-        except PinningConflictError:
-            break
-        taken = apply_requests(
-            pools, VIRTCAP_ALIASES, request, cells=frozenset(placement.host_cells), numa_policy=policy
-        )
-        if taken is None:
-            break
-        pools = taken
-        count += 1
-    return count
+    """Fit, consume the cells, take the devices near them, as many times as that works: the
+    count host_capacity gives (placement.CellsAndDevices.count)."""
+    within = WithinHost(
+        topology, extra_specs["pci_passthrough:alias"], extra_specs.get("hw:pci_numa_affinity_policy")
+    )
+    layout = CellsAndDevices(cells, pools, VIRTCAP_ALIASES, ratios["cpu"], ratios["ram"])
+    return layout.count(within, LIMIT)
 
 
 def test_numa_topologies_fits_and_counts_agree_with_nova(oracle: Oracle) -> None:
