@@ -40,7 +40,6 @@ from virtcap.model.pci import (
     apply_requests,
     device_pools,
     parse_alias_request,
-    support_requests,
 )
 from virtcap.model.resources import MIB, Amounts, Resource, placement_units
 
@@ -189,7 +188,7 @@ class CellsAndDevices:
         placement = self.fit(within)
         if placement is not None:
             return [] if placement.fits else [f"NUMA: {why}" for why in placement.reasons]
-        if within.pci_alias is not None and not self._devices_fit(within, None):
+        if within.pci_alias is not None and self._take_devices(within, None) is None:
             return [f"PCI: no free devices for {within.pci_alias}{self._free_by_alias(within.pci_alias)}"]
         return []
 
@@ -242,20 +241,9 @@ class CellsAndDevices:
                 fitted += 1
         return fitted
 
-    def _devices_fit(self, within: WithinHost, near: frozenset[int] | None) -> bool:
-        assert within.pci_alias is not None
-        try:
-            return support_requests(
-                self.pci_pools,
-                self.pci_aliases,
-                within.pci_alias,
-                cells=near,
-                numa_policy=within.pci_numa_policy,
-            )
-        except PciRequestError:
-            return False
-
     def _take_devices(self, within: WithinHost, near: frozenset[int] | None) -> tuple[PciPool, ...] | None:
+        """The pools once the devices are taken near `near` (anywhere without it), None where they
+        do not fit (or the request cannot be read)."""
         assert within.pci_alias is not None
         try:
             return apply_requests(
