@@ -24,6 +24,7 @@ from virtcap.model.facts import (
     HostFacts,
     HugepageBacking,
     MdevType,
+    MediatedDevice,
     NumaCell,
     PageCount,
     PciDevice,
@@ -190,7 +191,7 @@ def test_1gib_pages_count_per_cell_and_reserved_pages_are_kept() -> None:
 def test_pending_claims_take_cells_in_order_and_lower_the_counts() -> None:
     policy, flavors = configured(PINNED_CONFIG)
     p4 = flavors["p4"]
-    one = host_capacity(pinned_host(), policy, flavors, claimed=p4.request, pending=(p4.within,))
+    one = host_capacity(pinned_host(), policy, flavors, claimed=p4.request, pending=(p4,))
     # Nova's search order for a pinned guest: most free dedicated CPUs first: cell 1 (7 -> 3)
     assert free_dedicated(one) == [6, 3]
     assert one.resources[Resource.PCPU].free == 9
@@ -198,7 +199,7 @@ def test_pending_claims_take_cells_in_order_and_lower_the_counts() -> None:
     assert one.placement_limited["p4"] == "numa"
 
     twice = {resource: 2 * amount for resource, amount in p4.request.items()}
-    two = host_capacity(pinned_host(), policy, flavors, claimed=twice, pending=(p4.within, p4.within))
+    two = host_capacity(pinned_host(), policy, flavors, claimed=twice, pending=(p4, p4))
     # the second takes cell 0 (6 > 3 free): 2 and 3 left, 5 on the host
     assert free_dedicated(two) == [2, 3]
     assert two.resources[Resource.PCPU].free == 5
@@ -214,7 +215,7 @@ def test_a_pending_claim_that_no_longer_fits_takes_nothing_within_the_host() -> 
     policy, flavors = configured(PINNED_CONFIG)
     p8 = flavors["p8"]
     base = host_capacity(pinned_host(), policy, flavors)
-    claimed = host_capacity(pinned_host(), policy, flavors, claimed=p8.request, pending=(p8.within,))
+    claimed = host_capacity(pinned_host(), policy, flavors, claimed=p8.request, pending=(p8,))
     assert claimed.within == base.within
     assert free_dedicated(claimed) == [6, 7]
     # its whole-host amounts still count: 13 - 8 = 5 PCPUs, so p4 fits once (in either cell)
@@ -364,9 +365,7 @@ def test_a_numa_flavor_asking_for_devices_on_a_host_without_cells() -> None:
 def test_claim_test_names_the_cells_refusing_the_devices() -> None:
     policy, flavors = configured(PCI_CONFIG)
     required = flavors["pv.required"]
-    capacity = host_capacity(
-        sriov_host(), policy, flavors, claimed=required.request, pending=(required.within,)
-    )
+    capacity = host_capacity(sriov_host(), policy, flavors, claimed=required.request, pending=(required,))
     # the pending claim took 2 of cell 0's VFs: 1 left near each cell
     assert {pool.numa_node: pool.free for pool in capacity.within.pci_pools} == {0: 1, 1: 1}
     assert capacity.schedulable["pv.required"] == 0
@@ -415,27 +414,83 @@ def test_vgpus_come_from_one_gpu_per_allocation() -> None:
     assert capacity.claim_test(flavors["g4"]) == list(capacity.refusals["g4"])
 
 
-def test_claimed_vgpus_are_taken_from_the_gpus_with_most_free() -> None:
+def test_a_claim_takes_its_vgpus_from_one_gpu_the_tightest_that_holds_them() -> None:
+    """A claim is one allocation: its vGPUs come from one GPU, and the one with the least free
+    that holds them leaves the most for what comes next (3 and 2 free)."""
     policy, flavors = configured(VGPU_CONFIG)
     one = host_capacity(gpu_host(), policy, flavors, claimed={Resource.VGPU: 1})
-    # 3 and 2 free, the claim from the first: 2 and 2; 4 left on the host
+    # from B (2 -> 1): 3 and 1 left, 4 on the host
     assert one.resources[Resource.VGPU].free == 4
-    assert one.schedulable["g2"] == 2
-    assert one.schedulable["g3"] == 0  # the whole host's 4 // 3 = 1: no GPU has 3
-    assert one.bottlenecks["g3"] is Resource.VGPU
-    assert one.refusals["g3"][0].startswith("Requested VGPU 3: no physical GPU has 3 free")
-    assert one.claim_test(flavors["g3"]) == list(one.refusals["g3"])
+    assert (one.schedulable["g2"], one.schedulable["g3"]) == (1, 1)
     two = host_capacity(gpu_host(), policy, flavors, claimed={Resource.VGPU: 2})
-    assert two.schedulable["g2"] == 1  # 3, 2 -> 2, 2 -> 1, 2
+    # from B (2 -> 0): 3 and 0 left
+    assert (two.schedulable["g2"], two.schedulable["g3"]) == (1, 1)
+    three = host_capacity(gpu_host(), policy, flavors, claimed={Resource.VGPU: 3})
+    # only A holds 3 (3 -> 0): 0 and 2 left, so no GPU has 3
+    assert (three.schedulable["g2"], three.schedulable["g3"]) == (1, 0)
+    assert three.bottlenecks["g3"] is Resource.VGPU
+    assert three.claim_test(flavors["g3"]) == list(three.refusals["g3"])
 
 
-def test_the_vgpu_refusal_shows_what_claims_leave_on_each_gpu() -> None:
-    """The count takes the claimed vGPU from the GPU with most free (3, 2 -> 2, 2); the reason
-    must show those free amounts, not the GPUs' before the claim ("3 free" would contradict "no
-    physical GPU has 3 free")."""
+def test_two_pending_claims_of_two_vgpus_each_take_a_gpu_each() -> None:
     policy, flavors = configured(VGPU_CONFIG)
-    one = host_capacity(gpu_host(), policy, flavors, claimed={Resource.VGPU: 1})
-    assert one.refusals["g3"] == (f"Requested VGPU 3: no physical GPU has 3 free ({GPU_A} 2, {GPU_B} 2)",)
+    pair = Demand({Resource.VGPU: 2})
+    both = host_capacity(gpu_host(), policy, flavors, claimed={Resource.VGPU: 4}, pending=(pair, pair))
+    # the first from B (2 -> 0), the second from A (3 -> 1): nothing of 2 is left
+    assert both.schedulable["g2"] == 0
+    assert both.claim_test(Demand({Resource.VGPU: 1})) == []
+    assert both.claim_test(pair)  # refused
+
+
+def test_the_vgpu_refusal_shows_what_is_free_on_each_gpu() -> None:
+    """A holds a guest's vGPU beside 2 it can still create (3 in all, 2 free), B 2 free: the
+    host has 4 free and max_unit 3, yet no GPU has 3 free; a pending claim of 1 takes one of A's
+    (both hold it with 2 free: the first by address)."""
+    policy, flavors = configured(VGPU_CONFIG)
+    held = "c2177883-f1bb-47f0-914d-32a22e3a8804"
+    guest = replace(domain("ml"), placement=DomainPlacement(mdev_uuids=(held,)))
+    gpu_a, gpu_b = gpu_host().pci_devices
+    two_more = (MdevType("nvidia-35", "GRID M10-0B", "vfio-pci", 2),)
+    facts = replace(
+        gpu_host(),
+        pci_devices=(replace(gpu_a, mdev_types=two_more), gpu_b),
+        mediated_devices=(MediatedDevice(held, "nvidia-35", GPU_A),),
+        domains=(guest,),
+    )
+    capacity = host_capacity(facts, policy, flavors)
+    assert capacity.resources[Resource.VGPU].free == 4
+    assert capacity.schedulable["g3"] == 0 and capacity.bottlenecks["g3"] is Resource.VGPU
+    assert capacity.refusals["g3"] == (
+        f"Requested VGPU 3: no physical GPU has the free vGPUs ({GPU_A} 2, {GPU_B} 2)",
+    )
+    claimed = host_capacity(facts, policy, flavors, claimed={Resource.VGPU: 1})
+    assert claimed.claim_test(flavors["g3"]) == [
+        f"Requested VGPU 3: no physical GPU has the free vGPUs ({GPU_A} 1, {GPU_B} 2)"
+    ]
+
+
+def test_vgpus_of_several_groups_may_come_from_several_gpus() -> None:
+    """Placement holds each group to one provider's max_unit, not their sum: one vGPU in each of
+    two groups fits on GPUs of one vGPU each, which a sum of 2 above max_unit 1 would refuse."""
+    config = VGPU_CONFIG.replace(
+        "flavors:\n",
+        'flavors:\n  - {name: g1x2, vcpu: 1, memory: 1GiB, extra_specs: {"resources1:VGPU": "1", '
+        '"resources2:VGPU": "1", "group_policy": "isolate"}}\n',
+    )
+    policy, flavors = configured(config)
+
+    def gpu(address: str) -> PciDevice:
+        types = (MdevType("nvidia-35", "GRID A100-40C", "vfio-pci", 1),)
+        return PciDevice(address, "10de", "20b7", None, "type-PCI", None, "0x030200", mdev_types=types)
+
+    facts = replace(
+        host(), pci_devices=tuple(gpu(f"0000:{bus:02x}:00.0") for bus in (0x3B, 0x5E, 0x86, 0xAF))
+    )
+    capacity = host_capacity(facts, policy, flavors)
+    assert capacity.resources[Resource.VGPU].max_unit == 1
+    assert capacity.schedulable["g1x2"] == 2
+    assert capacity.schedulable["g2"] == 0  # one group of 2: no GPU holds it
+    assert capacity.refusals["g2"] == ("Requested vgpu 2 VGPU > max_unit 1 VGPU: above max_unit",)
 
 
 # --- a host without NUMA cells -------------------------------------------------------------------

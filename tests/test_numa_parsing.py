@@ -113,6 +113,14 @@ PLACED = """
     <hostdev mode='subsystem' type='mdev' model='vfio-pci'>
       <source><address uuid='C2177883-F1BB-47F0-914D-32A22E3A8804'/></source>
     </hostdev>
+    <interface type='hostdev' managed='yes'>
+      <mac address='fa:16:3e:11:22:33'/>
+      <source><address type='pci' domain='0x0000' bus='0xd8' slot='0x02' function='0x3'/></source>
+      <vlan><tag id='1042'/></vlan>
+    </interface>
+    <interface type='bridge'>
+      <source bridge='br-int'/>
+    </interface>
   </devices>
 </domain>
 """
@@ -131,7 +139,8 @@ def test_a_definition_says_where_the_guest_sits() -> None:
         HugepageBacking(2048, frozenset({0})),
         HugepageBacking(1048576, frozenset({1})),
     )
-    assert placement.pci_addresses == ("0000:3b:02.1",)
+    # a passthrough device, and the VF of an SR-IOV port (Neutron's vnic_type direct)
+    assert placement.pci_addresses == ("0000:3b:02.1", "0000:d8:02.3")
     assert placement.mdev_uuids == ("c2177883-f1bb-47f0-914d-32a22e3a8804",)
 
 

@@ -182,8 +182,12 @@ def _placement(top: dict[str, ET.Element], devices: ET.Element | None) -> Domain
             for node in _bounded(numatune, "memnode")
         },
         hugepages=_hugepages(hugepages),
+        # Passthrough devices, and the VFs of SR-IOV ports (Neutron's vnic_type direct), which Nova
+        # attaches as <interface type='hostdev'> and its PCI tracker holds as well.
         pci_addresses=tuple(
-            address for hostdev in _bounded(devices, "hostdev") if (address := _pci_address(hostdev))
+            address
+            for element in (*_bounded(devices, "hostdev"), *_bounded(devices, "interface"))
+            if (address := _pci_address(element))
         ),
         mdev_uuids=tuple(uuid for hostdev in _bounded(devices, "hostdev") if (uuid := _mdev_uuid(hostdev))),
     )
@@ -233,17 +237,19 @@ def _hugepages(hugepages: ET.Element | None) -> tuple[HugepageBacking, ...]:
     return tuple(backings)
 
 
-def _pci_address(hostdev: ET.Element) -> str | None:
-    """`0000:3b:00.1` for a PCI passthrough, as libvirt's node devices name addresses."""
-    if hostdev.get("type") != "pci":
+def _pci_address(device: ET.Element) -> str | None:
+    """`0000:3b:00.1` for a PCI passthrough (`<hostdev type='pci'>`) or a VF given to an SR-IOV
+    port (`<interface type='hostdev'>`), as libvirt's node devices name addresses."""
+    wanted = "pci" if device.tag == "hostdev" else "hostdev"
+    if device.get("type") != wanted:
         return None
-    address = hostdev.find("source/address")
-    if address is None:
+    address = device.find("source/address")
+    if address is None or address.get("type", "pci") != "pci":
         return None
     try:
         parts = [int(address.get(key, "0"), 0) for key in ("domain", "bus", "slot", "function")]
     except ValueError:
-        raise DomainXMLError("unreadable PCI address of a <hostdev>") from None
+        raise DomainXMLError(f"unreadable PCI address of a <{device.tag}>") from None
     return pci_address(*parts)
 
 

@@ -282,17 +282,17 @@ def _with_claims(audited: HypervisorSnapshot, claims: list[Claim]) -> Hypervisor
 
 
 def pending_claims(claims: Iterable[Claim], hypervisor: str) -> PendingClaims:
-    """What the claims on the hypervisor hold, those carrying extra specs in the order they were
-    made (each took its cells and devices after the ones before it)."""
+    """What the claims on the hypervisor hold, one by one in the order they were made (each took
+    its cells, devices and GPU after the ones before it), and together."""
     totals: dict[Resource, int] = {}
-    within = []
-    for claim in sorted(claims, key=lambda held: held.created_at):
+    held = []
+    for claim in sorted(claims, key=lambda made: made.created_at):
         if claim.hypervisor == hypervisor:
             for resource, amount in claim.amounts.items():
                 totals[resource] = totals.get(resource, 0) + amount
-            if claim.extra_specs:
-                within.append(claim_within(claim.amounts, claim.extra_specs))
-    return PendingClaims(totals, tuple(within))
+            within = claim_within(claim.amounts, claim.extra_specs) if claim.extra_specs else NOTHING_WITHIN
+            held.append(Demand(claim.amounts, within))
+    return PendingClaims(totals, tuple(held))
 
 
 def claim_reasons(snapshot: HypervisorSnapshot | None, name: str, request: ClaimRequest) -> list[str]:

@@ -20,7 +20,6 @@ from virtcap.model.placement import (
     CellsAndDevices,
     Constraint,
     Demand,
-    WithinHost,
     cells_and_devices,
     with_pending,
 )
@@ -192,12 +191,13 @@ class HostCapacity:
     """The flavors whose NUMA fit or devices let fewer fit than the whole-host amounts, and which."""
     refusals: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     """Per flavor of which no more instance fits, why: the classes, cells or pools that refuse it."""
+    claimed_vgpus: tuple[int, ...] = ()
+    """The vGPUs of each pending claim, oldest first: each claim takes its own from one GPU."""
 
     def claim_test(self, demand: Demand) -> list[str]:
         """Every reason one more instance of the demand does not fit (Nova's claim test, then
         the vGPUs, the NUMA cells and the PCI devices); empty when it fits."""
-        vgpu = self.resources.get(Resource.VGPU)
-        placed = _Placed(self.resources, self.vgpus, vgpu.claimed if vgpu is not None else 0, self.within)
+        placed = _Placed(self.resources, self.vgpus, self.claimed_vgpus, self.within)
         return list(placed.refusals(demand))
 
     @property
@@ -327,13 +327,14 @@ def host_capacity(
     policy: HostPolicy,
     flavors: Mapping[str, Demand] | None = None,
     claimed: Amounts | None = None,
-    pending: Sequence[WithinHost] = (),
+    pending: Sequence[Demand] = (),
 ) -> HostCapacity:
     """Every class the hypervisor offers, and every class a domain or a claim uses even where it
     is not offered (a CUSTOM_* class of a Nova flavor on a host without that inventory: total 0,
     so its free amount goes negative and shows the mismatch); its NUMA cells, PCI pools and
-    vGPUs; how many more of each flavor fit. `pending` is what pending claims (oldest first) ask
-    of the cells and devices, beside their `claimed` amounts."""
+    vGPUs; how many more of each flavor fit. `pending` is the pending claims one by one (oldest
+    first), which take their cells, devices and GPU; `claimed` their amounts together. Without
+    `pending`, the claimed vGPUs are one claim."""
     allocated: dict[Resource, dict[DomainState, int]] = {}
     domains_by_state = dict.fromkeys(STATES, 0)
     hugepage_bytes = 0
@@ -366,8 +367,11 @@ def host_capacity(
         )
         for resource in display_order(totals)
     }
-    within = with_pending(cells_and_devices(facts, policy), pending)
-    placed = _Placed(resources, vgpus, claimed.get(Resource.VGPU, 0), within)
+    within = with_pending(cells_and_devices(facts, policy), [claim.within for claim in pending])
+    claimed_vgpus = tuple(amount for claim in pending if (amount := claim.request.get(Resource.VGPU, 0)) > 0)
+    if not pending and claimed.get(Resource.VGPU, 0) > 0:
+        claimed_vgpus = (claimed[Resource.VGPU],)
+    placed = _Placed(resources, vgpus, claimed_vgpus, within)
     fits = {name: placed.count(demand) for name, demand in (flavors or {}).items()}
     return HostCapacity(
         resources,
@@ -378,6 +382,7 @@ def host_capacity(
         within=within,
         vgpus=vgpus,
         placement_limited={name: fit.limited for name, fit in fits.items() if fit.limited is not None},
+        claimed_vgpus=claimed_vgpus,
         refusals={
             name: placed.refusals(flavors[name]) for name, fit in fits.items() if fit.count == 0 and flavors
         },
@@ -398,14 +403,14 @@ class _Placed:
 
     resources: Mapping[Resource, ResourceCapacity]
     vgpus: VgpuCapacity
-    claimed_vgpus: int
+    claimed_vgpus: tuple[int, ...]
     within: CellsAndDevices
 
     def count(self, demand: Demand) -> FlavorCount:
         count, bottleneck = flavor_fit(self.resources, demand.request)
-        wanted = demand.request.get(Resource.VGPU, 0)
-        if wanted > 0 and count > 0:
-            on_gpus = vgpu_fits(self.vgpus, wanted, self.claimed_vgpus)
+        groups = vgpu_groups(demand.request)
+        if groups and count > 0:
+            on_gpus = vgpu_fits(self.vgpus, groups, self.claimed_vgpus, count)
             if on_gpus < count:
                 count, bottleneck = on_gpus, Resource.VGPU
         if count == 0 or not demand.within.asks:
@@ -419,34 +424,63 @@ class _Placed:
     def refusals(self, demand: Demand) -> tuple[str, ...]:
         """Why one more does not fit: the classes first (Nova's claim test), then the vGPUs, the
         cells and the devices."""
-        reasons = claim_test(self.resources, demand.request)
-        wanted = demand.request.get(Resource.VGPU, 0)
-        if not reasons and wanted > 0 and vgpu_fits(self.vgpus, wanted, self.claimed_vgpus) == 0:
-            reasons.append(vgpu_refusal(self.vgpus, wanted, self.claimed_vgpus))
+        groups = vgpu_groups(demand.request)
+        # a flavor's groups may take their vGPUs from several GPUs: its units are held per group
+        reasons = [
+            reason
+            for reason in claim_test(self.resources, demand.request)
+            if len(groups) == 1 or not reason.startswith(f"Requested {Resource.VGPU.label} ")
+        ]
+        if not reasons and groups and vgpu_fits(self.vgpus, groups, self.claimed_vgpus, 1) == 0:
+            reasons.append(vgpu_refusal(self.vgpus, groups, self.claimed_vgpus))
         if not reasons:
             reasons.extend(self.within.refusals(demand.within))
         return tuple(reasons)
 
 
-def vgpu_fits(vgpus: VgpuCapacity, amount: int, claimed: int = 0) -> int:
-    """How many allocations of `amount` vGPUs the GPUs still take, each from one GPU."""
-    return sum(left // amount for _, left in vgpus_left(vgpus, claimed))
+def vgpu_groups(request: Amounts) -> tuple[int, ...]:
+    """The vGPUs of each request group that asks for some: each group's come from one GPU."""
+    return tuple(amount for group in request_groups(request) if (amount := group.get(Resource.VGPU, 0)) > 0)
 
 
-def vgpus_left(vgpus: VgpuCapacity, claimed: int = 0) -> list[tuple[str, int]]:
-    """Each GPU with a provider and its free vGPUs once pending claims' vGPUs are taken one by one
-    from the GPUs with the most free (a claim names no GPU, and Placement spreads nothing on its
-    own: this is the most the claims leave)."""
+def vgpu_fits(vgpus: VgpuCapacity, groups: Sequence[int], claimed: Sequence[int] = (), limit: int = 1) -> int:
+    """How many instances whose groups ask for these vGPUs the GPUs still take (at most `limit`
+    when they ask in several groups), each group from one GPU, once each pending claim took its
+    own. One group: each GPU takes `free // amount`. Several: the groups, largest first, each on
+    the GPU with the least free that holds it, instance after instance; groups may share a GPU
+    (`group_policy=none`; `isolate` is not told apart)."""
+    left = vgpus_left(vgpus, claimed)
+    if len(groups) == 1:
+        return sum(free // groups[0] for _, free in left)
+    count = 0
+    while count < limit and all(_take_vgpus(left, amount) for amount in sorted(groups, reverse=True)):
+        count += 1
+    return count
+
+
+def vgpus_left(vgpus: VgpuCapacity, claimed: Sequence[int] = ()) -> list[tuple[str, int]]:
+    """Each GPU with a provider and its free vGPUs once each pending claim (oldest first) took its
+    vGPUs from one GPU, the one with the least free that holds them: a claim names no GPU, and
+    that choice leaves the most for what comes next. A claim no GPU holds any more takes none."""
     left = [(gpu.address, max(gpu.free, 0)) for gpu in vgpus.gpus if gpu.has_provider]
-    for _ in range(min(claimed, sum(free for _, free in left))):
-        index = max(range(len(left)), key=lambda i: left[i][1])
-        left[index] = (left[index][0], left[index][1] - 1)
+    for amount in claimed:
+        _take_vgpus(left, amount)
     return left
 
 
-def vgpu_refusal(vgpus: VgpuCapacity, amount: int, claimed: int = 0) -> str:
+def _take_vgpus(left: list[tuple[str, int]], amount: int) -> bool:
+    holding = [index for index, (_, free) in enumerate(left) if free >= amount]
+    if not holding:
+        return False
+    index = min(holding, key=lambda i: (left[i][1], left[i][0]))
+    left[index] = (left[index][0], left[index][1] - amount)
+    return True
+
+
+def vgpu_refusal(vgpus: VgpuCapacity, groups: Sequence[int], claimed: Sequence[int] = ()) -> str:
+    asked = " + ".join(map(str, groups))
     per_gpu = ", ".join(f"{address} {free}" for address, free in vgpus_left(vgpus, claimed))
-    return f"Requested VGPU {amount}: no physical GPU has {amount} free ({per_gpu or 'no GPU offers vGPUs'})"
+    return f"Requested VGPU {asked}: no physical GPU has the free vGPUs ({per_gpu or 'no GPU offers vGPUs'})"
 
 
 def _used_classes(allocated: Mapping[Resource, object], claimed: Amounts) -> Iterable[Resource]:
@@ -535,7 +569,10 @@ def flavor_fit(
         if amount <= 0:
             continue
         capacity = resources.get(resource)
-        if inventory_refusal(capacity, resource, amount) is not None:
+        # vGPUs asked in several groups may come from several GPUs (one provider each): max_unit
+        # holds each group, as checked above, and vgpu_fits how they share the GPUs
+        several_gpus = resource is Resource.VGPU and len(groups) > 1
+        if not several_gpus and inventory_refusal(capacity, resource, amount) is not None:
             return 0, resource
         assert capacity is not None
         if capacity.free is None:

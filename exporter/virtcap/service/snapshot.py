@@ -9,17 +9,17 @@ from dataclasses import dataclass, field, replace
 from virtcap.config import Hypervisor
 from virtcap.model.capacity import HostCapacity, host_capacity
 from virtcap.model.facts import HostFacts
-from virtcap.model.placement import Demand, WithinHost
+from virtcap.model.placement import Demand
 from virtcap.model.resources import Amounts
 
 
 @dataclass(frozen=True, slots=True)
 class PendingClaims:
-    """What the claims pending on a hypervisor hold: their amounts together, and, oldest first,
-    what those carrying a flavor's extra specs take of the cells and devices."""
+    """What the claims pending on a hypervisor hold: their amounts together, and each claim,
+    oldest first, which takes its share of the cells, devices and GPUs in turn."""
 
     amounts: Amounts = field(default_factory=dict)
-    within: tuple[WithinHost, ...] = ()
+    claims: tuple[Demand, ...] = ()
 
 
 NO_CLAIMS = PendingClaims()
@@ -44,7 +44,7 @@ class HypervisorSnapshot:
         flavors: Mapping[str, Demand],
         claims: PendingClaims = NO_CLAIMS,
     ) -> HypervisorSnapshot:
-        capacity = host_capacity(facts, hypervisor.policy, flavors, claims.amounts, claims.within)
+        capacity = host_capacity(facts, hypervisor.policy, flavors, claims.amounts, claims.claims)
         return cls(hypervisor.name, True, None, facts, capacity, facts.audited_at, hypervisor, flavors)
 
     @classmethod
@@ -56,6 +56,6 @@ class HypervisorSnapshot:
         if self.facts is None or self.hypervisor is None:
             return self
         capacity = host_capacity(
-            self.facts, self.hypervisor.policy, self.flavors, claims.amounts, claims.within
+            self.facts, self.hypervisor.policy, self.flavors, claims.amounts, claims.claims
         )
         return replace(self, capacity=capacity)
