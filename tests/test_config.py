@@ -679,3 +679,13 @@ def test_a_flavors_pci_alias_request_names_configured_aliases() -> None:
         parse_config(aliases + flavor % "gpu:two", "inline")
     with pytest.raises(ConfigError, match=r"expected one of: none \(pci.alias is empty\)"):
         parse_config(flavor % "gpu:1", "inline")
+
+
+def test_a_flavor_pci_numa_affinity_policy_is_one_nova_knows(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        "flavors:\n  - {name: v, vcpu: 1, memory: 1GiB,"
+        ' extra_specs: {"hw:pci_numa_affinity_policy": bogus}}\n'
+    )
+    with pytest.raises(ConfigError, match=r"hw:pci_numa_affinity_policy: expected one of required, legacy"):
+        load_config(bad)

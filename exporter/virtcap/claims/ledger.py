@@ -144,7 +144,8 @@ class ClaimLedger:
                 raise self._refused("claim not created", error) from None
             self.claims[claim.id] = claim
             self.outcomes["created"] += 1
-            await self._refresh({name})
+            # shielded: a cancelled request must not leave the store without the claim it holds
+            await asyncio.shield(self._refresh({name}))
         log.info("claim created", extra={"claim": claim.id, "hypervisor": name, "owner": claim.owner})
         return claim
 

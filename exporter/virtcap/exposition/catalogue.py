@@ -318,13 +318,14 @@ NUMA_CELL_LIMIT = MetricFamily(
 NUMA_CELL_USED = MetricFamily(
     "hypervisor_numa_cell_used",
     "gauge",
-    "What counted domains with a NUMA placement take from the cell: floating vCPUs, pinned "
-    "dedicated CPUs, memory.",
+    "What counted domains with a NUMA placement and pending claims take from the cell: floating "
+    "vCPUs, pinned dedicated CPUs, memory.",
     _CELL_AMOUNT,
     UNIT_LABEL,
     label_values=_CELL_RESOURCES,
     meaning="floating vCPUs, pinned dedicated CPUs and memory of counted domains with a NUMA "
-    "placement (Nova counts no cell usage for an instance without a NUMA topology)",
+    "placement and of pending claims carrying extra specs (Nova counts no cell usage for an "
+    "instance without a NUMA topology)",
 )
 NUMA_CELL_FREE = MetricFamily(
     "hypervisor_numa_cell_free",
@@ -352,9 +353,9 @@ HUGEPAGES_RESERVED = MetricFamily(
 HUGEPAGES_USED = MetricFamily(
     "hypervisor_numa_cell_hugepages_used",
     "gauge",
-    "Hugepages of the size held by counted domains whose memory they back.",
+    "Hugepages of the size held by counted domains whose memory they back, and by pending claims.",
     _CELL_PAGES,
-    meaning="held by counted domains",
+    meaning="held by counted domains and pending claims",
 )
 HUGEPAGES_FREE = MetricFamily(
     "hypervisor_numa_cell_hugepages_free",
@@ -370,7 +371,8 @@ HUGEPAGES_KERNEL_FREE = MetricFamily(
     "the last background audit.",
     _CELL_PAGES,
     meaning="free as the kernel says (`virNodeGetFreePages`): below Nova's free count when "
-    "something beside the counted domains holds pages",
+    "something beside the counted domains holds pages, above it while pending claims hold pages "
+    "no guest has taken yet",
 )
 PCI_POOL_DEVICES = MetricFamily(
     "hypervisor_pci_pool_devices",
@@ -385,7 +387,8 @@ PCI_POOL_DEVICES = MetricFamily(
 PCI_POOL_DEVICES_FREE = MetricFamily(
     "hypervisor_pci_pool_devices_free",
     "gauge",
-    "Devices of the pool no domain holds (nor a domain holding their physical or virtual functions).",
+    "Devices of the pool no domain or pending claim holds (nor one holding their physical or virtual "
+    "functions).",
     _PCI_POOL,
     label_values={"device_type": ("type-PCI", "type-PF", "type-VF")},
     meaning="devices of the pool still free",
@@ -395,7 +398,8 @@ PCI_ALIAS_DEVICES = MetricFamily(
     "gauge",
     "Passthrough devices a flavor asking for the PCI alias could get on the hypervisor.",
     ("hypervisor", "alias"),
-    meaning="devices a `pci_passthrough:alias` of the alias could be given",
+    meaning="devices a `pci_passthrough:alias` of the alias could be given (a device matching two "
+    "aliases counts for each: sum per alias, not over aliases)",
 )
 PCI_ALIAS_DEVICES_FREE = MetricFamily(
     "hypervisor_pci_alias_devices_free",
@@ -414,7 +418,8 @@ GPU_VGPUS = MetricFamily(
 GPU_VGPUS_USED = MetricFamily(
     "hypervisor_gpu_vgpus_used",
     "gauge",
-    "Mediated devices of the GPU held by counted domains.",
+    "Mediated devices of the GPU held by counted domains (pending claims name no GPU: they count in "
+    "hypervisor_resource_claimed).",
     ("hypervisor", "gpu", "mdev_type"),
     meaning="held by counted domains",
 )

@@ -20,7 +20,7 @@ from virtcap.exposition import catalogue
 from virtcap.exposition.catalogue import AUDIT_OUTCOMES, CLAIM_OUTCOMES
 from virtcap.model.capacity import HostCapacity
 from virtcap.model.facts import CpuIdentity, DomainState, HostFacts
-from virtcap.model.placement import SMALL_PAGE_KIB, cell_amounts
+from virtcap.model.placement import cell_amounts
 from virtcap.model.resources import display_order
 from virtcap.service.snapshot import HypervisorSnapshot
 from virtcap.service.store import SnapshotStore
@@ -285,8 +285,9 @@ def _add_cells(gauges: _Gauges, name: str, capacity: HostCapacity, facts: HostFa
                 families, (amount.size, amount.limit, amount.used, amount.free), strict=True
             ):
                 family.add_metric(labels, value)
+        base = min((size.size_kib for size in cell.pages), default=0)
         for size in cell.pages:
-            if size.size_kib <= SMALL_PAGE_KIB:
+            if size.size_kib == base:  # the base pages are the cell's memory, shown as memory
                 continue
             labels = [name, cell_id, str(size.size_kib * 1024)]
             for family, value in zip(
@@ -301,10 +302,11 @@ def _add_cells(gauges: _Gauges, name: str, capacity: HostCapacity, facts: HostFa
 def _add_devices(gauges: _Gauges, name: str, capacity: HostCapacity) -> None:
     """PCI pools as Nova pools them, the devices each configured alias could get, and the vGPUs
     of each physical GPU."""
-    devices = gauges[catalogue.PCI_POOL_DEVICES]
-    free = gauges[catalogue.PCI_POOL_DEVICES_FREE]
+    # Pools differing only in tags the labels leave out (remote_managed, a physical network
+    # spelt empty) share one series: their devices add up, never two samples of one series.
+    pools: dict[tuple[str, ...], tuple[int, int]] = {}
     for pool in capacity.within.pci_pools:
-        labels = [
+        labels: tuple[str, ...] = (
             name,
             pool.address,
             pool.vendor_id,
@@ -312,14 +314,17 @@ def _add_devices(gauges: _Gauges, name: str, capacity: HostCapacity) -> None:
             pool.dev_type,
             "" if pool.numa_node is None else str(pool.numa_node),
             dict(pool.tags).get("physical_network", ""),
-        ]
-        devices.add_metric(labels, pool.count)
-        free.add_metric(labels, pool.free)
+        )
+        count, free = pools.get(labels, (0, 0))
+        pools[labels] = (count + pool.count, free + pool.free)
+    for pool_labels, (count, free) in pools.items():
+        gauges[catalogue.PCI_POOL_DEVICES].add_metric(list(pool_labels), count)
+        gauges[catalogue.PCI_POOL_DEVICES_FREE].add_metric(list(pool_labels), free)
     for alias, found in capacity.within.alias_devices().items():
         gauges[catalogue.PCI_ALIAS_DEVICES].add_metric([name, alias], found.devices)
         gauges[catalogue.PCI_ALIAS_DEVICES_FREE].add_metric([name, alias], found.free)
     for gpu in capacity.vgpus.gpus:
-        labels = [name, gpu.address, gpu.mdev_type]
-        gauges[catalogue.GPU_VGPUS].add_metric(labels, gpu.total)
-        gauges[catalogue.GPU_VGPUS_USED].add_metric(labels, gpu.used)
-        gauges[catalogue.GPU_VGPUS_FREE].add_metric(labels, gpu.free)
+        gpu_labels = [name, gpu.address, gpu.mdev_type]
+        gauges[catalogue.GPU_VGPUS].add_metric(gpu_labels, gpu.total)
+        gauges[catalogue.GPU_VGPUS_USED].add_metric(gpu_labels, gpu.used)
+        gauges[catalogue.GPU_VGPUS_FREE].add_metric(gpu_labels, gpu.free)

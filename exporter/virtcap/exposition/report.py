@@ -9,7 +9,7 @@ from virtcap.model.capacity import HostCapacity, ResourceCapacity
 from virtcap.model.facts import DomainState
 from virtcap.model.numa import HostCell
 from virtcap.model.pci import PciPool
-from virtcap.model.placement import SMALL_PAGE_KIB, cell_amounts
+from virtcap.model.placement import cell_amounts
 from virtcap.model.resources import display_order
 from virtcap.service.snapshot import HypervisorSnapshot
 from virtcap.units import format_bytes, format_cpu_set
@@ -189,9 +189,10 @@ def _cell_lines(capacity: HostCapacity) -> list[str]:
                 )
             else:
                 parts.append(f"{amount.resource.label} {amount.used}/{amount.limit:g}")
+        base = min((pages.size_kib for pages in cell.pages), default=0)
         for pages in cell.pages:
             offered = pages.total - pages.reserved
-            if pages.size_kib > SMALL_PAGE_KIB and pages.total:
+            if pages.size_kib != base and pages.total:
                 parts.append(f"{format_bytes(pages.size_kib * 1024)} pages {pages.free}/{offered} free")
         lines.append(f"  cell {cell.id}: {', '.join(parts)}")
     for alias, found in within.alias_devices().items():

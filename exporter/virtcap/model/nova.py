@@ -13,6 +13,7 @@ import re
 from collections.abc import Mapping
 
 from virtcap.model.facts import NovaFlavor, NovaInstance
+from virtcap.model.pci import NUMA_POLICIES
 from virtcap.model.resources import (
     CUSTOM_CLASS,
     CUSTOM_PREFIX,
@@ -167,6 +168,7 @@ _POLICY_VALUES = {
     "hw:cpu_policy": ("shared", "dedicated", "mixed"),
     "hw:cpu_thread_policy": ("prefer", "isolate", "require"),
     "hw:emulator_threads_policy": ("share", "isolate"),
+    "hw:pci_numa_affinity_policy": NUMA_POLICIES,
 }
 _BOOLEANS = ("1", "0", "t", "f", "true", "false", "on", "off", "y", "n", "yes", "no")
 

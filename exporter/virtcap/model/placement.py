@@ -84,10 +84,6 @@ def within_host(vcpus: int, memory_bytes: int, extra_specs: Mapping[str, str]) -
     )
 
 
-SMALL_PAGE_KIB = 4
-"""The base page size: its pages are the cell's memory, shown as memory, not as pages."""
-
-
 @dataclass(frozen=True, slots=True)
 class CellAmount:
     """One resource of a NUMA cell as Nova's NUMA fit checks it: what the cell has, what it may
@@ -309,7 +305,6 @@ def with_pending(layout: CellsAndDevices, pending: Sequence[WithinHost]) -> Cell
 
 __all__ = [
     "NOTHING_WITHIN",
-    "SMALL_PAGE_KIB",
     "AliasDevices",
     "CellAmount",
     "CellsAndDevices",

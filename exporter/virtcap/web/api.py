@@ -7,6 +7,7 @@ body.py's.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from typing import Any
 
@@ -174,9 +175,11 @@ async def capacity(request: web.Request) -> web.Response:
     """The same document as `virtcap audit --format json`, from the live snapshots."""
     store = request.app[STORE]
     snapshots = [state.latest for state in store.hypervisors.values() if state.latest is not None]
-    document = fleet_document(snapshots)
+    # built and encoded in a thread: a fleet's cells, pools and GPUs are no small document
+    document = await asyncio.to_thread(fleet_document, snapshots)
     document["generated_at"] = iso_time(time.time())
-    return web.json_response(document)
+    body = await asyncio.to_thread(json.dumps, document)
+    return web.Response(text=body, content_type="application/json")
 
 
 async def openapi(_request: web.Request) -> web.Response:
