@@ -89,10 +89,6 @@ class ClaimLedger:
     async def stop(self) -> None:
         await self.database.close()
 
-    def claimed(self, hypervisor: str) -> PendingClaims:
-        """What the claims on the hypervisor hold (see `pending_claims`)."""
-        return pending_claims(self.claims.values(), hypervisor)
-
     def pending(self) -> Counter[str]:
         return Counter(claim.hypervisor for claim in self.claims.values())
 
