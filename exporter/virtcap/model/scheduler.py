@@ -1,0 +1,514 @@
+"""Nova's scheduler, simulated: where the instances of a request land, and why a host refuses one.
+
+Pure: host states in, placements out. SCHEDULING.md ("The scheduler") gives the steps; this module
+follows Nova 34's `SchedulerManager._schedule` for a request of N instances of one demand:
+
+1. Placement's allocation candidates, once for the request: the up hosts where every requested
+   class fits one instance (with min_unit, max_unit, step_size and the vGPUs of one GPU), as
+   `HostCapacity.claim_test` tests them.
+2. Per instance, in turn: the candidates go through the filters (ComputeFilter: a hypervisor down
+   or with stale data; NUMATopologyFilter and PciPassthroughFilter: the demand's cells and
+   devices; ServerGroupAntiAffinityFilter, when asked, among the instances of this request), the
+   survivors are weighed (RAM, CPU and disk weighers, `nova.weights.normalize` over the
+   survivors), and the best one whose Placement claim still succeeds takes the instance: the
+   candidates are not asked for again, so a host that a previous instance filled is weighed
+   (and counts in the normalization) but refused at its claim, as in Nova.
+3. The chosen host consumes the instance (its classes, cells, devices and vGPUs) before the next.
+   Fewer hosts than instances: nothing is placed (NoValidHost), and the result says how many
+   would have fit and why each host refused the next one.
+
+Decisions where Nova leaves a choice or virtcap cannot see what Nova sees:
+
+- `host_subset_size` is 1 (Nova's default): the best host, never a random one among the best;
+  hosts of equal weight are taken by name, so that answers are reproducible (Nova takes them in
+  Placement's order).
+- The weighers' raw values are the compute node's legacy ones, derived from the capacity
+  (see `HostState`); the disk weigher leaves out Nova's cap by `disk_available_least` (thin disks
+  grown to their full size), which virtcap does not model. A host whose instance-disk storage
+  was not found weighs 0 on disk. Aggregate multipliers (`*_weight_multiplier` in aggregate
+  metadata) are not modelled: one multiplier per weigher for the whole fleet.
+- `ignore_hosts` and `force_hosts` are matched without regard to case, as Nova's host manager
+  matches them. Nova asks Placement for the first forced host only (and fails with "No such
+  host" when it does not exist), and skips its filters for a forced host; nova-compute's claim
+  then repeats the resource, NUMA and PCI tests and the late anti-affinity check, and a forced
+  instance is never rescheduled, so an instance that fails them does not land. Here a forced
+  instance is tested the same way as any other, on the first forced host only, and a forced
+  host that is down never takes it.
+- The domains of a failed host (`evacuation`) are those that count in its capacity (the
+  policy's counted states), each asking for what it is allocated: a Nova guest its flavor's
+  request and NUMA topology and devices (`within_host` of its extra specs), a plain domain its
+  allocation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from virtcap.model.capacity import HostCapacity, HostPolicy, domain_allocation, host_capacity
+from virtcap.model.facts import DomainFacts, HostFacts
+from virtcap.model.placement import NOTHING_WITHIN, Demand, WithinHost, within_host
+from virtcap.model.resources import MIB, Amounts, Resource
+
+# Filter names, as Nova names its filters (Placement for the allocation candidates and claims).
+IGNORE_HOSTS = "ignore_hosts"
+FORCE_HOSTS = "force_hosts"
+COMPUTE = "ComputeFilter"
+PLACEMENT = "Placement"
+NUMA_TOPOLOGY = "NUMATopologyFilter"
+PCI_PASSTHROUGH = "PciPassthroughFilter"
+ANTI_AFFINITY = "ServerGroupAntiAffinityFilter"
+
+WEIGHERS = ("ram", "cpu", "disk")
+"""Nova's RAMWeigher, CPUWeigher and DiskWeigher, summed in this order."""
+
+
+@dataclass(frozen=True, slots=True)
+class Multipliers:
+    """`[filter_scheduler] ram_weight_multiplier`, `cpu_weight_multiplier`,
+    `disk_weight_multiplier`: 1.0 spreads (Nova's default), a negative one stacks."""
+
+    ram: float = 1.0
+    cpu: float = 1.0
+    disk: float = 1.0
+
+    def of(self, weigher: str) -> float:
+        value: float = getattr(self, weigher)
+        return value
+
+
+SPREAD = Multipliers()
+
+
+@dataclass(frozen=True, slots=True)
+class Guest:
+    """A domain of a host as the scheduler would see it when it is moved: its request."""
+
+    name: str
+    demand: Demand
+
+    @property
+    def size(self) -> tuple[int, int, int]:
+        """Memory, vCPUs (shared and dedicated), disk: the order a host's domains are evacuated
+        in, largest first."""
+        request = self.demand.request
+        return (
+            request.get(Resource.MEMORY, 0),
+            request.get(Resource.VCPU, 0) + request.get(Resource.PCPU, 0),
+            request.get(Resource.DISK, 0),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class HostState:
+    """One hypervisor as the scheduler sees it: whether it is up, its capacity (with what this
+    simulation placed on it consumed), and its domains (for an evacuation).
+
+    The weighers read the compute node's legacy values, derived here from the capacity:
+
+    - `free_ram_mb`: total - reserved - used memory in MiB, without the allocation ratio;
+    - `vcpus_total` (the VCPU inventory's total: the shared set, or every CPU),
+      `cpu_allocation_ratio` (VCPU's) and `vcpus_used`: `reserved_host_cpus` plus every
+      instance's vCPUs, shared or dedicated, as the resource tracker and `consume_from_request`
+      add a flavor's vCPUs whatever its CPU policy (here its VCPU and PCPU allocations: an
+      instance isolating its emulator threads counts the extra PCPU too);
+    - `free_disk_mb`: (total - reserved_host_disk_mb - used disk) in MiB, without the ratio, the
+      reserved MiB as configured (not rounded up to GiB as the inventory's), without the
+      `disk_available_least` cap; None where the storage was not found.
+    """
+
+    name: str
+    capacity: HostCapacity
+    up: bool = True
+    stale: bool = False
+    reserved_disk_bytes: int = 0
+    """`reserved_host_disk_mb`, in bytes, as configured."""
+    guests: tuple[Guest, ...] = ()
+    placed: tuple[Demand, ...] = ()
+    """What this simulation placed on it, in order."""
+
+    @property
+    def free_ram_mb(self) -> float:
+        memory = self.capacity.resources.get(Resource.MEMORY)
+        if memory is None:
+            return 0.0
+        return ((memory.total or 0) - (memory.reserved or 0) - memory.used) / MIB
+
+    @property
+    def vcpus_total(self) -> int:
+        vcpu = self.capacity.resources.get(Resource.VCPU)
+        return vcpu.total or 0 if vcpu is not None else 0
+
+    @property
+    def cpu_allocation_ratio(self) -> float:
+        vcpu = self.capacity.resources.get(Resource.VCPU)
+        return vcpu.allocation_ratio if vcpu is not None else Resource.VCPU.default_allocation_ratio
+
+    @property
+    def vcpus_used(self) -> int:
+        resources = self.capacity.resources
+        vcpu, pcpu = resources.get(Resource.VCPU), resources.get(Resource.PCPU)
+        reserved = (vcpu.reserved or 0) if vcpu is not None else 0
+        return reserved + (vcpu.used if vcpu is not None else 0) + (pcpu.used if pcpu is not None else 0)
+
+    @property
+    def free_disk_mb(self) -> float | None:
+        disk = self.capacity.resources.get(Resource.DISK)
+        if disk is None or disk.total is None:
+            return None
+        return (disk.total - self.reserved_disk_bytes - disk.used) / MIB
+
+    def raw_weights(self) -> dict[str, float]:
+        """The RAM, CPU and disk weighers' raw values, before clipping."""
+        return {
+            "ram": self.free_ram_mb,
+            "cpu": self.vcpus_total * self.cpu_allocation_ratio - self.vcpus_used,
+            "disk": self.free_disk_mb or 0.0,
+        }
+
+    def consume(self, demand: Demand) -> HostState:
+        """The state once one instance of the demand is placed (it must fit: see `claim_test`):
+        its classes claimed, its cells, devices and vGPUs taken, as `host_capacity` with the
+        instance among the pending claims computes them. The per-flavor counts of the capacity
+        are left out (they would be out of date)."""
+        capacity = self.capacity
+        resources = dict(capacity.resources)
+        for resource, amount in demand.request.items():
+            if amount > 0:
+                current = resources[resource]
+                resources[resource] = replace(current, claimed=current.claimed + amount)
+        within = capacity.within.take(demand.within)
+        if within is None:
+            raise ValueError(f"{self.name}: the demand does not fit its cells and devices")
+        vgpus = demand.request.get(Resource.VGPU, 0)
+        consumed = replace(
+            capacity,
+            resources=resources,
+            within=within,
+            claimed_vgpus=capacity.claimed_vgpus + ((vgpus,) if vgpus > 0 else ()),
+            schedulable={},
+            bottlenecks={},
+            placement_limited={},
+            refusals={},
+        )
+        return replace(self, capacity=consumed, placed=(*self.placed, demand))
+
+
+def host_state(
+    name: str,
+    facts: HostFacts,
+    policy: HostPolicy,
+    *,
+    claimed: Amounts | None = None,
+    pending: Sequence[Demand] = (),
+    up: bool = True,
+    stale: bool = False,
+) -> HostState:
+    """A hypervisor's state from its facts, policy and pending claims (see `host_capacity`)."""
+    return HostState(
+        name=name,
+        capacity=host_capacity(facts, policy, None, claimed, pending),
+        up=up,
+        stale=stale,
+        reserved_disk_bytes=policy.reserved.get(Resource.DISK, 0),
+        guests=tuple(
+            Guest(domain.name, domain_demand(domain, policy))
+            for domain in facts.domains
+            if domain.state in policy.counted_states
+        ),
+    )
+
+
+def domain_demand(domain: DomainFacts, policy: HostPolicy) -> Demand:
+    """What a domain asks for when it is scheduled again: its allocation, and for a Nova guest the
+    NUMA topology and devices its flavor's extra specs ask for (none where Nova would refuse
+    them)."""
+    request = domain_allocation(domain, policy.cpu_dedicated_set)
+    within: WithinHost = NOTHING_WITHIN
+    if domain.nova is not None:
+        flavor = domain.nova.flavor
+        try:
+            within = within_host(flavor.vcpus, flavor.memory_mib * MIB, flavor.extra_specs)
+        except ValueError:
+            within = NOTHING_WITHIN
+    return Demand(request, within)
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    """Why a host did not take an instance: the first filter that refused it, with every reason it
+    gave (a class's in Nova's claim-test wording: "Free memory 1024.00 MiB < requested 2048
+    MiB")."""
+
+    filter: str
+    reasons: tuple[str, ...]
+
+    @property
+    def reason(self) -> str:
+        return self.reasons[0] if self.reasons else ""
+
+
+@dataclass(frozen=True, slots=True)
+class Weighed:
+    """A host's weight at one step: per weigher its raw value and its share of the weight
+    (normalized value x multiplier); their sum is the weight."""
+
+    host: str
+    weight: float
+    raw: Mapping[str, float]
+    parts: Mapping[str, float]
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One instance placed: where, how its host weighed, and among how many weighed hosts."""
+
+    host: str
+    weighed: Weighed
+    candidates: int
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleResult:
+    requested: int
+    fitted: int
+    """How many instances would have been placed one by one before the first that found no host:
+    all of them when the request succeeds."""
+    steps: tuple[Step, ...]
+    """Each instance that found a host, in order (tentative when the request fails)."""
+    rejections: Mapping[str, Rejection]
+    """Per host that did not take the last instance tried (the first one that found no host when
+    the request fails), its first refusal."""
+    no_valid_host: str | None = None
+    """Why the request fails where no host is ever looked at (a forced host that does not exist)."""
+    states: tuple[HostState, ...] = ()
+    """The hosts once the instances are placed (as given when the request fails)."""
+
+    @property
+    def placed(self) -> bool:
+        return self.fitted == self.requested
+
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        """Where each instance lands; empty when the request fails (all or nothing)."""
+        return tuple(step.host for step in self.steps) if self.placed else ()
+
+    @property
+    def unplaced(self) -> int:
+        return self.requested - self.fitted
+
+
+def normalize(values: Sequence[float], minval: float | None = 0.0) -> list[float]:
+    """`nova.weights.normalize` with the weighers' minval and no maxval: (v - minval) / (max -
+    minval), all 0 when max equals minval (with minval None, the smallest value)."""
+    if not values:
+        return []
+    top = float(max(values))
+    bottom = float(min(values) if minval is None else minval)
+    if top == bottom:
+        return [0.0] * len(values)
+    return [(value - bottom) / (top - bottom) for value in values]
+
+
+def weigh(hosts: Sequence[HostState], multipliers: Multipliers = SPREAD) -> list[Weighed]:
+    """The hosts weighed as Nova's weight handler weighs them, best first, ties by name: each
+    weigher's raw values clipped below at 0, normalized over the hosts, times its multiplier,
+    summed. One host alone weighs 0, as in Nova."""
+    raws = [host.raw_weights() for host in hosts]
+    if len(hosts) <= 1:
+        return [
+            Weighed(host.name, 0.0, raw, dict.fromkeys(WEIGHERS, 0.0))
+            for host, raw in zip(hosts, raws, strict=True)
+        ]
+    parts: list[dict[str, float]] = [{} for _ in hosts]
+    for weigher in WEIGHERS:
+        normalized = normalize([max(raw[weigher], 0.0) for raw in raws])
+        multiplier = multipliers.of(weigher)
+        for index, value in enumerate(normalized):
+            parts[index][weigher] = multiplier * value
+    weighed = []
+    for host, raw, part in zip(hosts, raws, parts, strict=True):
+        total = 0.0
+        for weigher in WEIGHERS:
+            total += part[weigher]
+        weighed.append(Weighed(host.name, total, raw, part))
+    return sorted(weighed, key=lambda w: (-w.weight, w.host))
+
+
+def _split(reasons: Sequence[str]) -> Rejection | None:
+    """claim_test's reasons under the filter that gives them: the classes and vGPUs are
+    Placement's, the cells NUMATopologyFilter's, the devices PciPassthroughFilter's."""
+    if not reasons:
+        return None
+    first = reasons[0]
+    if first.startswith("NUMA: "):
+        return Rejection(NUMA_TOPOLOGY, tuple(reasons))
+    if first.startswith("PCI: "):
+        return Rejection(PCI_PASSTHROUGH, tuple(reasons))
+    return Rejection(PLACEMENT, tuple(reasons))
+
+
+def _within_rejection(state: HostState, demand: Demand) -> Rejection | None:
+    """The NUMA topology and PCI passthrough filters, on the host as it is now."""
+    if not demand.within.asks:
+        return None
+    return _split(state.capacity.within.refusals(demand.within))
+
+
+def _request_hosts(
+    names: Sequence[str], ignore_hosts: Sequence[str], force_hosts: Sequence[str]
+) -> tuple[dict[str, Rejection], str | None]:
+    """The hosts `ignore_hosts` and `force_hosts` leave out, and why; with the reason the request
+    fails at once where the forced host does not exist."""
+    left_out: dict[str, Rejection] = {}
+    ignored = {name.lower() for name in ignore_hosts}
+    for name in names:
+        if name.lower() in ignored:
+            left_out[name] = Rejection(IGNORE_HOSTS, (f"{name} is in ignore_hosts",))
+    if not force_hosts:
+        return left_out, None
+    target = force_hosts[0]
+    if not any(name.lower() == target.lower() for name in names):
+        return left_out, f"No such host - host: {target}"
+    for name in names:
+        if name not in left_out and name.lower() != target.lower():
+            why = f"not the forced host {target} (Nova asks Placement for the first of force_hosts only)"
+            left_out[name] = Rejection(FORCE_HOSTS, (why,))
+    return left_out, None
+
+
+def schedule(
+    hosts: Sequence[HostState],
+    demand: Demand,
+    count: int = 1,
+    *,
+    ignore_hosts: Sequence[str] = (),
+    force_hosts: Sequence[str] = (),
+    anti_affinity: bool = False,
+    multipliers: Multipliers = SPREAD,
+) -> ScheduleResult:
+    """Where `count` instances of the demand land, one at a time, each consumed by its host
+    before the next; all or nothing (see the module's docstring)."""
+    if count < 0:
+        raise ValueError(f"expected a count of at least 0, got {count}")
+    by_name = {state.name: state for state in hosts}
+    if len(by_name) != len(hosts):
+        raise ValueError("expected each host once")
+    names = sorted(by_name)
+    rejected, no_such_host = _request_hosts(names, ignore_hosts, force_hosts)
+    if no_such_host is not None:
+        return ScheduleResult(count, 0, (), rejected, no_such_host, tuple(hosts))
+    # Placement's allocation candidates, asked once for the request
+    candidates: list[str] = []
+    for name in names:
+        if name in rejected:
+            continue
+        state = by_name[name]
+        if not state.up or state.stale:
+            rejected[name] = Rejection(COMPUTE, (_down(state),))
+            continue
+        refused = _split(_placement_reasons(state, demand))
+        if refused is not None:
+            rejected[name] = refused
+        else:
+            candidates.append(name)
+    current = dict(by_name)
+    steps: list[Step] = []
+    chosen: set[str] = set()
+    step_rejections: dict[str, Rejection] = {}
+    for _ in range(count):
+        step_rejections = dict(rejected)
+        passed = []
+        for name in candidates:
+            state = current[name]
+            refused = _within_rejection(state, demand)
+            if refused is None and anti_affinity and name in chosen:
+                refused = Rejection(ANTI_AFFINITY, (f"an instance of this request is already on {name}",))
+            if refused is not None:
+                step_rejections[name] = refused
+            else:
+                passed.append(state)
+        step: Step | None = None
+        for weighed in weigh(passed, multipliers):
+            state = current[weighed.host]
+            claim = state.capacity.claim_test(demand)
+            if claim:
+                step_rejections[weighed.host] = Rejection(
+                    PLACEMENT, ("claim refused: " + claim[0], *claim[1:])
+                )
+                continue
+            step = Step(weighed.host, weighed, len(passed))
+            break
+        if step is None:
+            return ScheduleResult(count, len(steps), tuple(steps), step_rejections, None, tuple(hosts))
+        steps.append(step)
+        chosen.add(step.host)
+        current[step.host] = current[step.host].consume(demand)
+    final = tuple(current[state.name] for state in hosts)
+    return ScheduleResult(count, len(steps), tuple(steps), step_rejections, None, final)
+
+
+def _placement_reasons(state: HostState, demand: Demand) -> list[str]:
+    """claim_test's reasons of the classes and vGPUs only (what Placement's candidates test)."""
+    return state.capacity.claim_test(Demand(demand.request))
+
+
+def _down(state: HostState) -> str:
+    if not state.up:
+        return f"hypervisor {state.name} is down"
+    return f"the data of hypervisor {state.name} is stale"
+
+
+@dataclass(frozen=True, slots=True)
+class Unplaced:
+    """A domain of the failed host that found no host, and why each host refused it."""
+
+    guest: str
+    rejections: Mapping[str, Rejection]
+    no_valid_host: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EvacuationResult:
+    failed: str
+    placements: tuple[tuple[str, str], ...]
+    """(domain, host) of each domain re-homed, in the order they were scheduled."""
+    unplaced: tuple[Unplaced, ...] = ()
+    states: tuple[HostState, ...] = field(default=())
+    """The remaining hosts once the re-homed domains are placed."""
+
+    @property
+    def feasible(self) -> bool:
+        return not self.unplaced
+
+    @property
+    def unplaced_count(self) -> int:
+        return len(self.unplaced)
+
+
+def evacuation_order(guests: Sequence[Guest]) -> list[Guest]:
+    """Largest first: by memory, then vCPUs, then disk, then name."""
+    return sorted(guests, key=lambda guest: (*(-amount for amount in guest.size), guest.name))
+
+
+def evacuation(
+    hosts: Sequence[HostState], failed: str, multipliers: Multipliers = SPREAD
+) -> EvacuationResult:
+    """Whether every domain of the `failed` host can be scheduled, one by one and largest first,
+    on the other hosts through the same engine (down or stale ones take none), each placed
+    domain consumed before the next; the domains that find no host are counted and go on."""
+    sources = [state for state in hosts if state.name == failed]
+    if len(sources) != 1:
+        raise ValueError(f"expected one host named {failed!r}, found {len(sources)}")
+    (source,) = sources
+    remaining = tuple(state for state in hosts if state.name != failed)
+    placements: list[tuple[str, str]] = []
+    unplaced: list[Unplaced] = []
+    for guest in evacuation_order(source.guests):
+        result = schedule(remaining, guest.demand, 1, multipliers=multipliers)
+        if result.placed:
+            placements.append((guest.name, result.steps[0].host))
+            remaining = result.states
+        else:
+            unplaced.append(Unplaced(guest.name, result.rejections, result.no_valid_host))
+    return EvacuationResult(failed, tuple(placements), tuple(unplaced), remaining)
