@@ -395,6 +395,8 @@ def test_placements_respect_capacity_and_do_not_depend_on_host_order(
     for name in set(result.hosts):
         after = by_name[name].capacity.resources
         for resource, amount in asked.request.items():
+            if amount <= 0:  # a class asked for 0 is not tested: the host may be over it already
+                continue
             capacity = after[resource]
             assert capacity.max_unit is None or amount <= capacity.max_unit
             assert capacity.free is None or capacity.free >= 0

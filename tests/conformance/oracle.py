@@ -42,6 +42,14 @@ Requests (`op`):
   Nova's NUMA topology for it, where it fits and how many fit in a row, with their PCI devices
   for flavors asking for some (see `numa` below).
 
+- `weights` {hosts, multipliers, lists}: Nova's weighing of host states (`HostWeightHandler`'s
+  `get_weighed_objects` with the RAM, CPU and disk weighers, in that order, under
+  `[filter_scheduler] ram_weight_multiplier`, `cpu_weight_multiplier`, `disk_weight_multiplier`):
+  each host {name, free_ram_mb, vcpus_total, vcpus_used, cpu_allocation_ratio, free_disk_mb} is a
+  scheduler HostState with those attributes and no aggregates, given in the order listed; the
+  answer is the hosts as Nova sorts them, with their weights. And `nova.weights.normalize` of
+  each of `lists` {values, minval, maxval}.
+
 Any other failure is answered as {"oracle_error": ...}, which fails the test that asked.
 """
 
@@ -779,6 +787,42 @@ def _numa_pci_count(host: Any, topology: Any, limits: Any, stats: Any, requests:
     return count
 
 
+def weights(request: dict[str, Any]) -> dict[str, Any]:
+    from nova import weights as nova_weights  # noqa: PLC0415
+    from nova.scheduler import host_manager  # noqa: PLC0415
+    from nova.scheduler import weights as host_weights  # noqa: PLC0415
+    from nova.scheduler.weights import cpu, disk, ram  # noqa: PLC0415
+
+    multipliers = request.get("multipliers", {})
+    options = {
+        "ram_weight_multiplier": multipliers.get("ram", 1.0),
+        "cpu_weight_multiplier": multipliers.get("cpu", 1.0),
+        "disk_weight_multiplier": multipliers.get("disk", 1.0),
+    }
+    for name, value in options.items():
+        NOVA_CONF.set_override(name, value, group="filter_scheduler")
+    try:
+        states = []
+        for described in request.get("hosts", []):
+            state = host_manager.HostState(described["name"], described["name"], None)
+            for key in ("free_ram_mb", "vcpus_total", "vcpus_used", "cpu_allocation_ratio", "free_disk_mb"):
+                setattr(state, key, described[key])
+            states.append(state)
+        weighers = [ram.RAMWeigher(), cpu.CPUWeigher(), disk.DiskWeigher()]
+        weighed = host_weights.HostWeightHandler().get_weighed_objects(weighers, states, None)
+        normalized = [
+            [float(v) for v in nova_weights.normalize(item["values"], item.get("minval"), item.get("maxval"))]
+            for item in request.get("lists", [])
+        ]
+        return {
+            "weighed": [{"host": item.obj.host, "weight": float(item.weight)} for item in weighed],
+            "normalized": normalized,
+        }
+    finally:
+        for name in options:
+            NOVA_CONF.clear_override(name, group="filter_scheduler")
+
+
 def main() -> None:
     placement: Placement | None = None
 
@@ -805,6 +849,8 @@ def main() -> None:
                 # beside this script, which runs as a script: its folder is on the path
                 reply: dict[str, Any] = importlib.import_module("oracle_vgpu").vgpu(request)
                 return reply
+            if op == "weights":
+                return weights(request)
             if op == "ping":
                 return {"pong": True}
         except Exception as error:  # reported to the test, which fails with it
