@@ -8,18 +8,26 @@ limit is its size.
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import timedelta
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from tests.factories import GIB, MIB, domain, host, local_disk
-from tests.test_capacity_within import PINNED_CONFIG, configured, pinned_host
+from tests.test_capacity_within import (
+    PCI_CONFIG,
+    PINNED_CONFIG,
+    VGPU_CONFIG,
+    configured,
+    gpu_host,
+    pinned_host,
+    sriov_host,
+)
 from virtcap.model.capacity import HostPolicy, host_capacity
-from virtcap.model.facts import DomainFacts, NovaFlavor
+from virtcap.model.facts import DomainFacts, HostFacts, NovaFlavor
 from virtcap.model.placement import Demand
 from virtcap.model.resources import Resource
 from virtcap.model.scheduler import (
@@ -28,6 +36,7 @@ from virtcap.model.scheduler import (
     FORCE_HOSTS,
     IGNORE_HOSTS,
     NUMA_TOPOLOGY,
+    PCI_PASSTHROUGH,
     PLACEMENT,
     Guest,
     HostState,
@@ -228,26 +237,56 @@ def test_anti_affinity_puts_each_instance_of_a_request_on_its_own_host() -> None
 # --- consuming an instance ------------------------------------------------------------------------
 
 
-def test_consuming_is_host_capacity_with_the_instance_pending() -> None:
-    policy, flavors = configured(PINNED_CONFIG)
-    facts = pinned_host()
-    sequence = [flavors["p4"], flavors["m1.small"], flavors["p2.1g"], flavors["p1"], flavors["s1.1g"]]
-    incremental = host_state("pinned", facts, policy)
+CONSUMED = [
+    (PINNED_CONFIG, pinned_host, ["p4", "m1.small", "p2.1g", "p1", "s1.1g"]),
+    (PCI_CONFIG, sriov_host, ["pv.preferred", "pv.preferred"]),
+    (PCI_CONFIG, sriov_host, ["v2", "pv.preferred"]),
+    (PCI_CONFIG, lambda: sriov_host(numa=False), ["v2", "v2"]),
+    (VGPU_CONFIG, gpu_host, ["g2", "g2"]),
+    (VGPU_CONFIG, gpu_host, ["g3", "g2"]),
+]
+
+
+@pytest.mark.parametrize(("config", "facts", "sequence"), CONSUMED)
+def test_consuming_is_host_capacity_with_the_instance_pending(
+    config: str, facts: Callable[[], HostFacts], sequence: list[str]
+) -> None:
+    """consume() updates the state in place of recomputing it: the same classes, cells, devices,
+    vGPUs and claim answers as host_capacity with the placed instances as pending claims."""
+    policy, flavors = configured(config)
+    measured = facts()
+    incremental = host_state("h", measured, policy)
     placed: list[Demand] = []
-    for instance in sequence:
-        assert incremental.capacity.claim_test(instance) == []
+    for name in sequence:
+        instance = flavors[name]
+        assert incremental.capacity.claim_test(instance) == [], name
         incremental = incremental.consume(instance)
         placed.append(instance)
         claimed: dict[Resource, int] = {}
         for one in placed:
             for resource, amount in one.request.items():
                 claimed[resource] = claimed.get(resource, 0) + amount
-        exact = host_capacity(facts, policy, None, claimed, placed)
+        exact = host_capacity(measured, policy, None, claimed, placed)
         assert dict(incremental.capacity.resources) == dict(exact.resources)
         assert incremental.capacity.within == exact.within
         assert incremental.capacity.claimed_vgpus == exact.claimed_vgpus
-        for name, flavor in flavors.items():
-            assert incremental.capacity.claim_test(flavor) == exact.claim_test(flavor), name
+        for other, flavor in flavors.items():
+            assert incremental.capacity.claim_test(flavor) == exact.claim_test(flavor), other
+
+
+def test_devices_and_vgpus_are_consumed_instance_by_instance() -> None:
+    policy, flavors = configured(PCI_CONFIG)
+    nics = host_state("nics", sriov_host(numa=False), policy)
+    # 4 free VFs: two instances of 2, the third finds none
+    two = schedule([nics], flavors["v2"], 3)
+    assert two.fitted == 2 and two.rejections["nics"].filter == PCI_PASSTHROUGH
+    assert two.rejections["nics"].reason == "PCI: no free devices for vf-legacy:2 (vf-legacy 0 free)"
+    assert schedule([nics], flavors["v5"], 1).rejections["nics"].filter == PCI_PASSTHROUGH
+    policy, flavors = configured(VGPU_CONFIG)
+    gpus = host_state("gpus", gpu_host(), policy)
+    # GPUs of 3 and 2 free: g2 takes one from each; 1 vGPU is left, on the first
+    result = schedule([gpus], flavors["g2"], 3)
+    assert result.fitted == 2 and result.rejections["gpus"].filter == PLACEMENT
 
 
 # --- evacuation -----------------------------------------------------------------------------------
@@ -336,16 +375,16 @@ def test_a_nova_guest_asks_for_its_flavors_numa_topology() -> None:
 
 HOSTS = st.lists(
     st.tuples(
-        st.integers(1, 16),  # cpus
-        st.integers(1, 64),  # memory GiB
-        st.integers(0, 200),  # disk GiB
-        st.lists(st.tuples(st.integers(1, 8), st.integers(1, 32), st.integers(0, 80)), max_size=4),
-        st.booleans(),  # up
+        st.integers(2, 32),  # cpus
+        st.integers(8, 128),  # memory GiB
+        st.integers(40, 500),  # disk GiB
+        st.lists(st.tuples(st.integers(1, 8), st.integers(1, 16), st.integers(0, 80)), max_size=5),
+        st.sampled_from([True, True, True, False]),  # up
     ),
     min_size=1,
-    max_size=5,
+    max_size=6,
 )
-DEMANDS = st.tuples(st.integers(1, 8), st.integers(1, 24), st.integers(0, 60))
+DEMANDS = st.tuples(st.integers(1, 6), st.integers(1, 16), st.integers(0, 60))
 MULTIPLIERS = st.builds(
     Multipliers,
     st.sampled_from([-1.0, 0.0, 1.0, 2.5]),
@@ -354,25 +393,36 @@ MULTIPLIERS = st.builds(
 )
 
 
-def fleet(shapes: list[tuple[int, int, int, list[tuple[int, int, int]], bool]]) -> list[HostState]:
-    return [
-        state(
-            f"h{index}",
-            cpus,
-            memory,
-            disk,
-            tuple(guest(f"d{n}", m, v, d) for n, (v, m, d) in enumerate(domains)),
-            policy=HostPolicy(),  # Nova's defaults: 4.0 CPU ratio, 512 MiB reserved
-            up=up,
+Shapes = list[tuple[int, int, int, list[tuple[int, int, int]], bool]]
+"""Per host: CPUs, GiB of memory and of disk, its domains (vCPUs, memory GiB, disk GiB), up."""
+DEFAULTS = HostPolicy()
+"""Nova's defaults: 4.0 CPU ratio, 512 MiB of memory reserved."""
+
+
+def fleet_facts(shapes: Shapes) -> dict[str, HostFacts]:
+    return {
+        f"h{index}": host(
+            cpus=cpus,
+            memory=memory * GIB,
+            disk=disk * GIB,
+            domains=tuple(guest(f"d{n}", m, v, d) for n, (v, m, d) in enumerate(domains)),
         )
-        for index, (cpus, memory, disk, domains, up) in enumerate(shapes)
+        for index, (cpus, memory, disk, domains, _up) in enumerate(shapes)
+    }
+
+
+def fleet(shapes: Shapes) -> list[HostState]:
+    facts = fleet_facts(shapes)
+    return [
+        host_state(name, facts[name], DEFAULTS, up=shape[4])
+        for name, shape in zip(facts, shapes, strict=True)
     ]
 
 
-@settings(max_examples=60, deadline=timedelta(seconds=5), suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=timedelta(seconds=5), suppress_health_check=[HealthCheck.too_slow])
 @given(HOSTS, DEMANDS, st.integers(1, 6), MULTIPLIERS, st.booleans(), st.randoms(use_true_random=False))
 def test_placements_respect_capacity_and_do_not_depend_on_host_order(
-    shapes: list[tuple[int, int, int, list[tuple[int, int, int]], bool]],
+    shapes: Shapes,
     wanted: tuple[int, int, int],
     count: int,
     multipliers: Multipliers,
@@ -388,6 +438,7 @@ def test_placements_respect_capacity_and_do_not_depend_on_host_order(
     again = schedule(shuffled, asked, count, multipliers=multipliers, anti_affinity=anti_affinity)
     assert again.hosts == result.hosts and again.fitted == result.fitted
     assert dict(again.rejections) == dict(result.rejections)
+    event(f"{result.fitted} of {count} placed")
     if not result.placed:
         assert result.states == tuple(hosts)
         return
@@ -404,10 +455,10 @@ def test_placements_respect_capacity_and_do_not_depend_on_host_order(
         assert len(set(result.hosts)) == len(result.hosts)
 
 
-@settings(max_examples=30, deadline=timedelta(seconds=5), suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=80, deadline=timedelta(seconds=5), suppress_health_check=[HealthCheck.too_slow])
 @given(HOSTS, st.randoms(use_true_random=False))
 def test_an_evacuation_does_not_depend_on_host_order_and_respects_capacity(
-    shapes: list[tuple[int, int, int, list[tuple[int, int, int]], bool]], rng: random.Random
+    shapes: Shapes, rng: random.Random
 ) -> None:
     hosts = fleet(shapes)
     failed = hosts[0].name
@@ -415,6 +466,7 @@ def test_an_evacuation_does_not_depend_on_host_order_and_respects_capacity(
     shuffled = list(hosts)
     rng.shuffle(shuffled)
     again = evacuation(shuffled, failed)
+    event(f"{len(result.placements)} re-homed, {result.unplaced_count} not")
     assert again.placements == result.placements
     assert [u.guest for u in again.unplaced] == [u.guest for u in result.unplaced]
     before = {h.name: h for h in hosts}
@@ -425,3 +477,12 @@ def test_an_evacuation_does_not_depend_on_host_order_and_respects_capacity(
                 if any(d.request.get(resource, 0) > 0 for d in after.placed):
                     assert capacity.free is None or capacity.free >= 0, (after.name, resource)
         assert before[after.name].capacity.resources.keys() == after.capacity.resources.keys()
+    # replayed as claims, one by one on each host, every placed domain is accepted
+    facts = fleet_facts(shapes)
+    for after in result.states:
+        claimed: dict[Resource, int] = {}
+        for index, placed in enumerate(after.placed):
+            held = host_capacity(facts[after.name], DEFAULTS, None, claimed, after.placed[:index])
+            assert held.claim_test(placed) == [], (after.name, index)
+            for resource, amount in placed.request.items():
+                claimed[resource] = claimed.get(resource, 0) + amount
