@@ -173,6 +173,16 @@ def test_a_batch_is_all_or_nothing_and_says_why_the_rest_does_not_fit() -> None:
     assert schedule(hosts, demand(), 8).placed
 
 
+def test_a_request_for_no_instance_places_nothing_and_succeeds() -> None:
+    hosts = [state("a")]
+    empty = schedule(hosts, demand(), 0)
+    assert empty.placed and empty.hosts == () and empty.states == tuple(hosts)
+    with pytest.raises(ValueError, match="at least 0"):
+        schedule(hosts, demand(), -1)
+    with pytest.raises(ValueError, match="each host once"):
+        schedule([state("a"), state("a")], demand(), 1)
+
+
 def test_a_request_larger_than_any_host_is_refused_by_max_unit() -> None:
     result = schedule([state("a")], demand(vcpu=6), 1)
     assert result.fitted == 0

@@ -19,6 +19,13 @@ follows Nova 34's `SchedulerManager._schedule` for a request of N instances of o
 
 Decisions where Nova leaves a choice or virtcap cannot see what Nova sees:
 
+- A host refused by several tests is reported under the first, in this order: `ignore_hosts`,
+  `force_hosts`, ComputeFilter, Placement, NUMATopologyFilter, PciPassthroughFilter,
+  ServerGroupAntiAffinityFilter (Nova runs ComputeFilter after Placement; a host that is down
+  is reported down, whatever its last capacity says).
+- The weighers' minval is 0, so `normalize` divides by the largest value: hosts with equal
+  non-zero values each weigh 1.0, not 0 (all 0 only when the largest value is 0). The order is
+  the same either way; the weights shown are Nova's.
 - `host_subset_size` is 1 (Nova's default): the best host, never a random one among the best;
   hosts of equal weight are taken by name, so that answers are reproducible (Nova takes them in
   Placement's order).
