@@ -26,7 +26,7 @@ from tests.test_capacity_within import (
     pinned_host,
     sriov_host,
 )
-from virtcap.model.capacity import HostPolicy, host_capacity
+from virtcap.model.capacity import HostPolicy, domain_allocation, host_capacity
 from virtcap.model.facts import DomainFacts, HostFacts, NovaFlavor
 from virtcap.model.placement import Demand
 from virtcap.model.resources import Resource
@@ -379,6 +379,7 @@ def test_a_nova_guest_asks_for_its_flavors_numa_topology() -> None:
     hs = host_state("h", host(domains=(nova_guest,)), HostPolicy())
     (only,) = hs.guests
     assert only.demand.request[Resource.PCPU] == 2 and only.demand.within.topology is not None
+    assert dict(only.demand.request) == domain_allocation(nova_guest, None)
 
 
 # --- properties -----------------------------------------------------------------------------------

@@ -54,6 +54,7 @@ from dataclasses import dataclass, field, replace
 
 from virtcap.model.capacity import HostCapacity, HostPolicy, domain_allocation, host_capacity
 from virtcap.model.facts import DomainFacts, HostFacts
+from virtcap.model.nova import nova_request
 from virtcap.model.placement import NOTHING_WITHIN, Demand, WithinHost, within_host
 from virtcap.model.resources import MIB, Amounts, Resource
 
@@ -227,17 +228,19 @@ def host_state(
 
 
 def domain_demand(domain: DomainFacts, policy: HostPolicy) -> Demand:
-    """What a domain asks for when it is scheduled again: its allocation, and for a Nova guest the
-    NUMA topology and devices its flavor's extra specs ask for (none where Nova would refuse
-    them)."""
-    request = domain_allocation(domain, policy.cpu_dedicated_set)
+    """What a domain asks for when it is scheduled again: a plain domain its allocation; a Nova
+    guest its flavor's request, group by group (which adds up to its allocation), and the NUMA
+    topology and devices its flavor's extra specs ask for (none where Nova would refuse them;
+    the image's `hw_*` properties are not read)."""
+    if domain.nova is None:
+        return Demand(domain_allocation(domain, policy.cpu_dedicated_set))
+    request = nova_request(domain.nova)  # its request groups: each is held to max_unit on its own
     within: WithinHost = NOTHING_WITHIN
-    if domain.nova is not None:
-        flavor = domain.nova.flavor
-        try:
-            within = within_host(flavor.vcpus, flavor.memory_mib * MIB, flavor.extra_specs)
-        except ValueError:
-            within = NOTHING_WITHIN
+    flavor = domain.nova.flavor
+    try:
+        within = within_host(flavor.vcpus, flavor.memory_mib * MIB, flavor.extra_specs)
+    except ValueError:
+        within = NOTHING_WITHIN
     return Demand(request, within)
 
 
