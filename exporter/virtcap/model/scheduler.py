@@ -134,6 +134,16 @@ class HostState:
     guests: tuple[Guest, ...] = ()
     placed: tuple[Demand, ...] = ()
     """What this simulation placed on it, in order."""
+    _raw: Mapping[str, float] = field(init=False, repr=False, compare=False)
+    """The weighers' raw values, computed once: a state is weighed at every step of a request."""
+
+    def __post_init__(self) -> None:
+        raw = {
+            "ram": self.free_ram_mb,
+            "cpu": self.vcpus_total * self.cpu_allocation_ratio - self.vcpus_used,
+            "disk": self.free_disk_mb or 0.0,
+        }
+        object.__setattr__(self, "_raw", raw)
 
     @property
     def free_ram_mb(self) -> float:
@@ -166,13 +176,9 @@ class HostState:
             return None
         return (disk.total - self.reserved_disk_bytes - disk.used) / MIB
 
-    def raw_weights(self) -> dict[str, float]:
+    def raw_weights(self) -> Mapping[str, float]:
         """The RAM, CPU and disk weighers' raw values, before clipping."""
-        return {
-            "ram": self.free_ram_mb,
-            "cpu": self.vcpus_total * self.cpu_allocation_ratio - self.vcpus_used,
-            "disk": self.free_disk_mb or 0.0,
-        }
+        return self._raw
 
     def consume(self, demand: Demand) -> HostState:
         """The state once one instance of the demand is placed (it must fit: see `claim_test`):
