@@ -38,6 +38,7 @@ from virtcap.model.scheduler import (
     NUMA_TOPOLOGY,
     PCI_PASSTHROUGH,
     PLACEMENT,
+    CandidateMemo,
     Guest,
     HostState,
     Multipliers,
@@ -478,6 +479,10 @@ def test_an_evacuation_does_not_depend_on_host_order_and_respects_capacity(
     rng.shuffle(shuffled)
     again = evacuation(shuffled, failed)
     event(f"{len(result.placements)} re-homed, {result.unplaced_count} not")
+    # a memo shared by the evacuations of every host changes no answer
+    shared = CandidateMemo()
+    for lost in hosts:
+        assert evacuation(hosts, lost.name, memo=shared) == evacuation(hosts, lost.name)
     assert again.placements == result.placements
     assert [u.guest for u in again.unplaced] == [u.guest for u in result.unplaced]
     before = {h.name: h for h in hosts}

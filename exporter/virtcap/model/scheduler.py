@@ -56,7 +56,7 @@ from virtcap.model.capacity import HostCapacity, HostPolicy, domain_allocation, 
 from virtcap.model.facts import DomainFacts, HostFacts
 from virtcap.model.nova import nova_request
 from virtcap.model.placement import NOTHING_WITHIN, Demand, WithinHost, within_host
-from virtcap.model.resources import MIB, Amounts, Resource
+from virtcap.model.resources import MIB, Amounts, Resource, request_groups
 
 # Filter names, as Nova names its filters (Placement for the allocation candidates and claims).
 IGNORE_HOSTS = "ignore_hosts"
@@ -393,6 +393,38 @@ def _request_hosts(
     return left_out, None
 
 
+class CandidateMemo:
+    """Placement's answer (the classes and vGPUs) per host state and request, kept for the
+    requests that follow: states are immutable, so an answer holds for as long as its state
+    object lives (the memo keeps it alive). One memo serves many requests and evacuations over
+    the same states, where most hosts are asked about the same flavors again and again."""
+
+    __slots__ = ("_answers",)
+
+    def __init__(self) -> None:
+        self._answers: dict[tuple[int, RequestKey], tuple[HostState, Rejection | None]] = {}
+
+    def refusal(self, state: HostState, demand: Demand) -> Rejection | None:
+        key = (id(state), request_key(demand.request))
+        found = self._answers.get(key)
+        if found is not None and found[0] is state:
+            return found[1]
+        answer = _split(_placement_reasons(state, demand))
+        self._answers[key] = (state, answer)
+        return answer
+
+
+RequestKey = tuple[tuple[tuple[str, int], ...], ...]
+
+
+def request_key(request: Amounts) -> RequestKey:
+    """A request as a hashable value: its groups, each its classes and amounts."""
+    return tuple(
+        tuple(sorted((resource.placement_class, amount) for resource, amount in group.items()))
+        for group in request_groups(request)
+    )
+
+
 def schedule(
     hosts: Sequence[HostState],
     demand: Demand,
@@ -402,9 +434,11 @@ def schedule(
     force_hosts: Sequence[str] = (),
     anti_affinity: bool = False,
     multipliers: Multipliers = SPREAD,
+    memo: CandidateMemo | None = None,
 ) -> ScheduleResult:
     """Where `count` instances of the demand land, one at a time, each consumed by its host
-    before the next; all or nothing (see the module's docstring)."""
+    before the next; all or nothing (see the module's docstring). A `memo` keeps Placement's
+    answers for the next requests over the same states (the answer is the same without it)."""
     if count < 0:
         raise ValueError(f"expected a count of at least 0, got {count}")
     by_name = {state.name: state for state in hosts}
@@ -423,7 +457,9 @@ def schedule(
         if not state.up or state.stale:
             rejected[name] = Rejection(COMPUTE, (_down(state),))
             continue
-        refused = _split(_placement_reasons(state, demand))
+        refused = (
+            memo.refusal(state, demand) if memo is not None else _split(_placement_reasons(state, demand))
+        )
         if refused is not None:
             rejected[name] = refused
         else:
@@ -508,11 +544,17 @@ def evacuation_order(guests: Sequence[Guest]) -> list[Guest]:
 
 
 def evacuation(
-    hosts: Sequence[HostState], failed: str, multipliers: Multipliers = SPREAD
+    hosts: Sequence[HostState],
+    failed: str,
+    multipliers: Multipliers = SPREAD,
+    memo: CandidateMemo | None = None,
 ) -> EvacuationResult:
     """Whether every domain of the `failed` host can be scheduled, one by one and largest first,
     on the other hosts through the same engine (down or stale ones take none), each placed
-    domain consumed before the next; the domains that find no host are counted and go on."""
+    domain consumed before the next; the domains that find no host are counted and go on. A
+    `memo` shared by the evacuations of several hosts of the same fleet saves asking Placement
+    again about the hosts they leave unchanged."""
+    memo = memo if memo is not None else CandidateMemo()
     sources = [state for state in hosts if state.name == failed]
     if len(sources) != 1:
         raise ValueError(f"expected one host named {failed!r}, found {len(sources)}")
@@ -521,7 +563,7 @@ def evacuation(
     placements: list[tuple[str, str]] = []
     unplaced: list[Unplaced] = []
     for guest in evacuation_order(source.guests):
-        result = schedule(remaining, guest.demand, 1, multipliers=multipliers)
+        result = schedule(remaining, guest.demand, 1, multipliers=multipliers, memo=memo)
         if result.placed:
             placements.append((guest.name, result.steps[0].host))
             remaining = result.states
