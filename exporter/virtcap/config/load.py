@@ -42,6 +42,7 @@ from virtcap.model.nova import flavor_request
 from virtcap.model.pci import PCI_ALIAS_SPEC, PciAlias, PciRequestError, parse_alias_request
 from virtcap.model.placement import NOTHING_WITHIN, Demand, WithinHost, within_host
 from virtcap.model.resources import Amounts, Resource, resource_by_label
+from virtcap.model.scheduler import SPREAD, Multipliers
 from virtcap.units import format_cpu_set
 
 __all__ = [
@@ -89,6 +90,8 @@ class Config:
     claims: ClaimSettings = field(default_factory=ClaimSettings)
     pci_aliases: Mapping[str, PciAlias] = field(default_factory=dict)
     """Nova's `[pci] alias`, by name: what `pci_passthrough:alias` in a flavor asks for."""
+    multipliers: Multipliers = SPREAD
+    """`scheduler.weighers`: the RAM, CPU and disk weighers' multipliers of a dry-run placement."""
 
     @property
     def flavor_demands(self) -> dict[str, Demand]:
@@ -157,6 +160,7 @@ def build_config(parsed: ConfigFile, source: str) -> Config:
         flavors=flavors,
         claims=parsed.claims,
         pci_aliases=aliases,
+        multipliers=Multipliers(**parsed.scheduler.weighers.model_dump()),
     )
 
 

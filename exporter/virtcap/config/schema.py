@@ -10,6 +10,7 @@ every whole number and string below, and the CPUs named by all CPU sets together
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Annotated, ClassVar, Literal, Self
@@ -38,6 +39,8 @@ from virtcap.model.resources import CUSTOM_CLASS, PLACEMENT_MAX_INT
 from virtcap.model.vgpu import EnabledMdevType
 from virtcap.units import (
     MAX_CPU,
+    MAX_QUANTITY_CHARS,
+    MAX_RATIO,
     brief_repr,
     parse_cpu_set,
     parse_duration,
@@ -513,9 +516,46 @@ class ClaimSettings(_Section):
         return self
 
 
+def parse_multiplier(value: object) -> float:
+    """A weigher's multiplier: a finite number from -MAX_RATIO to MAX_RATIO (negative: stack)."""
+    bound = f"expected a finite number from {-MAX_RATIO:g} to {MAX_RATIO:g}"
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValueError(f"expected a number, got {brief_repr(value)}")
+    if isinstance(value, int) and not -MAX_RATIO <= value <= MAX_RATIO:
+        raise ValueError(f"{bound}, got {brief_repr(value)}")  # compared as an int: no OverflowError
+    if isinstance(value, str):
+        try:
+            number = float(value) if len(value) <= MAX_QUANTITY_CHARS else math.nan
+        except ValueError:
+            raise ValueError(f"expected a number, got {brief_repr(value)}") from None
+    else:
+        number = float(value)
+    if not math.isfinite(number) or not -MAX_RATIO <= number <= MAX_RATIO:
+        raise ValueError(f"{bound}, got {brief_repr(value)}")
+    return number
+
+
+Multiplier = Annotated[float, BeforeValidator(parse_multiplier)]
+
+
+class WeighersSection(_Section):
+    """Nova's `[filter_scheduler] ram_weight_multiplier`, `cpu_weight_multiplier` and
+    `disk_weight_multiplier`: 1.0 spreads (Nova's default), a negative multiplier stacks, 0 turns
+    the weigher off."""
+
+    ram: Multiplier = 1.0
+    cpu: Multiplier = 1.0
+    disk: Multiplier = 1.0
+
+
+class SchedulerSection(_Section):
+    weighers: WeighersSection = WeighersSection()
+
+
 class ConfigFile(_Section):
     audit: AuditSettings = AuditSettings()
     claims: ClaimSettings = ClaimSettings()
+    scheduler: SchedulerSection = SchedulerSection()
     defaults: PolicySection = PolicySection()
     hypervisors: list[HypervisorSection] | None = None
     flavors: list[FlavorSection] = []
