@@ -26,13 +26,14 @@ from virtcap.claims.ledger import (
     claim_within,
 )
 from virtcap.config import ClaimSettings, Config, explain_validation_error
+from virtcap.dryrun import FleetEntry, PlacementError, dry_run
 from virtcap.exposition.report import fleet_document
 from virtcap.model.pci import PCI_ALIAS_SPEC, PciRequestError, parse_alias_request
 from virtcap.model.resources import Resource
 from virtcap.service.store import SnapshotStore
 from virtcap.web.body import json_error, parse_json, read_body
 from virtcap.web.exporter import EXPORTER
-from virtcap.web.models import ClaimBody, ClaimDocument, ClaimList, iso_time
+from virtcap.web.models import ClaimBody, ClaimDocument, ClaimList, PlacementBody, iso_time
 from virtcap.web.openapi import openapi_document
 
 STORAGE_RETRY_AFTER_SECONDS = 10
@@ -182,6 +183,42 @@ async def capacity(request: web.Request) -> web.Response:
     return web.Response(text=body, content_type="application/json")
 
 
+async def placements(request: web.Request) -> web.Response:
+    """A dry-run placement on the live snapshots, pending claims counted as usage: nothing is held."""
+    document = parse_json(await read_body(request))
+    if not isinstance(document, dict):
+        raise json_error(web.HTTPBadRequest, "the body must be a JSON object")
+    try:
+        body = await asyncio.to_thread(PlacementBody.model_validate, document)
+    except ValidationError as error:
+        lines = explain_validation_error(error, "body", PlacementBody).splitlines()
+        message = "; ".join(line.removeprefix("body: ").removeprefix("(top level): ") for line in lines)
+        raise json_error(web.HTTPBadRequest, message) from None
+    except (ValueError, ArithmeticError, TypeError) as error:
+        raise json_error(web.HTTPBadRequest, f"the body is not a valid placement: {error}") from None
+    exporter = request.app[EXPORTER]
+    # taken on the event loop (the store and ledger are the loop's), scheduled in a thread
+    now = time.time()
+    stale_after = exporter.config.audit.staleness_bound
+    fleet = [
+        FleetEntry(
+            name=state.name,
+            good=state.last_good,
+            up=state.up,
+            stale=state.last_good is not None and now - state.last_good.taken_at > stale_after,
+            error=state.latest.error if state.latest is not None else "not audited yet",
+        )
+        for state in request.app[STORE].hypervisors.values()
+    ]
+    claims = list(_ledger(request).claims.values())
+    try:
+        answer = await asyncio.to_thread(dry_run, exporter.config, body, fleet, claims)
+    except PlacementError as error:
+        raise json_error(web.HTTPBadRequest, str(error)) from None
+    text = await asyncio.to_thread(answer.model_dump_json)
+    return web.Response(text=text, content_type="application/json")
+
+
 async def openapi(_request: web.Request) -> web.Response:
     return web.json_response(openapi_document())
 
@@ -212,4 +249,5 @@ def add_routes(app: web.Application) -> None:
     router.add_get("/api/v1/claims/{claim_id}", get_claim)
     router.add_delete("/api/v1/claims/{claim_id}", delete_claim)
     router.add_get("/api/v1/capacity", capacity)
+    router.add_post("/api/v1/placements", placements)
     router.add_get("/api/v1/openapi.json", openapi)

@@ -17,11 +17,13 @@ MAX_REQUEST_BYTES = 64 * 1024
 """The most a request may send (aiohttp's client_max_size), and what a refused one is read of."""
 
 _MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+READ_ONLY_POSTS = frozenset({"/api/v1/placements"})
+"""POSTs that change nothing (a dry-run placement holds nothing): readers', like any GET."""
 
 
 def writes(request: web.Request) -> bool:
     """Changes are authenticated by claims.writers, not by the web config's readers."""
-    return request.method in _MUTATING
+    return request.method in _MUTATING and not (request.method == "POST" and request.path in READ_ONLY_POSTS)
 
 
 def writer_hashes(config: Config) -> dict[str, bytes]:
@@ -37,7 +39,7 @@ def writers_middleware(exporter: Exporter) -> Middleware:
     @web.middleware
     async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
         header = request.headers.get("Authorization")
-        if request.method in _MUTATING:
+        if writes(request):
             if request.match_info.http_exception is not None:
                 return await handler(request)  # no such route or method: 404 or 405 as it is
             refused = await exporter.writers.refusal(header)

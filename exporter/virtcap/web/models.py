@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, Strict, WithJsonSchema, field
 from virtcap.claims.ledger import Claim, claim_within
 from virtcap.config.schema import MAX_EXTRA_SPECS, MAX_NAME_CHARS, ExtraSpecText
 from virtcap.model.nova import extra_spec_problems, flavor_request
-from virtcap.model.placement import within_host
+from virtcap.model.placement import Demand, within_host
 from virtcap.model.resources import (
     CUSTOM_CLASS,
     STANDARD_CLASSES,
@@ -353,3 +353,114 @@ class CapacityDocument(BaseModel):
 
     hypervisors: list[HypervisorCapacity] = Field(description="Every hypervisor audited at least once.")
     generated_at: Annotated[str, WithJsonSchema(_DATE_TIME)]
+
+
+MAX_PLACEMENT_COUNT = 1000
+"""The most instances one dry-run placement asks for."""
+MAX_PLACEMENT_HOSTS = 1000
+"""The most names `ignore_hosts` or `force_hosts` hold."""
+_HostName = Annotated[str, Field(min_length=1, max_length=253)]
+
+
+class PlacementFlavor(BaseModel):
+    """A flavor made up for the request, as Nova's API would take it: `vcpu` (at least 1), `memory`,
+    `disk` and extra specs read as Nova's scheduler reads them."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    vcpu: int = Field(ge=1, le=MAX_CPUS, strict=True, description="The flavor's vCPUs.")
+    memory: Size = Field(description="The flavor's memory, in bytes or with a suffix such as 8GiB.")
+    disk: Size = Field(default=0, description="The flavor's root disk, in bytes or with a suffix.")
+    extra_specs: dict[ExtraSpecText, ExtraSpecText] = Field(
+        default_factory=dict,
+        max_length=MAX_EXTRA_SPECS,
+        description="Nova's flavor extra specs (`hw:cpu_policy`, `hw:numa_nodes`, "
+        "`pci_passthrough:alias` of a configured alias, `resources:CLASS`, ...); specs Nova's API "
+        f"would refuse are refused. At most {MAX_EXTRA_SPECS} keys.",
+    )
+
+    @model_validator(mode="after")
+    def _nova_would_take_it(self) -> Self:
+        problems = extra_spec_problems(self.vcpu, self.extra_specs)
+        if problems:
+            raise ValueError(f"extra_specs: {'; '.join(problems)}")
+        try:
+            within_host(self.vcpu, self.memory, self.extra_specs)
+        except ValueError as error:
+            raise ValueError(f"extra_specs: {error}") from None
+        if not self.memory:
+            raise ValueError("memory: a flavor has memory; expected a size above 0")
+        return self
+
+    def demand(self) -> Demand:
+        """What one instance asks for: Placement's request and the NUMA cells and devices."""
+        request = flavor_request("placement", self.vcpu, self.memory, self.disk, self.extra_specs)
+        return Demand(request, within_host(self.vcpu, self.memory, self.extra_specs))
+
+
+class PlacementBody(BaseModel):
+    """A dry-run placement: where `count` instances of a flavor would land if Nova's scheduler
+    placed them now, one by one, all or nothing. Nothing is held."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    flavor: Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)] | PlacementFlavor = Field(
+        description="A configured flavor by name, or a flavor made up for the request."
+    )
+    count: int = Field(
+        default=1, ge=1, le=MAX_PLACEMENT_COUNT, strict=True, description="How many instances."
+    )
+    ignore_hosts: list[_HostName] = Field(
+        default_factory=list,
+        max_length=MAX_PLACEMENT_HOSTS,
+        description="Hypervisors never chosen (Nova's `ignore_hosts`), matched without regard to case.",
+    )
+    force_hosts: list[_HostName] = Field(
+        default_factory=list,
+        max_length=MAX_PLACEMENT_HOSTS,
+        description="Only the first is tried (Nova's `force_hosts`); an unknown one is Nova's "
+        "'No such host'.",
+    )
+    anti_affinity: bool = Field(
+        default=False,
+        strict=True,
+        description="At most one instance per hypervisor (an anti-affinity group).",
+    )
+
+
+class PlacementRejection(BaseModel):
+    """Why a hypervisor did not take the next instance."""
+
+    filter: str = Field(
+        description="The first test that refused it: ignore_hosts, force_hosts, ComputeFilter, "
+        "Placement, NUMATopologyFilter, PciPassthroughFilter or ServerGroupAntiAffinityFilter."
+    )
+    reasons: list[str] = Field(description="Every reason it gave, such as `Free memory ... < requested ...`.")
+
+
+class PlacementStep(BaseModel):
+    """One instance placed (tentatively when not all fit)."""
+
+    hypervisor: str
+    weight: float = Field(description="Its weight at this step: the sum of the weighers' parts.")
+    weights: dict[str, float] = Field(description="Per weigher (ram, cpu, disk): normalized x multiplier.")
+    candidates: int = Field(description="How many hypervisors were weighed at this step.")
+
+
+class PlacementAnswer(BaseModel):
+    """Where the instances would land, or why they would not."""
+
+    requested: int = Field(description="How many instances were asked for.")
+    fitted: int = Field(
+        description="How many would have been placed, one by one, before the first that found no host."
+    )
+    placed: list[str] = Field(
+        description="Per instance, the hypervisor it lands on; empty when not all fit (all or nothing)."
+    )
+    unplaced: int = Field(description="requested - fitted.")
+    no_valid_host: str | None = Field(description="Nova's NoValidHost message; null when all fit.")
+    rejections: dict[str, PlacementRejection] = Field(
+        description="Per hypervisor that did not take the last instance tried (the first that found "
+        "no host, when not all fit), which filter refused it and why."
+    )
+    steps: list[PlacementStep] = Field(description="Each instance that found a hypervisor, in order.")

@@ -14,7 +14,15 @@ from pydantic import BaseModel
 
 from virtcap import __version__
 from virtcap.web.body import BODY_TIMEOUT_SECONDS, MAX_BODY_BYTES
-from virtcap.web.models import CapacityDocument, ClaimBody, ClaimDocument, ClaimList, ErrorBody
+from virtcap.web.models import (
+    CapacityDocument,
+    ClaimBody,
+    ClaimDocument,
+    ClaimList,
+    ErrorBody,
+    PlacementAnswer,
+    PlacementBody,
+)
 
 REF_TEMPLATE = "#/components/schemas/{model}"
 _MODELS: tuple[tuple[type[BaseModel], Literal["validation", "serialization"]], ...] = (
@@ -23,6 +31,8 @@ _MODELS: tuple[tuple[type[BaseModel], Literal["validation", "serialization"]], .
     (ClaimList, "serialization"),
     (ErrorBody, "serialization"),
     (CapacityDocument, "serialization"),
+    (PlacementBody, "validation"),
+    (PlacementAnswer, "serialization"),
 )
 
 
@@ -117,6 +127,33 @@ def openapi_document() -> dict[str, Any]:
                 "get": {
                     "summary": "The fleet's capacity, as `virtcap audit --format json` prints it.",
                     "responses": {"200": _json(CapacityDocument, "The capacity report.")},
+                }
+            },
+            "/api/v1/placements": {
+                "post": {
+                    "summary": "Dry-run placement: where a batch of instances would land now, Nova's "
+                    "scheduler simulated (filters, weighers, all or nothing); nothing is held.",
+                    "requestBody": {
+                        "required": True,
+                        "content": {"application/json": {"schema": _ref(PlacementBody)}},
+                    },
+                    "responses": {
+                        "200": _json(
+                            PlacementAnswer,
+                            "Where each instance lands, or how many do not fit and why each "
+                            "hypervisor refused (NoValidHost is a 200 too: the simulation succeeded).",
+                        ),
+                        "400": _json(
+                            ErrorBody,
+                            "The request is malformed or names an unknown flavor or PCI alias.",
+                        ),
+                        "401": unauthorized,
+                        "408": _json(
+                            ErrorBody,
+                            f"The body did not arrive within {BODY_TIMEOUT_SECONDS:g} s of the headers.",
+                        ),
+                        "413": _json(ErrorBody, f"The body is larger than {MAX_BODY_BYTES // 1024} KiB."),
+                    },
                 }
             },
             "/api/v1/openapi.json": {
