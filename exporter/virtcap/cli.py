@@ -31,6 +31,7 @@ from virtcap.config import Config, ConfigError, load_config
 from virtcap.demo import demo_config
 from virtcap.exposition.report import fleet_document, render_tables
 from virtcap.logs import LEVELS, setup_logging
+from virtcap.place import add_place_command, run_place
 from virtcap.units import format_bytes, parse_duration, parse_size
 from virtcap.web.access import WebConfigSource
 from virtcap.web.connections import ConnectionLimits
@@ -109,6 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
         f"(default: {DEFAULT_TIMEOUT_SECONDS:g}s)",
     )  # fmt: skip
 
+    add_place_command(commands)
     add_claim_commands(commands)
     return parser
 
@@ -214,6 +216,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_claim(args)
         if args.command == "capture":
             return run_capture(args)
+        if args.command == "place":
+            return run_place(args)
     except ConfigError as error:
         for line in str(error).splitlines():
             print(f"virtcap: configuration error: {line}", file=sys.stderr)
