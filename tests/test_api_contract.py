@@ -204,6 +204,22 @@ def test_the_description_fits_what_the_api_answers(server: Server, served: dict[
     validator(served, "ErrorBody").validate(missing)
 
 
+def test_the_description_fits_what_placements_answer(server: Server, served: dict[str, Any]) -> None:
+    for request in (
+        {"flavor": "m1.small", "count": 2},
+        {"flavor": {"vcpu": 1, "memory": "1GiB", "disk": "1GiB"}, "count": 1000, "anti_affinity": True},
+        {"flavor": "m1.small", "force_hosts": ["nowhere"], "ignore_hosts": ["big"]},
+    ):
+        validator(served, "PlacementBody").validate(request)
+        status, answer = call(server, "POST", "/api/v1/placements", request)  # a read: no writer
+        assert status == 200, answer
+        validator(served, "PlacementAnswer").validate(answer)
+    for wrong in ({"flavor": "m9"}, {"flavor": "m1.small", "count": 0}):
+        status, refused = call(server, "POST", "/api/v1/placements", wrong)
+        assert status == 400
+        validator(served, "ErrorBody").validate(refused)
+
+
 def test_any_class_is_claimed_in_placement_units_and_answered_so(server: Server) -> None:
     status, created = call(
         server,

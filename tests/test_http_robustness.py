@@ -41,6 +41,7 @@ PATHS = [
     "/api/v1/claims",
     "/api/v1/claims/{id}",
     "/api/v1/capacity",
+    "/api/v1/placements",
     "/api/v1/openapi.json",
 ]
 MAY_BE_UNAVAILABLE = {"/-/healthy", "/-/ready"}
@@ -353,8 +354,20 @@ claim_like = st.dictionaries(
     st.sampled_from(["big", "any", "small", "1GiB", "5m", 1, 0, -1, 2**63]) | json_values,
     max_size=6,
 ).map(lambda document: json.dumps(document).encode())
+placement_like = st.dictionaries(
+    st.sampled_from(["flavor", "count", "ignore_hosts", "force_hosts", "anti_affinity"]),
+    st.sampled_from(["m1.small", "big", 1, 0, 1001, 2**63, ["big"], {"vcpu": 1, "memory": "1GiB"}, True])
+    | json_values,
+    max_size=5,
+).map(lambda document: json.dumps(document).encode())
 constants = st.sampled_from([b"NaN", b"Infinity", b"-Infinity", b"1e999", b"[" * 2000, b"\xff\xfe"])
-bodies = st.binary(max_size=200) | claim_like | json_values.map(lambda v: json.dumps(v).encode()) | constants
+bodies = (
+    st.binary(max_size=200)
+    | claim_like
+    | placement_like
+    | json_values.map(lambda v: json.dumps(v).encode())
+    | constants
+)
 
 
 @st.composite
