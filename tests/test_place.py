@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import bcrypt
 import pytest
 
 from tests.claims_client import HASH, WRITER, auth, call
@@ -309,6 +310,23 @@ def test_bad_bodies_get_a_400_of_one_line(tmp_path: Path) -> None:
             assert "\n" not in answer["error"]
         status, answer = call(server, "POST", "/api/v1/placements", b"{not json")
         assert status == 400, answer
+
+
+def test_a_placement_needs_a_reader_not_a_writer(tmp_path: Path) -> None:
+    config = _fleet_config(tmp_path)
+    reader = ("prometheus", "r3ader-pass")
+    hashed = bcrypt.hashpw(reader[1].encode(), bcrypt.gensalt(rounds=4)).decode()
+    web_file = tmp_path / "web.yml"
+    web_file.write_text(f"basic_auth_users:\n  {reader[0]}: '{hashed}'\n")
+    args = ["--config", str(config), "--web.config.file", str(web_file)]
+    with running_server(args, tmp_path, headers=auth(*reader)) as server:
+        body = {"flavor": "m1", "count": 1}
+        status, _ = _place(server, body)
+        assert status == 401
+        status, _ = _place(server, body, auth())  # a writer is not a reader
+        assert status == 401
+        status, answer = _place(server, body, auth(*reader))
+        assert (status, answer["placed"]) == (200, ["big"])
 
 
 def test_the_cli_refuses_a_flavor_beside_its_amounts() -> None:

@@ -23,10 +23,10 @@ from pydantic import ValidationError
 
 from virtcap.audit.oneshot import audit_fleet_once
 from virtcap.claims.cli import PASSWORD_VARIABLE
-from virtcap.config import Config, explain_validation_error, load_config
+from virtcap.config import Config, load_config
 from virtcap.demo import demo_config
 from virtcap.dryrun import FleetEntry, PlacementError, dry_run, render_answer
-from virtcap.web.models import PlacementAnswer, PlacementBody
+from virtcap.web.models import PlacementAnswer, PlacementBody, placement_body_error
 
 EXIT_NOT_PLACED = 1
 EXIT_USAGE = 2
@@ -125,10 +125,9 @@ def parse_body(document: dict[str, Any]) -> PlacementBody:
     try:
         return PlacementBody.model_validate(document)
     except ValidationError as error:
-        lines = explain_validation_error(error, "body", PlacementBody).splitlines()
-        raise PlacementError(
-            "; ".join(line.removeprefix("body: ").removeprefix("(top level): ") for line in lines)
-        ) from None
+        raise PlacementError(placement_body_error(error)) from None
+    except (ValueError, ArithmeticError, TypeError) as error:  # a parser that let its own error out
+        raise PlacementError(f"the body is not a valid placement: {error}") from None
 
 
 def place_locally(config: Config, body: PlacementBody) -> PlacementAnswer:

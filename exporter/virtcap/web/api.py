@@ -33,7 +33,14 @@ from virtcap.model.resources import Resource
 from virtcap.service.store import SnapshotStore
 from virtcap.web.body import json_error, parse_json, read_body
 from virtcap.web.exporter import EXPORTER
-from virtcap.web.models import ClaimBody, ClaimDocument, ClaimList, PlacementBody, iso_time
+from virtcap.web.models import (
+    ClaimBody,
+    ClaimDocument,
+    ClaimList,
+    PlacementBody,
+    iso_time,
+    placement_body_error,
+)
 from virtcap.web.openapi import openapi_document
 
 STORAGE_RETRY_AFTER_SECONDS = 10
@@ -191,9 +198,7 @@ async def placements(request: web.Request) -> web.Response:
     try:
         body = await asyncio.to_thread(PlacementBody.model_validate, document)
     except ValidationError as error:
-        lines = explain_validation_error(error, "body", PlacementBody).splitlines()
-        message = "; ".join(line.removeprefix("body: ").removeprefix("(top level): ") for line in lines)
-        raise json_error(web.HTTPBadRequest, message) from None
+        raise json_error(web.HTTPBadRequest, placement_body_error(error)) from None
     except (ValueError, ArithmeticError, TypeError) as error:
         raise json_error(web.HTTPBadRequest, f"the body is not a valid placement: {error}") from None
     exporter = request.app[EXPORTER]

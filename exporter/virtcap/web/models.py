@@ -7,9 +7,21 @@ from datetime import UTC, datetime
 from typing import Annotated, Any, Self
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, WithJsonSchema, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Strict,
+    Tag,
+    ValidationError,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 
 from virtcap.claims.ledger import Claim, claim_within
+from virtcap.config.errors import explain_validation_error
 from virtcap.config.schema import MAX_EXTRA_SPECS, MAX_NAME_CHARS, ExtraSpecText
 from virtcap.model.nova import extra_spec_problems, flavor_request
 from virtcap.model.placement import Demand, within_host
@@ -362,6 +374,27 @@ MAX_PLACEMENT_HOSTS = 1000
 _HostName = Annotated[str, Field(min_length=1, max_length=253)]
 
 
+def _flavor_kind(value: object) -> str:
+    """A placement's flavor is an object (made up for the request) or else a configured one's name:
+    its errors are then the one kind's, not both kinds' of a plain union."""
+    return "object" if isinstance(value, dict | PlacementFlavor) else "name"
+
+
+def placement_body_error(error: ValidationError) -> str:
+    """The body's problems in one line, as the claims API gives them; the flavor's kind (its
+    union tag) left out of the keys."""
+    lines = explain_validation_error(error, "body", PlacementBody).splitlines()
+    parts = []
+    for line in lines:
+        part = line.removeprefix("body: ").removeprefix("(top level): ")
+        for tag in ("name", "object"):
+            part = part.replace(f"flavor.{tag}.", "flavor.").replace(f"flavor.{tag}:", "flavor:")
+        if part.startswith("flavor.") and part.endswith("; expected one of: "):  # behind the tag
+            part += ", ".join(PlacementFlavor.model_fields)
+        parts.append(part)
+    return "; ".join(parts)
+
+
 class PlacementFlavor(BaseModel):
     """A flavor made up for the request, as Nova's API would take it: `vcpu` (at least 1), `memory`,
     `disk` and extra specs read as Nova's scheduler reads them."""
@@ -404,9 +437,11 @@ class PlacementBody(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    flavor: Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)] | PlacementFlavor = Field(
-        description="A configured flavor by name, or a flavor made up for the request."
-    )
+    flavor: Annotated[
+        Annotated[Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)], Tag("name")]
+        | Annotated[PlacementFlavor, Tag("object")],
+        Discriminator(_flavor_kind),
+    ] = Field(description="A configured flavor by name, or a flavor made up for the request.")
     count: int = Field(
         default=1, ge=1, le=MAX_PLACEMENT_COUNT, strict=True, description="How many instances."
     )
