@@ -42,8 +42,11 @@ from virtcap.model.scheduler import (
     Guest,
     HostState,
     Multipliers,
+    _reference_evacuation,
     evacuation,
     evacuation_order,
+    fleet_tolerance,
+    fleet_tolerance_update,
     host_state,
     normalize,
     schedule,
@@ -502,3 +505,122 @@ def test_an_evacuation_does_not_depend_on_host_order_and_respects_capacity(
             assert held.claim_test(placed) == [], (after.name, index)
             for resource, amount in placed.request.items():
                 claimed[resource] = claimed.get(resource, 0) + amount
+
+
+# --- the fast paths against the straightforward ones -----------------------------------------------
+
+SHAPES = st.sampled_from(
+    [(8, 32, 200), (8, 32, 200), (16, 64, 400), (4, 16, 100), (16, 32, 100), (32, 128, 80)]
+)
+"""Few host shapes, repeated: hosts of equal weights, whose ties only names break."""
+DOMAINS = st.sampled_from([(1, 2, 20), (2, 4, 40), (4, 8, 80), (1, 2, 0), (8, 16, 160), (2, 8, 10)])
+LARGER = st.lists(
+    st.tuples(
+        SHAPES,
+        st.lists(DOMAINS, max_size=6),
+        st.sampled_from([True, True, True, True, False]),  # up
+    ),
+    min_size=1,
+    max_size=12,
+)
+
+
+def larger_fleet(
+    hosts: list[tuple[tuple[int, int, int], list[tuple[int, int, int]], bool]],
+) -> list[HostState]:
+    return fleet([(*shape, domains, up) for shape, domains, up in hosts])
+
+
+def reference_tolerated(hosts: Sequence[HostState], bound: int, multipliers: Multipliers) -> int:
+    """How many of the hosts with the most allocated memory the fleet can lose together, every
+    domain of theirs through `schedule` on the others, largest first."""
+
+    def memory(state: HostState) -> int:
+        return state.capacity.resources[Resource.MEMORY].used
+
+    largest = sorted(hosts, key=lambda state: (-memory(state), state.name))
+    tolerated = 0
+    for lost in range(1, min(bound, len(hosts)) + 1):
+        gone = {state.name for state in largest[:lost]}
+        remaining = tuple(state for state in hosts if state.name not in gone)
+        guests = [g for state in largest[:lost] for g in state.guests]
+        placed_all = True
+        for g in evacuation_order(guests):
+            result = schedule(remaining, g.demand, 1, multipliers=multipliers)
+            if result.placed:
+                remaining = result.states
+            else:
+                placed_all = False
+        if not placed_all:
+            break
+        tolerated = lost
+    return tolerated
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(LARGER, MULTIPLIERS, st.randoms(use_true_random=False))
+def test_the_fast_evacuation_and_tolerance_give_the_straightforward_answers(
+    shapes: list[tuple[tuple[int, int, int], list[tuple[int, int, int]], bool]],
+    multipliers: Multipliers,
+    rng: random.Random,
+) -> None:
+    hosts = larger_fleet(shapes)
+    rng.shuffle(hosts)
+    expected = {state.name: _reference_evacuation(hosts, state.name, multipliers) for state in hosts}
+    for state in hosts:
+        assert evacuation(hosts, state.name, multipliers) == expected[state.name]
+    tolerance = fleet_tolerance(hosts, multipliers=multipliers, bound=3)
+    assert dict(tolerance.evacuations) == expected
+    assert tolerance.tolerated == reference_tolerated(hosts, 3, multipliers)
+    event(f"{sum(not e.feasible for e in expected.values())} infeasible, {tolerance.tolerated} tolerated")
+
+
+CHANGES = st.sampled_from(["consume", "release", "down", "up", "domains", "twin", "reshape"])
+
+
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    LARGER,
+    MULTIPLIERS,
+    st.lists(
+        st.tuples(st.integers(0, 11), CHANGES, DOMAINS, st.integers(0, 11), SHAPES), min_size=1, max_size=3
+    ),
+    st.integers(0, 3),
+)
+def test_incremental_tolerance_is_full_recomputation(
+    shapes: list[tuple[tuple[int, int, int], list[tuple[int, int, int]], bool]],
+    multipliers: Multipliers,
+    changes: list[tuple[int, str, tuple[int, int, int], int, tuple[int, int, int]]],
+    bound: int,
+) -> None:
+    hosts = larger_fleet(shapes)
+    facts = fleet_facts([(*shape, domains, up) for shape, domains, up in shapes])
+    tolerance = fleet_tolerance(hosts, multipliers=multipliers, bound=bound)
+    for index, change, (vcpus, memory, disk), other, (cpus, ram, storage) in changes:
+        before = hosts[index % len(hosts)]
+        asked = Demand({Resource.VCPU: vcpus, Resource.MEMORY: memory * GIB, Resource.DISK: disk * GIB})
+        if change == "consume":  # a claim (or a placement) on it
+            after = before.consume(asked) if not before.capacity.claim_test(asked) else before
+        elif change == "release":  # a domain gone, whose host is rebuilt from its facts
+            gone = replace(facts[before.name], domains=facts[before.name].domains[1:])
+            after = host_state(before.name, gone, DEFAULTS, up=before.up)
+        elif change == "domains":  # a domain more
+            more = (*facts[before.name].domains, guest(f"new{vcpus}{memory}", memory, vcpus, disk))
+            after = host_state(before.name, replace(facts[before.name], domains=more), DEFAULTS, up=before.up)
+        elif change == "twin":  # the facts of another host: the same weights, so ties
+            twin = hosts[other % len(hosts)]
+            after = replace(twin, name=before.name, guests=before.guests)
+        elif change == "reshape":  # larger or smaller: the weighers' largest values move
+            shaped = replace(facts[before.name], cpus=cpus, memory_bytes=ram * GIB)
+            assert shaped.storage is not None
+            shaped = replace(shaped, storage=replace(shaped.storage, capacity_bytes=storage * GIB))
+            after = host_state(before.name, shaped, DEFAULTS, up=before.up)
+        else:
+            after = replace(before, up=change == "up")
+        hosts = [after if state.name == after.name else state for state in hosts]
+        tolerance = fleet_tolerance_update(tolerance, after)
+        full = fleet_tolerance(hosts, multipliers=multipliers, bound=bound)
+        assert dict(tolerance.evacuations) == dict(full.evacuations)
+        assert tolerance.tolerated == full.tolerated
+        assert tolerance.hosts == tuple(hosts)
+        event(change)

@@ -405,7 +405,10 @@ class CandidateMemo:
         self._answers: dict[tuple[int, RequestKey], tuple[HostState, Rejection | None]] = {}
 
     def refusal(self, state: HostState, demand: Demand) -> Rejection | None:
-        key = (id(state), request_key(demand.request))
+        return self._refusal(state, demand, request_key(demand.request))
+
+    def _refusal(self, state: HostState, demand: Demand, request: RequestKey) -> Rejection | None:
+        key = (id(state), request)
         found = self._answers.get(key)
         if found is not None and found[0] is state:
             return found[1]
@@ -553,7 +556,28 @@ def evacuation(
     on the other hosts through the same engine (down or stale ones take none), each placed
     domain consumed before the next; the domains that find no host are counted and go on. A
     `memo` shared by the evacuations of several hosts of the same fleet saves asking Placement
-    again about the hosts they leave unchanged."""
+    again about the hosts they leave unchanged.
+
+    The answer is `schedule`'s, domain by domain (`_reference_evacuation`); it is found faster:
+    the hosts that pass for a request are tested once, the best is found without sorting them
+    all, and a domain that finds no host goes through `schedule` itself for its rejections."""
+    memo = memo if memo is not None else CandidateMemo()
+    sources = [state for state in hosts if state.name == failed]
+    if len(sources) != 1:
+        raise ValueError(f"expected one host named {failed!r}, found {len(sources)}")
+    fleet = _Fleet(hosts, memo)
+    result, _ = _evacuation_result(fleet, fleet.index[failed], multipliers)
+    return result
+
+
+def _reference_evacuation(
+    hosts: Sequence[HostState],
+    failed: str,
+    multipliers: Multipliers = SPREAD,
+    memo: CandidateMemo | None = None,
+) -> EvacuationResult:
+    """`evacuation` the straightforward way: every domain through `schedule`. Kept for the tests,
+    which hold the fast path to the same answers."""
     memo = memo if memo is not None else CandidateMemo()
     sources = [state for state in hosts if state.name == failed]
     if len(sources) != 1:
@@ -570,3 +594,431 @@ def evacuation(
         else:
             unplaced.append(Unplaced(guest.name, result.rejections, result.no_valid_host))
     return EvacuationResult(failed, tuple(placements), tuple(unplaced), remaining)
+
+
+_Clipped = tuple[float, float, float]
+
+
+def _clipped(state: HostState) -> _Clipped:
+    raw = state.raw_weights()
+    return (max(raw["ram"], 0.0), max(raw["cpu"], 0.0), max(raw["disk"], 0.0))
+
+
+_Key = tuple[RequestKey, WithinHost]
+
+
+class _Fleet:
+    """The states of a fleet indexed by name (sorted: index order is name order) with, per
+    request, the hosts whose candidate and filter tests pass as they are: shared by the
+    evacuations of every host of the fleet, each of which changes only the hosts it consumes."""
+
+    __slots__ = ("clipped", "demands", "index", "memo", "order", "passing", "ranked", "states")
+
+    def __init__(self, hosts: Sequence[HostState], memo: CandidateMemo) -> None:
+        self.states = sorted(hosts, key=lambda state: state.name)
+        positions = sorted(range(len(hosts)), key=lambda position: hosts[position].name)
+        self.order = sorted(range(len(hosts)), key=lambda number: positions[number])
+        """The fleet's indices in the order the hosts were given."""
+        self.clipped = [_clipped(state) for state in self.states]
+        self.memo = memo
+        self.index = {state.name: number for number, state in enumerate(self.states)}
+        if len(self.index) != len(self.states):
+            raise ValueError("expected each host once")
+        self.passing: dict[_Key, set[int]] = {}
+        self.demands: dict[_Key, Demand] = {}
+        self.ranked: dict[_Key, tuple[list[int], list[int], list[int]]] = {}
+
+    def passes(self, state: HostState, demand: Demand, key: _Key | None = None) -> bool:
+        """The candidate and filter tests of a request of one instance, on the host as it is."""
+        if not state.up or state.stale:
+            return False
+        request = key[0] if key is not None else request_key(demand.request)
+        if self.memo._refusal(state, demand, request) is not None:
+            return False
+        return _within_rejection(state, demand) is None
+
+    def passing_hosts(self, key: _Key, demand: Demand) -> set[int]:
+        """The hosts that pass for the demand, as the fleet is."""
+        found = self.passing.get(key)
+        if found is None:
+            found = {number for number, state in enumerate(self.states) if self.passes(state, demand, key)}
+            self.passing[key] = found
+            self.demands[key] = demand
+        return found
+
+    def ranking(self, key: _Key) -> tuple[list[int], list[int], list[int]]:
+        """The hosts that pass for the request (`passing_hosts` first), per weigher by their
+        clipped value, largest first (ties by name)."""
+        found = self.ranked.get(key)
+        if found is None:
+            hosts, clipped = self.passing[key], self.clipped
+            ram, cpu, disk = (
+                sorted(hosts, key=lambda number: (-clipped[number][part], number)) for part in range(3)
+            )
+            found = self.ranked[key] = (ram, cpu, disk)
+        return found
+
+    def copy(self) -> _Fleet:
+        copied = _Fleet.__new__(_Fleet)
+        copied.states = list(self.states)
+        copied.clipped = list(self.clipped)
+        copied.memo = self.memo
+        copied.index = self.index
+        copied.order = self.order
+        copied.passing = {key: set(hosts) for key, hosts in self.passing.items()}
+        copied.demands = dict(self.demands)
+        copied.ranked = dict(self.ranked)
+        return copied
+
+    def replace(self, state: HostState) -> None:
+        """One host's state changes: its values, and whether it passes for each request."""
+        number = self.index[state.name]
+        self.states[number] = state
+        self.clipped[number] = _clipped(state)
+        self.ranked = {}
+        for key, hosts in self.passing.items():
+            if self.passes(state, self.demands[key], key):
+                hosts.add(number)
+            else:
+                hosts.discard(number)
+
+
+def _tops(
+    ranking: tuple[list[int], list[int], list[int]],
+    skip: Mapping[int, object] | set[int],
+    gone: set[int],
+    again: Sequence[int],
+    clipped: Sequence[_Clipped],
+) -> _Tops:
+    """Per weigher, among the hosts that pass (the ranked ones but for those skipped or gone, and
+    those passing again), the largest clipped value, a host that holds it, and the largest of
+    the others (-1.0 where there is none)."""
+    tops = []
+    for part in range(3):
+        first, holder, second = -1.0, -1, -1.0
+        found = 0
+        for number in ranking[part]:
+            if number in skip or number in gone:
+                continue
+            value = clipped[number][part]
+            if found == 0:
+                first, holder = value, number
+            else:
+                second = value
+                break
+            found += 1
+        for number in again:
+            value = clipped[number][part]
+            if value > first:
+                first, holder, second = value, number, first
+            elif value > second:
+                second = value
+        tops.append((first, holder, second))
+    return tuple(tops)
+
+
+def _best(
+    ranking: tuple[list[int], list[int], list[int]],
+    *,
+    skip: Mapping[int, object] | set[int],
+    gone: set[int],
+    again: Sequence[int],
+    clipped: Sequence[_Clipped],
+    ranked: Sequence[_Clipped],
+    tops: _Tops,
+    multipliers: Multipliers,
+) -> tuple[int, float]:
+    """The host `weigh` puts first among those that pass (two at least), and its weight, computed
+    exactly as `weigh` computes it (each normalized value times its multiplier, summed in order),
+    so that the choice is the same to the last bit; ties go to the lowest index (name).
+
+    Fagin's threshold algorithm: the ranked hosts are walked down every weigher's ranking at once
+    (up it for a negative multiplier), each one seen weighed exactly; an unseen host is after the
+    walk's depth in every ranking, so (normalizing, multiplying and adding, correctly rounded,
+    are monotone) it weighs at most the threshold, the weight of the values at that depth
+    computed the same way (from the values the rankings were sorted by, `ranked`: a host skipped
+    has other values now). The walk stops once the best seen weighs more than the threshold:
+    no unseen host can beat it or tie with it. The hosts passing again (consumed by this
+    evacuation, their values changed) are weighed first."""
+    m_ram, m_cpu, m_disk = multipliers.ram, multipliers.cpu, multipliers.disk
+    t_ram, t_cpu, t_disk = tops[0][0], tops[1][0], tops[2][0]
+
+    def weight_of(ram: float, cpu: float, disk: float) -> float:
+        # as `_weight`
+        return (
+            0.0
+            + m_ram * (ram / t_ram if t_ram != 0.0 else 0.0)
+            + m_cpu * (cpu / t_cpu if t_cpu != 0.0 else 0.0)
+            + m_disk * (disk / t_disk if t_disk != 0.0 else 0.0)
+        )
+
+    best, best_weight = -1, 0.0
+    for number in again:
+        weight = weight_of(*clipped[number])
+        if best < 0 or weight > best_weight or (weight == best_weight and number < best):
+            best, best_weight = number, weight
+    walks = [
+        ranking[part] if multiplier >= 0 else ranking[part][::-1]
+        for part, multiplier in enumerate((m_ram, m_cpu, m_disk))
+    ]
+    ram_walk, cpu_walk, disk_walk = walks
+    length = len(ram_walk)
+    seen: set[int] = set()
+    for depth in range(length):
+        for walk in walks:
+            number = walk[depth]
+            if number in seen or number in skip or number in gone:
+                continue
+            seen.add(number)
+            weight = weight_of(*clipped[number])
+            if best < 0 or weight > best_weight or (weight == best_weight and number < best):
+                best, best_weight = number, weight
+        threshold = weight_of(
+            ranked[ram_walk[depth]][0], ranked[cpu_walk[depth]][1], ranked[disk_walk[depth]][2]
+        )
+        if best >= 0 and best_weight > threshold:
+            break
+    return best, best_weight
+
+
+_Tops = tuple[tuple[float, int, float], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _StepTrace:
+    """What decided one step of an evacuation, for the incremental tolerance: the request, the
+    chosen host (an index of the fleet), its weight, how many hosts passed, and per weigher the
+    largest clipped value among them with its holder and the largest among the others."""
+
+    key: _Key
+    demand: Demand
+    chosen: int
+    weight: float
+    passed: int
+    tops: _Tops
+
+
+def _evacuate(
+    fleet: _Fleet, failed: Sequence[int], multipliers: Multipliers
+) -> tuple[list[tuple[str, str]], list[Unplaced], dict[int, HostState], list[_StepTrace] | None]:
+    """The domains of the `failed` hosts (indices of the fleet), largest first, each through the
+    scheduler on the others as `schedule` would place one instance: the hosts that pass for it
+    are the fleet's (kept per request) but for the failed ones and those this evacuation has
+    consumed (tested again as they are now); the best of them is found without sorting (see
+    `_best`). A domain that finds no host, or whose best host refuses its claim, goes through
+    `schedule` itself, for its exact answer; the steps are then not traced (None)."""
+    gone = set(failed)
+    overrides: dict[int, HostState] = {}
+    clipped = list(fleet.clipped)
+    placements: list[tuple[str, str]] = []
+    unplaced: list[Unplaced] = []
+    traces: list[_StepTrace] | None = []
+    guests = [guest for number in failed for guest in fleet.states[number].guests]
+    for guest in evacuation_order(guests):
+        demand = guest.demand
+        key = (request_key(demand.request), demand.within)
+        base = fleet.passing_hosts(key, demand)
+        again = [number for number, state in overrides.items() if fleet.passes(state, demand, key)]
+        count = (
+            len(base)
+            - sum(1 for number in gone if number in base)
+            - sum(1 for number in overrides if number in base)
+            + len(again)
+        )
+        chosen = -1
+        if count > 0:
+            ranking = fleet.ranking(key)
+            tops = _tops(ranking, overrides, gone, again, clipped)
+            if count == 1:
+                best, weight = max(holder for _, holder, _ in tops), 0.0
+            else:
+                best, weight = _best(
+                    ranking,
+                    skip=overrides,
+                    gone=gone,
+                    again=again,
+                    clipped=clipped,
+                    ranked=fleet.clipped,
+                    tops=tops,
+                    multipliers=multipliers,
+                )
+            state = overrides.get(best) or fleet.states[best]
+            if not state.capacity.claim_test(demand):
+                chosen = best
+        if chosen < 0:
+            traces = None
+            remaining = tuple(
+                overrides.get(number) or fleet.states[number] for number in fleet.order if number not in gone
+            )
+            result = schedule(remaining, demand, 1, multipliers=multipliers, memo=fleet.memo)
+            if not result.placed:
+                unplaced.append(Unplaced(guest.name, result.rejections, result.no_valid_host))
+                continue
+            chosen = fleet.index[result.steps[0].host]
+            state = overrides.get(chosen) or fleet.states[chosen]
+        elif traces is not None:
+            traces.append(_StepTrace(key, demand, chosen, weight, count, tops))
+        placements.append((guest.name, state.name))
+        consumed = state.consume(demand)
+        overrides[chosen] = consumed
+        clipped[chosen] = _clipped(consumed)
+    return placements, unplaced, overrides, traces
+
+
+def _evacuation_result(
+    fleet: _Fleet, failed: int, multipliers: Multipliers
+) -> tuple[EvacuationResult, list[_StepTrace] | None]:
+    placements, unplaced, overrides, traces = _evacuate(fleet, (failed,), multipliers)
+    states = tuple(
+        overrides.get(number) or fleet.states[number] for number in fleet.order if number != failed
+    )
+    name = fleet.states[failed].name
+    return EvacuationResult(name, tuple(placements), tuple(unplaced), states), traces
+
+
+@dataclass(frozen=True, slots=True)
+class FleetTolerance:
+    """Whether each host's domains can be re-homed on the others (its `evacuation`), and how many
+    hosts the fleet can lose together: the largest k up to `bound` such that, for every j <= k,
+    the domains of the j hosts with the most allocated memory (ties by name), evacuated together
+    (largest first, as one host's), all find a host on the others."""
+
+    evacuations: Mapping[str, EvacuationResult]
+    tolerated: int
+    bound: int
+    multipliers: Multipliers
+    hosts: tuple[HostState, ...]
+    _fleet: _Fleet = field(repr=False, compare=False)
+    _traces: Mapping[str, tuple[_StepTrace, ...] | None] = field(repr=False, compare=False)
+
+    def feasible(self, name: str) -> bool:
+        return self.evacuations[name].feasible
+
+    def unplaced(self, name: str) -> int:
+        return self.evacuations[name].unplaced_count
+
+
+def _allocated_memory(state: HostState) -> int:
+    memory = state.capacity.resources.get(Resource.MEMORY)
+    return memory.used if memory is not None else 0
+
+
+def _tolerated(
+    fleet: _Fleet, bound: int, multipliers: Multipliers, single: Mapping[str, EvacuationResult]
+) -> int:
+    largest = sorted(
+        range(len(fleet.states)), key=lambda n: (-_allocated_memory(fleet.states[n]), fleet.states[n].name)
+    )
+    tolerated = 0
+    for lost in range(1, min(bound, len(largest)) + 1):
+        if lost == 1:
+            feasible = single[fleet.states[largest[0]].name].feasible
+        else:
+            feasible = not _evacuate(fleet, largest[:lost], multipliers)[1]
+        if not feasible:
+            break
+        tolerated = lost
+    return tolerated
+
+
+def fleet_tolerance(
+    hosts: Sequence[HostState],
+    *,
+    multipliers: Multipliers = SPREAD,
+    bound: int = 3,
+    memo: CandidateMemo | None = None,
+) -> FleetTolerance:
+    """Every host's `evacuation` (the same answers), and how many hosts the fleet can lose
+    together (see `FleetTolerance`). The evacuations share the hosts that pass for each request
+    and Placement's answers; each changes only the hosts it consumes, on a copy of their
+    values."""
+    if bound < 0:
+        raise ValueError(f"expected a bound of at least 0, got {bound}")
+    fleet = _Fleet(hosts, memo if memo is not None else CandidateMemo())
+    evacuations: dict[str, EvacuationResult] = {}
+    traces: dict[str, tuple[_StepTrace, ...] | None] = {}
+    for state in hosts:
+        result, trace = _evacuation_result(fleet, fleet.index[state.name], multipliers)
+        evacuations[state.name] = result
+        traces[state.name] = tuple(trace) if trace is not None else None
+    tolerated = _tolerated(fleet, bound, multipliers, evacuations)
+    return FleetTolerance(evacuations, tolerated, bound, multipliers, tuple(hosts), fleet, traces)
+
+
+def _unchanged(fleet: _Fleet, changed: int, trace: Sequence[_StepTrace], multipliers: Multipliers) -> bool:
+    """Whether an evacuation that never chose the `changed` host (and is not its own) makes the
+    same choices with the host's new state (already in the fleet). Every other host is at each
+    step as it was (by induction: the same choices consume the same hosts), and the changed host
+    is, at every step, its new state as a whole (the evacuation never consumed it). A step's
+    choice then stands when the hosts that passed but the changed one are at least 2 (so that
+    weights are normalized, not all 0), the largest value of each weigher is the same with the
+    changed host's new values (so that every other host weighs what it weighed), and the changed
+    host, if it passes, weighs less than the chosen one (or as much with a later name)."""
+    state = fleet.states[changed]
+    values = fleet.clipped[changed]
+    passes: dict[_Key, bool] = {}
+    for step in trace:
+        if step.chosen == changed:
+            return False
+        found = passes.get(step.key)
+        if found is None:
+            found = passes[step.key] = fleet.passes(state, step.demand)
+        tops = []
+        for part, (first, holder, second) in enumerate(step.tops):
+            others = second if holder == changed else first
+            tops.append(max(others, values[part]) if found else others)
+            if tops[-1] != first:
+                return False
+        if step.passed < 3:  # noqa: PLR2004  (the others may be fewer than 2)
+            return False
+        if found:
+            weight = _weight(values, tops, multipliers)
+            if weight > step.weight or (weight == step.weight and changed < step.chosen):
+                return False
+    return True
+
+
+def _weight(values: _Clipped, tops: Sequence[float], multipliers: Multipliers) -> float:
+    """One host's weight among two or more, as `_best` (and `weigh`) computes it."""
+    ram, cpu, disk = values
+    t_ram, t_cpu, t_disk = tops
+    return (
+        0.0
+        + multipliers.ram * (ram / t_ram if t_ram != 0.0 else 0.0)
+        + multipliers.cpu * (cpu / t_cpu if t_cpu != 0.0 else 0.0)
+        + multipliers.disk * (disk / t_disk if t_disk != 0.0 else 0.0)
+    )
+
+
+def fleet_tolerance_update(
+    previous: FleetTolerance, changed: HostState, *, memo: CandidateMemo | None = None
+) -> FleetTolerance:
+    """`fleet_tolerance` of the previous result's hosts with one of them (by name) in a new state,
+    recomputing only what the change can affect: the changed host's own evacuation, and those of
+    the others that chose it at some step, that went through `schedule` for a domain (one found no
+    host, or its best host refused its claim), or whose choices `_unchanged` cannot vouch for.
+    The others keep their placements, with the host's new state in their final states. The
+    fleet's lost-together tolerance is computed again (at most `bound` evacuations)."""
+    fleet = previous._fleet.copy()
+    if memo is not None:
+        fleet.memo = memo
+    number = fleet.index.get(changed.name)
+    if number is None:
+        raise ValueError(f"{changed.name!r} is not a host of the fleet")
+    fleet.replace(changed)
+    multipliers = previous.multipliers
+    hosts = tuple(changed if state.name == changed.name else state for state in previous.hosts)
+    evacuations: dict[str, EvacuationResult] = {}
+    traces: dict[str, tuple[_StepTrace, ...] | None] = {}
+    for name, before in previous.evacuations.items():
+        trace = previous._traces[name]
+        if name != changed.name and trace is not None and _unchanged(fleet, number, trace, multipliers):
+            states = tuple(changed if state.name == changed.name else state for state in before.states)
+            evacuations[name] = replace(before, states=states)
+            traces[name] = trace
+            continue
+        result, found = _evacuation_result(fleet, fleet.index[name], multipliers)
+        evacuations[name] = result
+        traces[name] = tuple(found) if found is not None else None
+    tolerated = _tolerated(fleet, previous.bound, multipliers, evacuations)
+    return FleetTolerance(evacuations, tolerated, previous.bound, multipliers, hosts, fleet, traces)
