@@ -796,6 +796,9 @@ class _StepTrace:
     weight: float
     passed: int
     tops: _Tops
+    exact: bool = True
+    """Whether `passed` and the second largest values are exact (not a lower bound and unknown:
+    see `_unchanged`)."""
 
 
 def _evacuate(
@@ -945,37 +948,59 @@ def fleet_tolerance(
     return FleetTolerance(evacuations, tolerated, bound, multipliers, tuple(hosts), fleet, traces)
 
 
-def _unchanged(fleet: _Fleet, changed: int, trace: Sequence[_StepTrace], multipliers: Multipliers) -> bool:
-    """Whether an evacuation that never chose the `changed` host (and is not its own) makes the
-    same choices with the host's new state (already in the fleet). Every other host is at each
-    step as it was (by induction: the same choices consume the same hosts), and the changed host
-    is, at every step, its new state as a whole (the evacuation never consumed it). A step's
-    choice then stands when the hosts that passed but the changed one are at least 2 (so that
-    weights are normalized, not all 0), the largest value of each weigher is the same with the
-    changed host's new values (so that every other host weighs what it weighed), and the changed
-    host, if it passes, weighs less than the chosen one (or as much with a later name)."""
+def _unchanged(
+    fleet: _Fleet, changed: int, trace: Sequence[_StepTrace], multipliers: Multipliers
+) -> tuple[_StepTrace, ...] | None:
+    """Whether an evacuation that is not the `changed` host's own makes the same choices with the
+    host's new state (already in the fleet): its trace for the next change if so, else None.
+
+    The evacuation must never have chosen the changed host. Then every other host is at each step
+    as it was (by induction: the same choices consume the same hosts), and the changed host is,
+    at every step, its new state as a whole. A step's choice stands when the hosts that passed but
+    the changed one are at least 2 (so that weights are normalized, not all 0), the largest value
+    of each weigher is the same with the changed host's new values (so that every other host
+    weighs what it weighed: the chosen one too), and the changed host, if it passes, weighs less
+    than the chosen one (or as much with a later name).
+
+    A trace kept this way is kept with what is still known for sure: the chosen host and its
+    weight, each weigher's largest value and a host holding it (-1: not known); the count of hosts that passed
+    becomes a lower bound (the changed host may or may not have passed before), and the second
+    largest values unknown (the changed host may have held one)."""
     state = fleet.states[changed]
     values = fleet.clipped[changed]
     passes: dict[_Key, bool] = {}
+    kept = []
     for step in trace:
         if step.chosen == changed:
-            return False
+            return None
         found = passes.get(step.key)
         if found is None:
-            found = passes[step.key] = fleet.passes(state, step.demand)
+            found = passes[step.key] = fleet.passes(state, step.demand, step.key)
         tops = []
         for part, (first, holder, second) in enumerate(step.tops):
-            others = second if holder == changed else first
-            tops.append(max(others, values[part]) if found else others)
-            if tops[-1] != first:
-                return False
+            if holder == changed and step.exact:
+                top = max(second, values[part]) if found else second
+            elif holder == changed or holder < 0:
+                # the others' largest is not known (or who holds it): the changed host must
+                # hold it still
+                top = values[part] if found else -1.0
+            else:
+                top = max(first, values[part]) if found else first
+            if top != first:
+                return None
+            tops.append(top)
         if step.passed < 3:  # noqa: PLR2004  (the others may be fewer than 2)
-            return False
+            return None
         if found:
             weight = _weight(values, tops, multipliers)
             if weight > step.weight or (weight == step.weight and changed < step.chosen):
-                return False
-    return True
+                return None
+        holders = tuple(
+            (first, changed if found and values[part] == first else holder if holder != changed else -1, -1.0)
+            for part, (first, holder, _) in enumerate(step.tops)
+        )
+        kept.append(replace(step, passed=step.passed - 1, tops=holders, exact=False))
+    return tuple(kept)
 
 
 def _weight(values: _Clipped, tops: Sequence[float], multipliers: Multipliers) -> float:
@@ -1012,10 +1037,13 @@ def fleet_tolerance_update(
     traces: dict[str, tuple[_StepTrace, ...] | None] = {}
     for name, before in previous.evacuations.items():
         trace = previous._traces[name]
-        if name != changed.name and trace is not None and _unchanged(fleet, number, trace, multipliers):
+        kept = None
+        if name != changed.name and trace is not None:
+            kept = _unchanged(fleet, number, trace, multipliers)
+        if kept is not None:
             states = tuple(changed if state.name == changed.name else state for state in before.states)
             evacuations[name] = replace(before, states=states)
-            traces[name] = trace
+            traces[name] = kept
             continue
         result, found = _evacuation_result(fleet, fleet.index[name], multipliers)
         evacuations[name] = result
