@@ -22,7 +22,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from virtcap.audit.oneshot import audit_fleet_once
-from virtcap.claims.cli import PASSWORD_VARIABLE
+from virtcap.claims.cli import PASSWORD_VARIABLE, extra_spec_argument
 from virtcap.config import Config, load_config
 from virtcap.demo import demo_config
 from virtcap.dryrun import FleetEntry, PlacementError, dry_run, render_answer
@@ -30,13 +30,6 @@ from virtcap.web.models import PlacementAnswer, PlacementBody, placement_body_er
 
 EXIT_NOT_PLACED = 1
 EXIT_USAGE = 2
-
-
-def _extra_spec(text: str) -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"expected KEY=VALUE such as hw:cpu_policy=dedicated, got {text!r}")
-    return key, value
 
 
 def add_place_command(commands: Any) -> None:
@@ -54,7 +47,7 @@ def add_place_command(commands: Any) -> None:
     place.add_argument(
         "--extra-spec",
         action="append",
-        type=_extra_spec,
+        type=extra_spec_argument,
         default=[],
         metavar="KEY=VALUE",
         help="a Nova extra spec of that flavor, such as hw:cpu_policy=dedicated; repeat it for more",

@@ -29,7 +29,7 @@ def _resource(text: str) -> tuple[str, int]:
     return name, int(amount)
 
 
-def _extra_spec(text: str) -> tuple[str, str]:
+def extra_spec_argument(text: str) -> tuple[str, str]:
     """`KEY=VALUE`: the key and value are checked by the exporter, as Nova's API checks a flavor's."""
     key, sep, value = text.partition("=")
     if not sep or not key:
@@ -69,7 +69,7 @@ def add_claim_commands(commands: Any) -> None:
     create.add_argument(
         "--extra-spec",
         action="append",
-        type=_extra_spec,
+        type=extra_spec_argument,
         default=[],
         metavar="KEY=VALUE",
         help="a Nova flavor extra spec for a flavor of --vcpu, --memory and --disk, such as "
