@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import virtcap.audit.hypervisor  # noqa: F401  (silences libvirt's own printing of errors)
-from tests.libvirtd import SEARCH_PATH, Libvirtd, daemon_owner, prepare
+from tests.libvirtd import SEARCH_PATH, Libvirtd, daemon_owner, prepare, running_daemon
 
 
 @pytest.fixture(scope="session")
@@ -27,20 +27,12 @@ def libvirtd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Libvirtd]:
     # In /tmp, not in pytest's folder: the daemon's user must reach it, and a UNIX socket path
     # is limited to 108 bytes.
     directory = Path(tempfile.mkdtemp(prefix="virtcap-libvirtd-", dir="/tmp"))
-    daemon = Libvirtd(directory, tmp_path_factory.mktemp("libvirtd") / "libvirtd.log", owner)
+    log = tmp_path_factory.mktemp("libvirtd") / "libvirtd.log"
     try:
-        daemon.environment = prepare(directory, owner)
-        daemon.start()
-        daemon.warm_up()
-        yield daemon
+        with running_daemon(directory, log, owner, prepare(directory, owner)) as daemon:
+            yield daemon
     finally:
-        try:
-            if daemon.process is not None and daemon.process.poll() is None:
-                daemon.resume()
-                daemon.destroy_guests()
-        finally:
-            daemon.stop()
-            shutil.rmtree(directory, ignore_errors=True)
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

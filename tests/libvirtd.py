@@ -18,7 +18,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -185,6 +185,27 @@ def daemon_owner() -> tuple[int, int]:
         return os.geteuid(), os.getegid()
     user = pwd.getpwnam(UNPRIVILEGED_USER)
     return user.pw_uid, user.pw_gid
+
+
+@contextlib.contextmanager
+def running_daemon(
+    directory: Path, log: Path, owner: tuple[int, int], environment: dict[str, str]
+) -> Iterator[Libvirtd]:
+    """A daemon of the `prepare`d folder, started and its QEMU capabilities probed; on the way out,
+    whatever happened, its guests destroyed and the daemon stopped. The folder stays the caller's."""
+    daemon = Libvirtd(directory, log, owner)
+    daemon.environment = environment
+    try:
+        daemon.start()
+        daemon.warm_up()
+        yield daemon
+    finally:
+        try:
+            if daemon.process is not None and daemon.process.poll() is None:
+                daemon.resume()
+                daemon.destroy_guests()
+        finally:
+            daemon.stop()
 
 
 def prepare(directory: Path, owner: tuple[int, int], qemu_conf: str = "") -> dict[str, str]:

@@ -39,7 +39,7 @@ from typing import Any
 import libvirt
 import pytest
 
-from tests.libvirtd import SEARCH_PATH, Libvirtd, _bounded, daemon_owner, prepare
+from tests.libvirtd import SEARCH_PATH, Libvirtd, _bounded, daemon_owner, prepare, running_daemon
 from virtcap.audit.hypervisor import audit_host, open_read_only
 from virtcap.config import parse_config
 from virtcap.model.capacity import HostPolicy, host_capacity
@@ -238,10 +238,10 @@ def hugepages_libvirtd(reserved_pages: int, tmp_path_factory: pytest.TempPathFac
     # In /tmp, as the session's: the daemon's user must reach it, and a socket path is short.
     directory = Path(tempfile.mkdtemp(prefix="virtcap-hugepages-", dir="/tmp"))
     mount_point = directory / "hugepages"
-    daemon = Libvirtd(directory, tmp_path_factory.mktemp("hugepages-libvirtd") / "libvirtd.log", owner)
+    log = tmp_path_factory.mktemp("hugepages-libvirtd") / "libvirtd.log"
     mounted = False
     try:
-        daemon.environment = prepare(directory, owner, qemu_conf=f'hugetlbfs_mount = "{mount_point}"\n')
+        environment = prepare(directory, owner, qemu_conf=f'hugetlbfs_mount = "{mount_point}"\n')
         mount_point.mkdir()
         uid, gid = owner
         run(
@@ -254,21 +254,14 @@ def hugepages_libvirtd(reserved_pages: int, tmp_path_factory: pytest.TempPathFac
             str(mount_point),
         )
         mounted = True
-        daemon.start()
-        daemon.warm_up()
-        yield daemon
+        with running_daemon(directory, log, owner, environment) as daemon:
+            yield daemon
     finally:
         try:
-            if daemon.process is not None and daemon.process.poll() is None:
-                daemon.resume()
-                daemon.destroy_guests()
+            if mounted:
+                unmount(mount_point)
         finally:
-            daemon.stop()
-            try:
-                if mounted:
-                    unmount(mount_point)
-            finally:
-                shutil.rmtree(directory, ignore_errors=True)
+            shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
