@@ -15,6 +15,7 @@ from virtcap.config.schema import (
     CpuSet,
     DiskSource,
     Duration,
+    FailureToleranceSettings,
     Ratio,
     Size,
 )
@@ -29,6 +30,7 @@ __all__ = [
     "CpuSet",
     "DiskSource",
     "Duration",
+    "FailureToleranceSettings",
     "Flavor",
     "Hypervisor",
     "Ratio",

@@ -24,6 +24,7 @@ from virtcap.config.schema import (
     ClaimSettings,
     ConfigFile,
     DiskSource,
+    FailureToleranceSettings,
     FlavorSection,
     HypervisorSection,
     PolicySection,
@@ -92,6 +93,8 @@ class Config:
     """Nova's `[pci] alias`, by name: what `pci_passthrough:alias` in a flavor asks for."""
     multipliers: Multipliers = SPREAD
     """`scheduler.weighers`: the RAM, CPU and disk weighers' multipliers of a dry-run placement."""
+    failure_tolerance: FailureToleranceSettings = field(default_factory=FailureToleranceSettings)
+    """`scheduler.failure_tolerance`: the background simulation of hypervisors lost."""
 
     @property
     def flavor_demands(self) -> dict[str, Demand]:
@@ -161,6 +164,7 @@ def build_config(parsed: ConfigFile, source: str) -> Config:
         claims=parsed.claims,
         pci_aliases=aliases,
         multipliers=Multipliers(**parsed.scheduler.weighers.model_dump()),
+        failure_tolerance=parsed.scheduler.failure_tolerance,
     )
 
 

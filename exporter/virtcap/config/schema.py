@@ -548,8 +548,23 @@ class WeighersSection(_Section):
     disk: Multiplier = 1.0
 
 
+MAX_HOST_FAILURES = 16
+"""Each host lost together is one more evacuation of them all after every change: a bound keeps
+the background work bounded, and a fleet that can lose 16 hosts at once hardly needs more told."""
+
+
+class FailureToleranceSettings(_Section):
+    """Whether each hypervisor's domains can be re-homed on the others, and how many hypervisors
+    the fleet can lose together, computed in the background after audits change."""
+
+    enabled: bool = True
+    max_host_failures: int = Field(default=3, ge=0, le=MAX_HOST_FAILURES)
+    """The most hypervisors lost together that are simulated (0: each one alone only)."""
+
+
 class SchedulerSection(_Section):
     weighers: WeighersSection = WeighersSection()
+    failure_tolerance: FailureToleranceSettings = FailureToleranceSettings()
 
 
 class ConfigFile(_Section):

@@ -25,7 +25,7 @@ UNIT_LABEL = "unit label"
 
 AUDIT_OUTCOMES = ("success", "failure", "timeout")
 CLAIM_OUTCOMES = ("created", "rejected", "reconciled", "expired", "deleted")
-TASK_KINDS = ("audit", "render", "expire-claims", "connections")
+TASK_KINDS = ("audit", "render", "expire-claims", "connections", "failure-tolerance")
 """The kinds of supervised background tasks (service/supervise.py), as web/server.py starts them."""
 
 
@@ -494,10 +494,83 @@ HYPERVISOR_FAMILIES: tuple[MetricFamily, ...] = (
 )
 """The families of the hypervisors, in the order they are rendered (/metrics and /probe)."""
 
+EVACUATION_FEASIBLE = MetricFamily(
+    "hypervisor_evacuation_feasible",
+    "gauge",
+    "1 if, were the hypervisor lost, every domain it holds could be scheduled again on the others "
+    "(one by one, largest first, through the simulated Nova scheduler).",
+    _HYPERVISOR,
+    meaning="1 if every counted domain of the hypervisor could be scheduled again, one by one and "
+    "largest first (memory, vCPUs, disk, name), on the other up hypervisors through the simulated "
+    "scheduler, were the hypervisor lost; one series per hypervisor with fresh data, after the "
+    "first computation (see [Failure tolerance](#failure-tolerance))",
+)
+EVACUATION_UNPLACED = MetricFamily(
+    "hypervisor_evacuation_unplaced_domains",
+    "gauge",
+    "Domains of the hypervisor that would find no other hypervisor were it lost.",
+    _HYPERVISOR,
+    meaning="how many of those domains would find no host (0 when feasible)",
+)
+HOST_FAILURES_TOLERATED = MetricFamily(
+    "virtcap_fleet_host_failures_tolerated",
+    "gauge",
+    "How many hypervisors the fleet can lose together, those with the most allocated memory first, "
+    "with every domain scheduled again on the others; at most virtcap_fleet_host_failures_bound.",
+    (),
+    meaning="how many hypervisors the fleet can lose together (the most allocated memory first) "
+    "with every domain re-homed, up to the bound",
+)
+HOST_FAILURES_BOUND = MetricFamily(
+    "virtcap_fleet_host_failures_bound",
+    "gauge",
+    "The most hypervisors lost together that are simulated (scheduler.failure_tolerance.max_host_failures).",
+    (),
+    meaning="`scheduler.failure_tolerance.max_host_failures`",
+)
+TOLERANCE_TIMESTAMP = MetricFamily(
+    "virtcap_failure_tolerance_timestamp_seconds",
+    "gauge",
+    "When the failure tolerance shown was computed, from the audits as they were then.",
+    (),
+    "seconds",
+    meaning="when the failure tolerance shown was computed (Unix time)",
+)
+TOLERANCE_DURATION = MetricFamily(
+    "virtcap_failure_tolerance_duration_seconds",
+    "gauge",
+    "How long the last computation of the failure tolerance took, in its background thread.",
+    (),
+    "seconds",
+    meaning="how long the last computation took (in the background)",
+)
+TOLERANCE_COMPUTATIONS = MetricFamily(
+    "virtcap_failure_tolerance_computations_total",
+    "counter",
+    "Computations of the failure tolerance: full (the whole fleet) or incremental (only what the "
+    "hypervisors that changed can affect).",
+    ("kind",),
+    label_values={"kind": ("full", "incremental")},
+    meaning="computations, whole fleet or only what a change affects",
+)
+
+FLEET_FAMILIES: tuple[MetricFamily, ...] = (
+    EVACUATION_FEASIBLE,
+    EVACUATION_UNPLACED,
+    HOST_FAILURES_TOLERATED,
+    HOST_FAILURES_BOUND,
+    TOLERANCE_TIMESTAMP,
+    TOLERANCE_DURATION,
+    TOLERANCE_COMPUTATIONS,
+)
+"""The fleet's failure tolerance, computed in the background from every hypervisor's audit:
+rendered after the hypervisors' families and only on /metrics; absent while it is off or before
+its first computation."""
+
 EXPORTER_FAMILIES: tuple[MetricFamily, ...] = (BUILD_INFO, CLAIMS, TASK_FAILURES, TASKS_DEAD)
 """The exporter's own families, rendered after the hypervisors' and only on /metrics."""
 
-CATALOGUE: tuple[MetricFamily, ...] = HYPERVISOR_FAMILIES + EXPORTER_FAMILIES
+CATALOGUE: tuple[MetricFamily, ...] = HYPERVISOR_FAMILIES + FLEET_FAMILIES + EXPORTER_FAMILIES
 BY_NAME: Mapping[str, MetricFamily] = {family.name: family for family in CATALOGUE}
 if len(BY_NAME) != len(CATALOGUE):
     raise ValueError("a family is catalogued twice")

@@ -24,6 +24,7 @@ from virtcap.model.placement import cell_amounts
 from virtcap.model.resources import display_order
 from virtcap.service.snapshot import HypervisorSnapshot
 from virtcap.service.store import SnapshotStore
+from virtcap.service.tolerance import ToleranceReport
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,11 +94,15 @@ def render(
     hypervisors: Iterable[HypervisorView],
     claim_outcomes: Mapping[str, int] | None = None,
     tasks: TaskHealth | None = None,
+    tolerance: ToleranceReport | None = None,
 ) -> bytes:
-    """The exposition; the exporter's own families (build info, claim outcomes, task health) come
-    with `claim_outcomes`, and are left out of a single target's /probe."""
-    families = build_families(hypervisors)
+    """The exposition; the fleet's failure tolerance and the exporter's own families (build info,
+    claim outcomes, task health) come with `claim_outcomes`, and are left out of a single
+    target's /probe."""
+    views = tuple(hypervisors)
+    families = build_families(views)
     if claim_outcomes is not None:
+        families += fleet_families(tolerance, views)
         families += exporter_families(claim_outcomes, tasks)
     return _generate(families)
 
@@ -123,6 +128,7 @@ class FragmentCache:
         hypervisors: Iterable[HypervisorView],
         claim_outcomes: Mapping[str, int] | None = None,
         tasks: TaskHealth | None = None,
+        tolerance: ToleranceReport | None = None,
     ) -> bytes:
         fragments = {}
         for view in hypervisors:
@@ -139,7 +145,8 @@ class FragmentCache:
             parts.extend(samples[index] for _view, samples in fragments.values())
         body = "".join(parts).encode()
         if claim_outcomes is not None:
-            body += _generate(exporter_families(claim_outcomes, tasks))
+            shown = [view for view, _samples in fragments.values()]
+            body += _generate(fleet_families(tolerance, shown) + exporter_families(claim_outcomes, tasks))
         return body
 
 
@@ -155,6 +162,41 @@ def _family_chunks(text: str) -> list[str]:
 def _samples_only(chunk: str) -> str:
     """A family's chunk without its `# HELP` and `# TYPE` lines."""
     return chunk.split("\n", 2)[2]
+
+
+def fleet_families(tolerance: ToleranceReport | None, hypervisors: Iterable[HypervisorView]) -> list[Metric]:
+    """The failure tolerance, for the hypervisors whose data is shown (one that turned stale or
+    was removed since the computation is left out at once); no series before the first."""
+    feasible = catalogue.EVACUATION_FEASIBLE.gauge()
+    unplaced = catalogue.EVACUATION_UNPLACED.gauge()
+    tolerated = catalogue.HOST_FAILURES_TOLERATED.gauge()
+    bound = catalogue.HOST_FAILURES_BOUND.gauge()
+    timestamp = catalogue.TOLERANCE_TIMESTAMP.gauge()
+    duration = catalogue.TOLERANCE_DURATION.gauge()
+    computations = catalogue.TOLERANCE_COMPUTATIONS.counter()
+    if tolerance is not None:
+        for view in hypervisors:
+            evacuation = tolerance.evacuations.get(view.name)
+            if evacuation is None or view.data is None:
+                continue
+            feasible.add_metric([view.name], 1 if evacuation.feasible else 0)
+            unplaced.add_metric([view.name], len(evacuation.unplaced))
+        tolerated.add_metric([], tolerance.tolerated)
+        bound.add_metric([], tolerance.bound)
+        timestamp.add_metric([], tolerance.computed_at)
+        duration.add_metric([], tolerance.duration_seconds)
+        for kind in catalogue.TOLERANCE_COMPUTATIONS.label_values["kind"]:
+            computations.add_metric([kind], tolerance.computations.get(kind, 0))
+    built: dict[catalogue.MetricFamily, Metric] = {
+        catalogue.EVACUATION_FEASIBLE: feasible,
+        catalogue.EVACUATION_UNPLACED: unplaced,
+        catalogue.HOST_FAILURES_TOLERATED: tolerated,
+        catalogue.HOST_FAILURES_BOUND: bound,
+        catalogue.TOLERANCE_TIMESTAMP: timestamp,
+        catalogue.TOLERANCE_DURATION: duration,
+        catalogue.TOLERANCE_COMPUTATIONS: computations,
+    }
+    return [built[family] for family in catalogue.FLEET_FAMILIES]
 
 
 def exporter_families(claim_outcomes: Mapping[str, int], tasks: TaskHealth | None = None) -> list[Metric]:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from virtcap.model.facts import CpuIdentity
 from virtcap.service.snapshot import HypervisorSnapshot
+from virtcap.service.tolerance import ToleranceReport
 
 
 @dataclass
@@ -39,6 +40,9 @@ class SnapshotStore:
         self.all_audited = asyncio.Event()
         """Set once, with `ready_since`."""
         self._never_audited: set[str] = set()
+        self.tolerance: ToleranceReport | None = None
+        """The fleet's failure tolerance as last computed (None until the first computation)."""
+        self._watchers: list[asyncio.Event] = []
 
     def track(self, names: list[str]) -> None:
         """Follow exactly these hypervisors: new ones start empty, removed ones are forgotten."""
@@ -74,6 +78,20 @@ class SnapshotStore:
             state.identity = identity
             self._bump()
 
+    def publish_tolerance(self, report: ToleranceReport | None) -> None:
+        self.tolerance = report
+        self._bump()
+
+    def watch(self) -> asyncio.Event:
+        """An event of one's own, set at every change: `changed` is the renderer's, which clears it."""
+        event = asyncio.Event()
+        self._watchers.append(event)
+        return event
+
+    def unwatch(self, event: asyncio.Event) -> None:
+        if event in self._watchers:
+            self._watchers.remove(event)
+
     @property
     def ready(self) -> bool:
         """Every hypervisor has been audited once or has failed."""
@@ -89,3 +107,5 @@ class SnapshotStore:
             self.ready_since = self.version
             self.all_audited.set()
         self.changed.set()
+        for event in self._watchers:
+            event.set()

@@ -11,6 +11,7 @@ from virtcap.config import Config
 from virtcap.service.auditor import FleetAuditor
 from virtcap.service.store import SnapshotStore
 from virtcap.service.supervise import Supervisor
+from virtcap.service.tolerance_task import ToleranceTracker
 from virtcap.web.access import WebConfigSource
 from virtcap.web.auth import BasicAuth
 from virtcap.web.connections import ConnectionGuard
@@ -30,6 +31,8 @@ class Exporter:
     writers: BasicAuth
     """Who may create and delete claims (claims.writers): always required, whatever the readers."""
     connections: ConnectionGuard | None = None
+    tolerance: ToleranceTracker | None = None
+    """The fleet's failure tolerance, computed in the background (None where nothing runs it)."""
 
 
 EXPORTER = web.AppKey("exporter", Exporter)

@@ -61,6 +61,10 @@ class ConfigReloads:
         exporter.claims.settings = config.claims.model_copy(update={"database": running_database})
         exporter.config = config
         exporter.cache.stale_after = config.audit.staleness_bound
+        if exporter.tolerance is not None:
+            exporter.tolerance.configure(
+                config.failure_tolerance, config.multipliers, config.audit.staleness_bound
+            )
         exporter.writers.replace_users(writer_hashes(config))
         await exporter.fleet.apply(config.hypervisors, config.audit, config.flavor_demands)
         exporter.store.touch()

@@ -55,7 +55,12 @@ class MetricsCache:
             snapshot = views(self.store, time.time(), self.stale_after, self.claims.pending())
             tasks = TaskHealth(dict(self.supervisor.failures), self.supervisor.dead_by_kind())
             body = await asyncio.get_running_loop().run_in_executor(
-                self._renderer, self._fragments.render, snapshot, dict(self.claims.outcomes), tasks
+                self._renderer,
+                self._fragments.render,
+                snapshot,
+                dict(self.claims.outcomes),
+                tasks,
+                self.store.tolerance,
             )
             self.body, self.version, self._gzipped = body, version, None
             self.rendered.set()

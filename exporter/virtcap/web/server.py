@@ -20,6 +20,7 @@ from virtcap.config import Config, ConfigError
 from virtcap.service.auditor import FleetAuditor
 from virtcap.service.store import SnapshotStore
 from virtcap.service.supervise import Supervisor
+from virtcap.service.tolerance_task import ToleranceTracker
 from virtcap.web.access import WebConfigSource
 from virtcap.web.app import build_app
 from virtcap.web.auth import BasicAuth
@@ -85,10 +86,13 @@ async def serve(
         web=web_config,
         writers=BasicAuth(writer_hashes(config), realm="virtcap claims"),
         connections=ConnectionGuard(limits),
+        tolerance=ToleranceTracker(
+            store, supervisor, config.failure_tolerance, config.multipliers, config.audit.staleness_bound
+        ),
     )
     runner = web.AppRunner(build_app(exporter), handle_signals=False, shutdown_timeout=SHUTDOWN_GRACE_SECONDS)
     await runner.setup()
-    assert exporter.connections is not None
+    assert exporter.connections is not None and exporter.tolerance is not None
     site = GuardedSite(runner, host, port, exporter.connections, ssl_context=web_config.ssl_context)
     try:
         await site.start()
@@ -104,6 +108,7 @@ async def serve(
     supervisor.start("render-metrics", "render", cache.run)
     supervisor.start("expire-claims", "expire-claims", claims.expire_forever)
     supervisor.start("connection-sweeper", "connections", exporter.connections.sweep_forever)
+    exporter.tolerance.start()
     scheme = "https" if web_config.ssl_context else "http"
     log.info(
         "listening",

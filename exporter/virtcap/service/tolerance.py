@@ -1,0 +1,207 @@
+"""Failure tolerance of the fleet as last audited: whether each hypervisor's domains can be
+re-homed on the others, and how many hypervisors the fleet can lose together.
+
+The scheduling itself is model/scheduler.py's (`fleet_tolerance`); this module feeds it the
+hypervisors' last good audits and keeps its answer between computations, so that a change to a
+few hypervisors costs their share (`fleet_tolerance_update`) instead of the fleet's. What is
+shown (/metrics, the JSON document) is a `ToleranceReport`, a plain summary that is safe to
+hand to any thread. Blocking and CPU-bound: service/tolerance_task.py runs it in a thread of its
+own, one computation at a time.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from virtcap.model.resources import Resource
+from virtcap.model.scheduler import (
+    EvacuationResult,
+    FleetTolerance,
+    Guest,
+    HostState,
+    Multipliers,
+    Unplaced,
+    domain_demand,
+    fleet_tolerance,
+    fleet_tolerance_update,
+)
+from virtcap.service.snapshot import HypervisorSnapshot
+
+MAX_INCREMENTAL_CHANGES = 8
+"""Beyond this many hypervisors changed since the last computation, the fleet is computed again
+whole: each change is one incremental update, and a few of the slow ones cost a full one."""
+
+
+@dataclass(frozen=True, slots=True)
+class SimulatedHost:
+    """One hypervisor as the simulation takes it: its last good audit (with its pending claims),
+    whether it is up now, and whether that audit is too old to place anything on."""
+
+    name: str
+    audit: HypervisorSnapshot
+    up: bool
+    stale: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class UnplacedDomain:
+    """A domain of the lost hypervisor that finds no host, and which filter refused it where."""
+
+    domain: str
+    refused_by: Mapping[str, int]
+    """Per filter (`Placement`, `NUMATopologyFilter`, ...), how many hypervisors it refused."""
+    example: str
+    """The first refusal of the first hypervisor (by name) that refused it, or why no hypervisor
+    was looked at."""
+
+
+@dataclass(frozen=True, slots=True)
+class HostEvacuation:
+    feasible: bool
+    placements: tuple[tuple[str, str], ...]
+    """(domain, hypervisor) of each domain re-homed, in the order they were scheduled."""
+    unplaced: tuple[UnplacedDomain, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ToleranceReport:
+    """What the fleet survives, as of the audits taken at `computed_at`."""
+
+    evacuations: Mapping[str, HostEvacuation]
+    tolerated: int
+    """How many hypervisors the fleet can lose together (the most allocated memory first)."""
+    bound: int
+    """The most that were tried (`scheduler.failure_tolerance.max_host_failures`)."""
+    computed_at: float
+    duration_seconds: float
+    incremental: bool
+    """Whether only the hypervisors that changed were computed again."""
+    computations: Mapping[str, int] = field(default_factory=dict)
+    """Computations so far, by kind (`full`, `incremental`)."""
+
+
+def scheduler_host(host: SimulatedHost) -> HostState:
+    """The hypervisor as the scheduler sees it, from the capacity its audit already computed (its
+    pending claims counted): the domains its policy counts are what an evacuation moves."""
+    snapshot = host.audit
+    if snapshot.capacity is None or snapshot.facts is None or snapshot.hypervisor is None:
+        raise ValueError(f"{host.name}: an audit that failed has nothing to simulate")
+    policy = snapshot.hypervisor.policy
+    return HostState(
+        name=host.name,
+        capacity=snapshot.capacity,
+        up=host.up,
+        stale=host.stale,
+        reserved_disk_bytes=policy.reserved.get(Resource.DISK, 0),
+        guests=tuple(
+            Guest(domain.name, domain_demand(domain, policy))
+            for domain in snapshot.facts.domains
+            if domain.state in policy.counted_states
+        ),
+    )
+
+
+def scheduling_key(state: HostState) -> tuple[object, ...]:
+    """What the scheduler reads of a hypervisor. Every audit makes a new snapshot, and most change
+    nothing of it: what the host really uses (`actual`) or how many of each flavor fit are not
+    looked at, and differences there must not cost a computation."""
+    capacity = state.capacity
+    resources = sorted(
+        (
+            (resource.placement_class, replace(amounts, actual=None))
+            for resource, amounts in capacity.resources.items()
+        ),
+        key=lambda item: item[0],
+    )
+    return (
+        state.up,
+        state.stale,
+        state.reserved_disk_bytes,
+        state.guests,
+        tuple(resources),
+        capacity.within,
+        capacity.vgpus,
+        capacity.claimed_vgpus,
+    )
+
+
+class FleetSimulation:
+    """The fleet's failure tolerance, kept between computations. One thread at a time."""
+
+    def __init__(self) -> None:
+        self._result: FleetTolerance | None = None
+        self._keys: dict[str, tuple[object, ...]] = {}
+        self._settings: tuple[Multipliers, int] | None = None
+        self._built: dict[str, tuple[SimulatedHost, HostState]] = {}
+        self._computations: Counter[str] = Counter()
+
+    def compute(
+        self, hosts: Sequence[SimulatedHost], multipliers: Multipliers, bound: int
+    ) -> ToleranceReport | None:
+        """The report for these hypervisors; None when nothing the scheduler reads changed since
+        the last one."""
+        started = time.monotonic()
+        states = [self._state(host) for host in hosts]
+        self._built = {host.name: self._built[host.name] for host in hosts}
+        keys = {state.name: scheduling_key(state) for state in states}
+        settings = (multipliers, bound)
+        result = self._result
+        changed: list[HostState] = []
+        if result is not None and settings == self._settings and keys.keys() == self._keys.keys():
+            changed = [state for state in states if keys[state.name] != self._keys[state.name]]
+            if not changed:
+                return None
+        incremental = result is not None and bool(changed) and len(changed) <= MAX_INCREMENTAL_CHANGES
+        if incremental and result is not None:
+            for state in changed:
+                result = fleet_tolerance_update(result, state)
+        else:
+            result = fleet_tolerance(states, multipliers=multipliers, bound=bound)
+        self._result, self._keys, self._settings = result, keys, settings
+        kind = "incremental" if incremental else "full"
+        self._computations[kind] += 1
+        return ToleranceReport(
+            evacuations={name: _evacuation(found) for name, found in result.evacuations.items()},
+            tolerated=result.tolerated,
+            bound=bound,
+            computed_at=time.time(),
+            duration_seconds=time.monotonic() - started,
+            incremental=incremental,
+            computations=dict(self._computations),
+        )
+
+    def _state(self, host: SimulatedHost) -> HostState:
+        """Built again only for a new audit or a change of up or stale: the domains' requests are
+        parsed from their flavors' extra specs."""
+        built = self._built.get(host.name)
+        if built is not None and built[0].audit is host.audit:
+            state = built[1]
+            if (state.up, state.stale) != (host.up, host.stale):
+                state = replace(state, up=host.up, stale=host.stale)
+        else:
+            state = scheduler_host(host)
+        self._built[host.name] = (host, state)
+        return state
+
+
+def _evacuation(result: EvacuationResult) -> HostEvacuation:
+    return HostEvacuation(
+        feasible=result.feasible,
+        placements=result.placements,
+        unplaced=tuple(_unplaced(domain) for domain in result.unplaced),
+    )
+
+
+def _unplaced(domain: Unplaced) -> UnplacedDomain:
+    refused_by = Counter(rejection.filter for rejection in domain.rejections.values())
+    if domain.no_valid_host is not None:
+        example = domain.no_valid_host
+    elif domain.rejections:
+        first = min(domain.rejections)
+        example = f"{first}: {domain.rejections[first].filter}: {domain.rejections[first].reason}"
+    else:
+        example = "no other hypervisor is up"
+    return UnplacedDomain(domain.guest, dict(sorted(refused_by.items())), example)
