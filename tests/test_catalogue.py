@@ -20,6 +20,7 @@ from virtcap.exposition.catalogue import CATALOGUE, UNIT_LABEL, MetricFamily
 from virtcap.exposition.families import FragmentCache, TaskHealth, render, views
 from virtcap.model.facts import DomainState
 from virtcap.service.store import SnapshotStore
+from virtcap.service.tolerance import one_shot_tolerance
 
 README = Path(__file__).parent.parent / "README.md"
 UNITS = {"cpus", "bytes", "integer"}
@@ -68,14 +69,16 @@ def demo() -> Demo:
     store = SnapshotStore()
     store.track([h.name for h in config.hypervisors])
     units = {}
-    for snapshot in asyncio.run(audit_fleet_once(config, cpu_window=0.0)):
+    snapshots = asyncio.run(audit_fleet_once(config, cpu_window=0.0))
+    for snapshot in snapshots:
         store.record(snapshot, "success" if snapshot.up else "failure")
         if snapshot.capacity is not None:
             units.update({str(resource): resource.unit for resource in snapshot.capacity.resources})
+    tolerance = one_shot_tolerance(snapshots, config.multipliers, 3)
     fleet = views(store, time.time(), 600, {config.hypervisors[0].name: 1})
     tasks = TaskHealth(dict.fromkeys(catalogue.TASK_KINDS, 1), dict.fromkeys(catalogue.TASK_KINDS, 0))
-    body = render(fleet, {"created": 2}, tasks)
-    assert FragmentCache().render(fleet, {"created": 2}, tasks) == body
+    body = render(fleet, {"created": 2}, tasks, tolerance)
+    assert FragmentCache().render(fleet, {"created": 2}, tasks, tolerance) == body
     return Demo(body.decode(), units)
 
 

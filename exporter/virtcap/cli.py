@@ -32,6 +32,7 @@ from virtcap.demo import demo_config
 from virtcap.exposition.report import fleet_document, render_tables
 from virtcap.logs import LEVELS, setup_logging
 from virtcap.place import add_place_command, run_place
+from virtcap.service.tolerance import one_shot_tolerance
 from virtcap.units import format_bytes, parse_duration, parse_size
 from virtcap.web.access import WebConfigSource
 from virtcap.web.connections import ConnectionLimits
@@ -155,11 +156,17 @@ def fleet_config(args: argparse.Namespace) -> Config:
 def run_audit(args: argparse.Namespace) -> int:
     config = fleet_config(args)
     snapshots = asyncio.run(audit_fleet_once(config))
+    settings = config.failure_tolerance
+    tolerance = (
+        one_shot_tolerance(snapshots, config.multipliers, settings.max_host_failures)
+        if settings.enabled
+        else None
+    )
     if args.format == "json":
-        json.dump(fleet_document(snapshots), sys.stdout, indent=2)
+        json.dump(fleet_document(snapshots, tolerance), sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        sys.stdout.write(render_tables(snapshots))
+        sys.stdout.write(render_tables(snapshots, tolerance))
     return 0
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import re
 import reprlib
+from datetime import UTC, datetime
 from fractions import Fraction
 
 IEC_MULTIPLIERS: dict[str, int] = {
@@ -230,3 +231,8 @@ def format_bytes(value: float) -> str:
         if magnitude >= IEC_MULTIPLIERS[suffix]:
             return f"{value / IEC_MULTIPLIERS[suffix]:.1f} {suffix}"
     return f"{value:.0f} B"
+
+
+def format_utc(timestamp: float) -> str:
+    """`2024-05-01T12:00:00Z`: UTC, to the second."""
+    return datetime.fromtimestamp(timestamp, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")

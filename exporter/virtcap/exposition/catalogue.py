@@ -588,7 +588,7 @@ def label_cell(family: MetricFamily) -> str:
     for label in family.all_labels:
         values = family.label_values.get(label)
         cells.append(f"{label} ({', '.join(f'`{v}`' for v in values)})" if values else label)
-    return ", ".join(cells)
+    return ", ".join(cells) or "(none)"
 
 
 def markdown_table(families: Sequence[MetricFamily] = CATALOGUE) -> str:

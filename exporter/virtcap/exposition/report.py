@@ -12,7 +12,8 @@ from virtcap.model.pci import PciPool
 from virtcap.model.placement import cell_amounts
 from virtcap.model.resources import display_order
 from virtcap.service.snapshot import HypervisorSnapshot
-from virtcap.units import format_bytes, format_cpu_set
+from virtcap.service.tolerance import HostEvacuation, ToleranceReport, UnplacedDomain
+from virtcap.units import format_bytes, format_cpu_set, format_utc
 
 BAR_WIDTH = 20
 
@@ -127,12 +128,82 @@ def _pool_document(pool: PciPool) -> dict[str, Any]:
     }
 
 
-def fleet_document(snapshots: Iterable[HypervisorSnapshot]) -> dict[str, Any]:
-    return {"hypervisors": [hypervisor_document(snapshot) for snapshot in snapshots]}
+def fleet_document(
+    snapshots: Iterable[HypervisorSnapshot], tolerance: ToleranceReport | None = None
+) -> dict[str, Any]:
+    """Every hypervisor's document; with the fleet's failure tolerance, each one's `evacuation`
+    (null for a hypervisor it did not take: down or stale) and the fleet's `failure_tolerance`
+    (null while it is off or not computed yet)."""
+    hypervisors = []
+    for snapshot in snapshots:
+        document = hypervisor_document(snapshot)
+        if tolerance is not None:
+            evacuation = tolerance.evacuations.get(snapshot.name)
+            document["evacuation"] = _evacuation_document(evacuation) if evacuation is not None else None
+        hypervisors.append(document)
+    return {"hypervisors": hypervisors, "failure_tolerance": _tolerance_document(tolerance)}
 
 
-def render_tables(snapshots: Iterable[HypervisorSnapshot]) -> str:
-    return "\n\n".join(_render_one(snapshot) for snapshot in snapshots) + "\n"
+def _tolerance_document(tolerance: ToleranceReport | None) -> dict[str, Any] | None:
+    if tolerance is None:
+        return None
+    return {
+        "host_failures_tolerated": tolerance.tolerated,
+        "host_failures_bound": tolerance.bound,
+        "infeasible_evacuations": sorted(
+            name for name, evacuation in tolerance.evacuations.items() if not evacuation.feasible
+        ),
+        "computed_at": format_utc(tolerance.computed_at),
+        "duration_seconds": tolerance.duration_seconds,
+    }
+
+
+def _evacuation_document(evacuation: HostEvacuation) -> dict[str, Any]:
+    return {
+        "feasible": evacuation.feasible,
+        "unplaced_domains": len(evacuation.unplaced),
+        "placements": [{"domain": domain, "hypervisor": host} for domain, host in evacuation.placements],
+        "unplaced": [
+            {"domain": found.domain, "refused_by": dict(found.refused_by), "example": found.example}
+            for found in evacuation.unplaced
+        ],
+    }
+
+
+def render_tables(snapshots: Iterable[HypervisorSnapshot], tolerance: ToleranceReport | None = None) -> str:
+    parts = []
+    for snapshot in snapshots:
+        text = _render_one(snapshot)
+        evacuation = tolerance.evacuations.get(snapshot.name) if tolerance is not None else None
+        if evacuation is not None:
+            text += "\n" + _evacuation_line(evacuation)
+        parts.append(text)
+    if tolerance is not None:
+        parts.append(
+            f"fleet: can lose {tolerance.tolerated} hypervisor(s) together with every domain re-homed "
+            f"(the most allocated memory first; tried up to {tolerance.bound})"
+        )
+    return "\n\n".join(parts) + "\n"
+
+
+UNPLACED_SHOWN = 3
+"""Domains that find no host named on a hypervisor's line; the JSON document has them all."""
+
+
+def _evacuation_line(evacuation: HostEvacuation) -> str:
+    moved = len(evacuation.placements)
+    if evacuation.feasible:
+        return f"  if lost: its {moved} domain(s) find a host on the others"
+    total = moved + len(evacuation.unplaced)
+    named = "; ".join(_unplaced_text(found) for found in evacuation.unplaced[:UNPLACED_SHOWN])
+    more = len(evacuation.unplaced) - UNPLACED_SHOWN
+    tail = f"; and {more} more" if more > 0 else ""
+    return f"  if lost: {len(evacuation.unplaced)} of its {total} domain(s) find no host: {named}{tail}"
+
+
+def _unplaced_text(found: UnplacedDomain) -> str:
+    refused = ", ".join(f"{name} on {count}" for name, count in found.refused_by.items())
+    return f"{found.domain}, refused by {refused or 'no hypervisor'} (such as {found.example})"
 
 
 def _render_one(snapshot: HypervisorSnapshot) -> str:

@@ -187,6 +187,19 @@ class FleetSimulation:
         return state
 
 
+def one_shot_tolerance(
+    snapshots: Sequence[HypervisorSnapshot], multipliers: Multipliers, bound: int
+) -> ToleranceReport | None:
+    """The failure tolerance of one audit of the fleet (`virtcap audit`): the hypervisors whose
+    audit failed are left out, as a stale one is from the exporter's."""
+    hosts = [
+        SimulatedHost(snapshot.name, snapshot, up=True)
+        for snapshot in snapshots
+        if snapshot.up and snapshot.capacity is not None
+    ]
+    return FleetSimulation().compute(hosts, multipliers, bound)
+
+
 def _evacuation(result: EvacuationResult) -> HostEvacuation:
     return HostEvacuation(
         feasible=result.feasible,

@@ -1,0 +1,240 @@
+"""Failure tolerance as the exporter computes it: from audited snapshots (the scheduler's answer,
+computed again only where audits changed what it reads), in the JSON document and the tables,
+and in the background of a running exporter (series, claims and reloads)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from tests.claims_client import claim, write_config
+from tests.serving import Samples, running_server, value, wait_for
+from virtcap.audit.oneshot import audit_fleet_once
+from virtcap.demo import demo_config
+from virtcap.dryrun import FleetEntry, host_states
+from virtcap.exposition.report import fleet_document, render_tables
+from virtcap.model.placement import Demand
+from virtcap.model.resources import GIB, Resource
+from virtcap.model.scheduler import SPREAD, Multipliers, fleet_tolerance
+from virtcap.service import tolerance as tolerance_module
+from virtcap.service.snapshot import HypervisorSnapshot, PendingClaims
+from virtcap.service.tolerance import FleetSimulation, SimulatedHost, ToleranceReport
+
+STACK = Multipliers(ram=-1.0, cpu=-1.0, disk=-1.0)
+TWO = {"compute-01", "compute-02"}
+
+
+@pytest.fixture(scope="module")
+def audited() -> tuple[HypervisorSnapshot, ...]:
+    """One audit of the demo fleet (compute-07 fails: it is left out)."""
+    return tuple(asyncio.run(audit_fleet_once(demo_config(), cpu_window=0.0)))
+
+
+def _hosts(snapshots: tuple[HypervisorSnapshot, ...]) -> list[SimulatedHost]:
+    return [SimulatedHost(s.name, s, up=True) for s in snapshots if s.up]
+
+
+def _answers(report: ToleranceReport) -> dict[str, tuple[bool, tuple[tuple[str, str], ...], tuple[str, ...]]]:
+    return {
+        name: (found.feasible, found.placements, tuple(u.domain for u in found.unplaced))
+        for name, found in report.evacuations.items()
+    }
+
+
+def _with_claim(snapshot: HypervisorSnapshot, memory: int) -> HypervisorSnapshot:
+    """The same audit with a claim of `memory` bytes pending on it."""
+    request = {Resource.MEMORY: memory}
+    return snapshot.with_claims(PendingClaims(dict(request), (Demand(request),)))
+
+
+@pytest.mark.parametrize("multipliers", [SPREAD, STACK], ids=["spread", "stack"])
+def test_the_simulation_answers_as_the_scheduler_on_the_audits_facts(
+    audited: tuple[HypervisorSnapshot, ...], multipliers: Multipliers
+) -> None:
+    """The service builds hosts from the capacity its audits computed; the dry-run placement
+    builds them again from the facts: both see the same fleet, so the answers are the same."""
+    report = FleetSimulation().compute(_hosts(audited), multipliers, 3)
+    assert report is not None and not report.incremental
+    expected = fleet_tolerance(
+        host_states([FleetEntry.of(s) for s in audited], []), multipliers=multipliers, bound=3
+    )
+    assert _answers(report) == {
+        name: (found.feasible, found.placements, tuple(u.guest for u in found.unplaced))
+        for name, found in expected.evacuations.items()
+    }
+    assert report.tolerated == expected.tolerated and report.bound == 3
+    assert "compute-07" not in report.evacuations  # its audit failed
+
+
+def test_an_audit_that_changes_nothing_the_scheduler_reads_costs_no_computation(
+    audited: tuple[HypervisorSnapshot, ...],
+) -> None:
+    simulation = FleetSimulation()
+    assert simulation.compute(_hosts(audited), SPREAD, 3) is not None
+    # the next audit: new snapshots, the guests really using more memory, nothing else different
+    again = []
+    for host in _hosts(audited):
+        capacity = host.audit.capacity
+        assert capacity is not None
+        memory = capacity.resources[Resource.MEMORY]
+        busier = replace(memory, actual=(memory.actual or 0) + GIB)
+        resources = {**capacity.resources, Resource.MEMORY: busier}
+        audit = replace(host.audit, capacity=replace(capacity, resources=resources), taken_at=1.0)
+        again.append(SimulatedHost(host.name, audit, up=True))
+    assert simulation.compute(again, SPREAD, 3) is None
+
+
+def test_a_changed_hypervisor_is_computed_again_incrementally_with_the_full_answer(
+    audited: tuple[HypervisorSnapshot, ...],
+) -> None:
+    simulation = FleetSimulation()
+    hosts = _hosts(audited)
+    first = simulation.compute(hosts, SPREAD, 3)
+    assert first is not None
+    # a claim of 100 GiB on compute-01: the domains re-homed there before must go elsewhere
+    changed = [
+        replace(host, audit=_with_claim(host.audit, 100 * GIB)) if host.name == "compute-01" else host
+        for host in hosts
+    ]
+    report = simulation.compute(changed, SPREAD, 3)
+    assert report is not None and report.incremental
+    assert report.computations == {"full": 1, "incremental": 1}
+    full = FleetSimulation().compute(changed, SPREAD, 3)
+    assert full is not None and not full.incremental
+    assert _answers(report) == _answers(full) and report.tolerated == full.tolerated
+    assert _answers(report) != _answers(first)  # the claim moved something
+
+
+def test_a_hypervisor_going_down_takes_no_domain_and_keeps_its_own_evacuation(
+    audited: tuple[HypervisorSnapshot, ...],
+) -> None:
+    simulation = FleetSimulation()
+    hosts = _hosts(audited)
+    assert simulation.compute(hosts, SPREAD, 3) is not None
+    down = [replace(host, up=host.name != "compute-01") for host in hosts]
+    report = simulation.compute(down, SPREAD, 3)
+    assert report is not None and report.incremental
+    assert "compute-01" in report.evacuations
+    for name, found in report.evacuations.items():
+        assert all(host != "compute-01" for _domain, host in found.placements), name
+    full = FleetSimulation().compute(down, SPREAD, 3)
+    assert full is not None and _answers(report) == _answers(full)
+
+
+def test_other_settings_or_many_changes_compute_the_whole_fleet_again(
+    audited: tuple[HypervisorSnapshot, ...], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    simulation = FleetSimulation()
+    hosts = _hosts(audited)
+    assert simulation.compute(hosts, SPREAD, 3) is not None
+    bounded = simulation.compute(hosts, SPREAD, 1)
+    assert bounded is not None and not bounded.incremental and bounded.bound == 1
+    stacked = simulation.compute(hosts, STACK, 1)
+    assert stacked is not None and not stacked.incremental
+    monkeypatch.setattr(tolerance_module, "MAX_INCREMENTAL_CHANGES", 1)
+    two = [replace(host, audit=_with_claim(host.audit, GIB)) if host.name in TWO else host for host in hosts]
+    report = simulation.compute(two, STACK, 1)
+    assert report is not None and not report.incremental
+    fewer = simulation.compute(two[1:], STACK, 1)  # a hypervisor left: the fleet is another
+    assert fewer is not None and not fewer.incremental and "compute-01" not in fewer.evacuations
+
+
+def test_the_document_and_the_tables_carry_each_evacuation_and_the_fleets_tolerance(
+    audited: tuple[HypervisorSnapshot, ...],
+) -> None:
+    report = FleetSimulation().compute(_hosts(audited), SPREAD, 2)
+    assert report is not None
+    document = fleet_document(audited, report)
+    fleet = document["failure_tolerance"]
+    assert fleet["host_failures_tolerated"] == report.tolerated and fleet["host_failures_bound"] == 2
+    infeasible = sorted(name for name, found in report.evacuations.items() if not found.feasible)
+    assert fleet["infeasible_evacuations"] == infeasible
+    by_name = {hypervisor["name"]: hypervisor for hypervisor in document["hypervisors"]}
+    assert by_name["compute-07"]["evacuation"] is None
+    for name, found in report.evacuations.items():
+        evacuation = by_name[name]["evacuation"]
+        assert evacuation["feasible"] is found.feasible
+        assert evacuation["unplaced_domains"] == len(evacuation["unplaced"]) == len(found.unplaced)
+        assert [(p["domain"], p["hypervisor"]) for p in evacuation["placements"]] == list(found.placements)
+        for unplaced in evacuation["unplaced"]:
+            assert sum(unplaced["refused_by"].values()) >= 1 and unplaced["example"]
+    json.dumps(document)  # plain JSON
+    assert fleet_document(audited)["failure_tolerance"] is None
+    tables = render_tables(audited, report)
+    assert tables.count("  if lost: ") == len(report.evacuations)
+    assert f"fleet: can lose {report.tolerated} hypervisor(s) together" in tables
+
+
+def test_virtcap_audit_prints_the_failure_tolerance() -> None:
+    shown = subprocess.run(
+        [sys.executable, "-m", "virtcap", "audit", "--demo", "--format", "json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    document = json.loads(shown.stdout)
+    assert document["failure_tolerance"]["host_failures_bound"] == 3
+    assert all("evacuation" in hypervisor for hypervisor in document["hypervisors"])
+
+
+def _tolerance_series(samples: Samples) -> dict[str, float]:
+    return {
+        dict(labels)["hypervisor"]: found
+        for (name, labels), found in samples.items()
+        if name == "hypervisor_evacuation_feasible"
+    }
+
+
+def test_the_exporter_computes_it_in_the_background_after_claims_and_reloads(tmp_path: Path) -> None:
+    config = write_config(tmp_path)
+    with running_server(["--config", str(config)], tmp_path) as server:
+        wait_for(
+            lambda: set(_tolerance_series(server.samples())) == {"mixed", "big", "small"},
+            30,
+            what="every hypervisor's evacuation",
+        )
+        samples = server.samples()
+        assert value(samples, "virtcap_fleet_host_failures_bound") == 3
+        assert value(samples, "virtcap_failure_tolerance_computations_total", kind="full") == 1
+        for name in ("mixed", "big", "small"):
+            feasible = value(samples, "hypervisor_evacuation_feasible", hypervisor=name)
+            unplaced = value(samples, "hypervisor_evacuation_unplaced_domains", hypervisor=name)
+            assert (feasible == 1) == (unplaced == 0), name
+
+        # A claim changes one hypervisor: only what it can affect is computed again.
+        status, _ = claim(server, hypervisor="small", vcpu=1, memory="8GiB")
+        assert status == 201
+        computations = "virtcap_failure_tolerance_computations_total"
+        wait_for(
+            lambda: value(server.samples(), computations, kind="incremental") == 1,
+            30,
+            what="an incremental computation after the claim",
+        )
+
+        # A reload with another bound computes the fleet again with it.
+        config.write_text(config.read_text() + "scheduler: {failure_tolerance: {max_host_failures: 1}}\n")
+        server.process.send_signal(signal.SIGHUP)
+        wait_for(
+            lambda: value(server.samples(), "virtcap_fleet_host_failures_bound") == 1,
+            30,
+            what="the reloaded bound",
+        )
+        assert value(server.samples(), "virtcap_failure_tolerance_computations_total", kind="full") == 2
+
+        # Turned off: the series are gone.
+        config.write_text(config.read_text().replace("max_host_failures: 1", "enabled: false"))
+        server.process.send_signal(signal.SIGHUP)
+        wait_for(
+            lambda: value(server.samples(), "virtcap_fleet_host_failures_bound") is None,
+            30,
+            what="the failure tolerance turned off",
+        )
+        assert _tolerance_series(server.samples()) == {}
