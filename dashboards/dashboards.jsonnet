@@ -39,10 +39,19 @@ local allocatedByState(resource, unit) = g.timeseries(
   stack=true,
 );
 
+// The sum-based bound of the loss of the largest hypervisor, next to the simulated evacuations.
+local failoverShortfall(what, unit, matcher) = g.timeseries(
+  'Sum-based shortfall without the largest hypervisor: %s' % what,
+  'For comparison with the simulated evacuations: per resource, used - (limit - the largest limit) over the fleet (resource:hypervisor_failover_shortfall:sum), where two or more hypervisors offer the resource. Above 0 the sums say the fleet cannot lose its largest hypervisor; below 0 it is the margin. The sums ignore that a domain lands whole on one host (fragmentation, NUMA cells, devices, the other resources it needs), so an evacuation can fail while this is below 0; and they count an overcommitted hypervisor\'s negative free against the others, so it can be above 0 while every evacuation succeeds.',
+  unit,
+  [t('resource:hypervisor_failover_shortfall:sum{%s}' % matcher, '{{resource}}')],
+  width=8,
+);
+
 local fleet = g.dashboard(
   'virtcap-fleet',
   'virtcap / Fleet capacity',
-  'How full is the fleet, where does the next VM fit, and is it overcommitted past its policy?',
+  'How full is the fleet, where does the next VM fit, is it overcommitted past its policy, and can it lose a hypervisor?',
   [
     g.stat('Hypervisors up', 'Hypervisors whose last audit succeeded.', 'short', [t(':hypervisor_up:sum')], thresholds=[{ color: 'green', value: null }]),
     g.stat('Hypervisors down', 'Hypervisors virtcap cannot audit (HypervisorAuditFailing).', 'short', [t(':hypervisor_up:count - :hypervisor_up:sum')], thresholds=g.usedSteps(1, 1)),
@@ -109,6 +118,56 @@ local fleet = g.dashboard(
       [t('ALERTS{alertname=~"Hypervisor.*|Virtcap.*"}', instant=true, format='table')],
       organize={ excludeByName: { Time: true, Value: true, __name__: true, job: true, instance: true } },
     ),
+    g.row('Failure tolerance'),
+    g.stat(
+      'Host failures tolerated',
+      'How many hypervisors the fleet can lose together, those with the most allocated memory first, every domain of theirs re-homed on the others through the simulated Nova scheduler (virtcap_fleet_host_failures_tolerated), and the bound virtcap counts up to (virtcap_fleet_host_failures_bound): at the bound, at least that many. 0 (red): the hypervisor with the most allocated memory cannot fail without leaving domains without a host. With several exporters, the fewest of their fleets and the smallest bound.',
+      'short',
+      [
+        t('min(virtcap_fleet_host_failures_tolerated{%s})' % s, 'tolerated'),
+        t('min(virtcap_fleet_host_failures_bound{%s})' % s, 'bound'),
+      ],
+      height=8,
+      thresholds=[{ color: 'red', value: null }, { color: 'green', value: 1 }],
+      overrides=[g.fixedColor('B', 'blue')],
+    ),
+    g.stat(
+      'Hypervisors that cannot be evacuated',
+      'Hypervisors whose domains would not all find a host on the others if it failed (hypervisor_evacuation_feasible is 0: HypervisorFleetCannotTolerateHostFailure).',
+      'short',
+      [t('count(hypervisor_evacuation_feasible{%s} == 0) or vector(0)' % s)],
+      height=8,
+      thresholds=g.usedSteps(1, 1),
+    ),
+    g.table(
+      'Evacuation per hypervisor',
+      'For every hypervisor with a fresh audit (a down one too, until its data is stale): whether each domain it holds (those its policy counts) would find a host on the other hypervisors that are up, scheduled one by one, largest first, through the simulated Nova scheduler; and how many would not. Those that cannot be evacuated first. `virtcap place --ignore-host <hypervisor>` shows why a flavor finds no host (alerts/RUNBOOK.md).',
+      'short',
+      [
+        t('hypervisor_evacuation_feasible{%s}' % s, instant=true, format='table'),
+        t('hypervisor_evacuation_unplaced_domains{%s}' % s, instant=true, format='table'),
+      ],
+      overrides=[
+        g.column('Value #A', 'short', g.freeSteps(1, 1), 'evacuation feasible', g.valueTexts({ '0': 'no', '1': 'yes' })),
+        g.column('Value #B', 'short', g.usedSteps(1, 1), 'domains without a host'),
+      ],
+      sortBy='evacuation feasible',
+      organize={ excludeByName: { Time: true, job: true, instance: true, __name__: true } },
+      width=12,
+    ),
+    g.timeseries(
+      'Failure tolerance over time',
+      'The host failures the fleet tolerates (the fewest, with several exporters), the hypervisors that cannot be evacuated, and their domains that would find no host, over time.',
+      'short',
+      [
+        t('min(virtcap_fleet_host_failures_tolerated{%s})' % s, 'host failures tolerated'),
+        t('count(hypervisor_evacuation_feasible{%s} == 0) or vector(0)' % s, 'hypervisors that cannot be evacuated'),
+        t('sum(hypervisor_evacuation_unplaced_domains{%s})' % s, 'domains without a host'),
+      ],
+      width=8,
+    ),
+    failoverShortfall('CPUs and other counts', 'short', 'unit!="bytes"'),
+    failoverShortfall('memory and disk', bytes, 'unit="bytes"'),
     g.row('Device and hugepage headroom'),
     g.timeseries(
       'Free hugepages by page size',

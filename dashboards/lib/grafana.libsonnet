@@ -102,9 +102,10 @@
     options: { legend: { displayMode: 'table', placement: 'right', calcs: ['lastNotNull'] }, tooltip: { mode: 'multi', sort: 'desc' } },
   },
 
-  stat(title, description, unit, targets, width=6, height=4, thresholds=null):: base('stat', title, description, unit, targets, width, height) {
+  stat(title, description, unit, targets, width=6, height=4, thresholds=null, overrides=[]):: base('stat', title, description, unit, targets, width, height) {
     fieldConfig+: {
       defaults+: if thresholds == null then {} else { thresholds: { mode: 'absolute', steps: thresholds }, color: { mode: 'thresholds' } },
+      overrides: overrides,
     },
     options: { reduceOptions: { calcs: ['lastNotNull'], fields: '', values: false }, colorMode: 'background', graphMode: 'none', textMode: 'auto' },
   },
@@ -129,15 +130,30 @@
     ],
   },
 
-  // A field override: unit and optional colour thresholds of one column of a table.
-  column(name, unit, thresholds=null, display=null):: {
+  // A field override: unit and optional colour thresholds of one column of a table, and optional
+  // value mappings (`valueTexts`) shown instead of the numbers.
+  column(name, unit, thresholds=null, display=null, mappings=null):: {
     matcher: { id: 'byName', options: name },
     properties: [{ id: 'unit', value: unit }] + (
       if thresholds == null then [] else [
         { id: 'thresholds', value: { mode: 'absolute', steps: thresholds } },
         { id: 'custom.cellOptions', value: { type: 'color-background' } },
       ]
-    ) + (if display == null then [] else [{ id: 'displayName', value: display }]),
+    ) + (if display == null then [] else [{ id: 'displayName', value: display }]) + (
+      if mappings == null then [] else [{ id: 'mappings', value: mappings }]
+    ),
+  },
+
+  // Value mappings: each value (a number, as a string key) shown as its text.
+  valueTexts(texts):: [{
+    type: 'value',
+    options: { [value]: { text: texts[value], index: i } for i in std.range(0, std.length(texts) - 1) for value in [std.objectFields(texts)[i]] },
+  }],
+
+  // A stat override: one query's value (by its refId) in a fixed colour, not the thresholds'.
+  fixedColor(refId, color):: {
+    matcher: { id: 'byFrameRefID', options: refId },
+    properties: [{ id: 'color', value: { mode: 'fixed', fixedColor: color } }],
   },
 
   // Steps from red (below the first bound) to green: for "free" and headroom columns.
