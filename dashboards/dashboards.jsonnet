@@ -206,7 +206,7 @@ local fleet = g.dashboard(
 local hypervisor = g.dashboard(
   'virtcap-hypervisor',
   'virtcap / Hypervisor detail',
-  'Every resource of the selected hypervisors: total, reserved, limit, used by domain state, claimed, free, and what the host really uses; their NUMA cells, hugepages and passthrough devices.',
+  'Every resource of the selected hypervisors: total, reserved, limit, used by domain state, claimed, free, and what the host really uses; whether their domains would find a host if they were lost; their NUMA cells, hugepages and passthrough devices.',
   [
     g.table(
       'Resources',
@@ -275,6 +275,14 @@ local hypervisor = g.dashboard(
       's',
       [t('time() - hypervisor_audit_timestamp_seconds{%s}' % h, '{{hypervisor}}')],
       width=8,
+    ),
+    g.stateTimeline(
+      'If lost: domains that would find no host',
+      'Over time, for each selected hypervisor, how many of its domains would find no host on the other hypervisors that are up were it lost, each scheduled in turn, largest first, through the simulated Nova scheduler (hypervisor_evacuation_unplaced_domains; HypervisorFleetCannotTolerateHostFailure). "all re-homed": its evacuation is feasible. No lane: down and stale, or not computed yet.',
+      'short',
+      [t('hypervisor_evacuation_unplaced_domains{%s}' % h, '{{hypervisor}}')],
+      thresholds=g.usedSteps(1, 1),
+      mappings=g.valueTexts({ '0': 'all re-homed' }),
     ),
     g.table(
       'Hypervisor',

@@ -119,6 +119,16 @@
     options: { orientation: 'horizontal', displayMode: 'gradient', reduceOptions: { calcs: ['lastNotNull'], fields: '', values: false }, showUnfilled: true },
   },
 
+  // One lane per series, coloured by value over time (thresholds, and value mappings' texts).
+  stateTimeline(title, description, unit, targets, width=24, height=8, thresholds=null, mappings=[]):: base('state-timeline', title, description, unit, targets, width, height) {
+    fieldConfig+: {
+      defaults+: { mappings: mappings } + (
+        if thresholds == null then {} else { thresholds: { mode: 'absolute', steps: thresholds }, color: { mode: 'thresholds' } }
+      ),
+    },
+    options: { showValue: 'auto', mergeValues: true, rowHeight: 0.9, legend: { showLegend: false }, tooltip: { mode: 'single' } },
+  },
+
   table(title, description, unit, targets, width=24, height=8, overrides=[], sortBy=null, organize={}):: base('table', title, description, unit, targets, width, height) {
     fieldConfig+: { overrides: overrides },
     options: { showHeader: true, cellHeight: 'sm', footer: { show: false } } + (
