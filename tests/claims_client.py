@@ -50,11 +50,17 @@ def claim(server: Server, **body: Any) -> tuple[int, Any]:
 
 
 def write_config(
-    directory: Path, interval: str = "1h", database: str | None = None, extra_hypervisors: str = ""
+    directory: Path,
+    interval: str = "1h",
+    database: str | None = None,
+    extra_hypervisors: str = "",
+    sections: str = "",
 ) -> Path:
+    """Three test-driver hypervisors (mixed, big, small) and a writer; `sections` adds top-level
+    sections, such as `scheduler: {weighers: {ram: -1.0}}`."""
     config = directory / "virtcap.yaml"
     config.write_text(
-        f"""
+        f"""{sections}
 audit: {{interval: {interval}}}
 claims:
   database: {database or directory / "claims.sqlite"}

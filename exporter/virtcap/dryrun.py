@@ -2,30 +2,21 @@
 
 Shared by `POST /api/v1/placements` (the live snapshots and pending claims) and `virtcap place`
 (one audit of the fleet, or the API): the same body, the same engine (model/scheduler.py), the
-same answer. Nothing is held. Blocking: callers on the event loop run it in a thread.
+same answer. Nothing is held. Blocking: callers on the event loop run it in a thread. The host
+states and the engine's call are claims/scheduling.py's, which claims on `"hypervisor": "any"` use
+too: a claim lands where the dry run of the same request says.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 
-from virtcap.claims.ledger import Claim, pending_claims
+from virtcap.claims.records import Claim
+from virtcap.claims.scheduling import FleetEntry, host_states, schedule_fleet
 from virtcap.config import Config
 from virtcap.model.pci import PCI_ALIAS_SPEC, PciRequestError, parse_alias_request
 from virtcap.model.placement import Demand
-from virtcap.model.scheduler import (
-    COMPUTE,
-    FORCE_HOSTS,
-    IGNORE_HOSTS,
-    WEIGHERS,
-    HostState,
-    Rejection,
-    ScheduleResult,
-    host_state,
-    schedule,
-)
-from virtcap.service.snapshot import HypervisorSnapshot
+from virtcap.model.scheduler import WEIGHERS, Rejection, ScheduleResult
 from virtcap.web.models import (
     PlacementAnswer,
     PlacementBody,
@@ -34,30 +25,14 @@ from virtcap.web.models import (
     PlacementStep,
 )
 
+__all__ = ["FleetEntry", "PlacementError", "dry_run", "host_states", "render_answer", "requested_demand"]
+
 NO_VALID_HOST = "No valid host was found. There are not enough hosts available."
 """Nova's NoValidHost message when the filters leave fewer hosts than instances."""
 
 
 class PlacementError(ValueError):
     """The body names something the configuration does not have: one line, a 400."""
-
-
-@dataclass(frozen=True, slots=True)
-class FleetEntry:
-    """One hypervisor as the scheduler may see it: its last good audit (None if it never had
-    one), whether it is up now and whether that audit is too old."""
-
-    name: str
-    good: HypervisorSnapshot | None
-    up: bool
-    stale: bool = False
-    error: str | None = None
-
-    @classmethod
-    def of(cls, snapshot: HypervisorSnapshot) -> FleetEntry:
-        """A one-shot audit's outcome (`virtcap place --config/--demo`): never stale."""
-        good = snapshot if snapshot.up and snapshot.facts is not None else None
-        return cls(snapshot.name, good, snapshot.up, False, snapshot.error)
 
 
 def requested_demand(body: PlacementBody, config: Config) -> Demand:
@@ -89,84 +64,23 @@ def _check_aliases(flavor: PlacementFlavor, config: Config) -> None:
         )
 
 
-def host_states(fleet: Sequence[FleetEntry], claims: Iterable[Claim]) -> list[HostState]:
-    """The audited hypervisors' states, each with its pending claims as usage."""
-    held = list(claims)
-    states = []
-    for entry in fleet:
-        good = entry.good
-        if good is None or good.facts is None or good.hypervisor is None:
-            continue
-        pending = pending_claims(held, entry.name)
-        states.append(
-            host_state(
-                entry.name,
-                good.facts,
-                good.hypervisor.policy,
-                claimed=pending.amounts,
-                pending=pending.claims,
-                up=entry.up,
-                stale=entry.stale,
-            )
-        )
-    return states
-
-
 def dry_run(
     config: Config, body: PlacementBody, fleet: Sequence[FleetEntry], claims: Iterable[Claim] = ()
 ) -> PlacementAnswer:
     """Where the body's instances land on the fleet, with the configuration's multipliers.
     Raises PlacementError for an unknown flavor or alias."""
     demand = requested_demand(body, config)
-    states = host_states(fleet, claims)
-    audited = {state.name for state in states}
-    unaudited = [entry for entry in fleet if entry.name not in audited]
-    left_out = _unaudited_rejections(unaudited, body)
-    target = body.force_hosts[0].lower() if body.force_hosts else None
-    if any(entry.name.lower() == target for entry in unaudited):
-        # the forced host exists but was never audited: it is down (not missing), and the
-        # others are not asked for
-        ignored = {name.lower() for name in body.ignore_hosts}
-        for state in states:
-            if state.name.lower() in ignored:
-                left_out[state.name] = Rejection(IGNORE_HOSTS, (f"{state.name} is in ignore_hosts",))
-            else:
-                left_out[state.name] = Rejection(FORCE_HOSTS, (_not_forced(body),))
-        result = ScheduleResult(body.count, 0, (), {})
-    else:
-        result = schedule(
-            states,
-            demand,
-            body.count,
-            ignore_hosts=body.ignore_hosts,
-            force_hosts=body.force_hosts,
-            anti_affinity=body.anti_affinity,
-            multipliers=config.multipliers,
-        )
-    return _answer(result, left_out)
-
-
-def _not_forced(body: PlacementBody) -> str:
-    return (
-        f"not the forced host {body.force_hosts[0]} (Nova asks Placement for the first of force_hosts only)"
+    scheduled = schedule_fleet(
+        fleet,
+        claims,
+        demand,
+        body.count,
+        ignore_hosts=body.ignore_hosts,
+        force_hosts=body.force_hosts,
+        anti_affinity=body.anti_affinity,
+        multipliers=config.multipliers,
     )
-
-
-def _unaudited_rejections(unaudited: Sequence[FleetEntry], body: PlacementBody) -> dict[str, Rejection]:
-    """The hypervisors never audited successfully: the scheduler cannot see them, Nova's
-    ComputeFilter would refuse them (after ignore_hosts and force_hosts, as for the others)."""
-    ignored = {name.lower() for name in body.ignore_hosts}
-    target = body.force_hosts[0].lower() if body.force_hosts else None
-    rejected: dict[str, Rejection] = {}
-    for entry in unaudited:
-        if entry.name.lower() in ignored:
-            rejected[entry.name] = Rejection(IGNORE_HOSTS, (f"{entry.name} is in ignore_hosts",))
-        elif target is not None and entry.name.lower() != target:
-            rejected[entry.name] = Rejection(FORCE_HOSTS, (_not_forced(body),))
-        else:
-            why = f"hypervisor {entry.name} is down" + (f": {entry.error}" if entry.error else "")
-            rejected[entry.name] = Rejection(COMPUTE, (why,))
-    return rejected
+    return _answer(scheduled.result, scheduled.left_out)
 
 
 def _answer(result: ScheduleResult, unaudited: dict[str, Rejection]) -> PlacementAnswer:

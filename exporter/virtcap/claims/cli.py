@@ -29,6 +29,13 @@ def _resource(text: str) -> tuple[str, int]:
     return name, int(amount)
 
 
+def _count(text: str) -> int:
+    """A whole number of instances, at least 1; the exporter checks the upper bound."""
+    if not text.isascii() or not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of instances of at least 1, got {text!r}")
+    return int(text)
+
+
 def extra_spec_argument(text: str) -> tuple[str, str]:
     """`KEY=VALUE`: the key and value are checked by the exporter, as Nova's API checks a flavor's."""
     key, sep, value = text.partition("=")
@@ -75,6 +82,12 @@ def add_claim_commands(commands: Any) -> None:
         help="a Nova flavor extra spec for a flavor of --vcpu, --memory and --disk, such as "
         "hw:cpu_policy=dedicated; repeat it for more specs",
     )
+    create.add_argument(
+        "--count",
+        type=_count,
+        help="how many instances, all or nothing, held together in one claim (default: 1); with "
+        "--hypervisor any the exporter's scheduler places each",
+    )
     create.add_argument("--ttl", help="how long to hold the claim, such as 15m (default: the exporter's)")
     create.add_argument(
         "--domain-uuid", help="the UUID the domain will have: its appearance releases the claim"
@@ -106,6 +119,8 @@ def run_claim(args: argparse.Namespace) -> int:
             body["extra_specs"] = dict(args.extra_spec)
         if args.flavor is not None:
             body["flavor"] = args.flavor
+        if args.count is not None:
+            body["count"] = args.count
         body["owner"] = args.owner
         if args.ttl:
             body["ttl"] = args.ttl

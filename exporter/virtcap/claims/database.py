@@ -1,11 +1,14 @@
-"""The claims' SQLite database: one row per claim, one row per claimed class, one row per extra
-spec of a claim that carries a flavor's.
+"""The claims' SQLite database: one row per claim, one row per claimed class (what one instance
+holds), one row per extra spec of a claim that carries a flavor's, one row per instance (its
+hypervisor).
 
 Amounts are stored per Placement class in Placement's whole units (VCPU, MEMORY_MB, DISK_GB,
 CUSTOM_...), so a new class needs no new column. The extra specs (`hw:cpu_policy`,
 `hw:mem_page_size`, `pci_passthrough:alias`, ...) are what places a claim within its hypervisor's
 NUMA cells and devices. Older schemas are migrated in place, in one transaction, at the first
-start: version 1 (virtcap 0.1) had a column per class, in bytes; version 2 had no extra specs.
+start: version 1 (virtcap 0.1) had a column per class, in bytes; version 2 had no extra specs;
+version 3 had one instance per claim, on the claim's hypervisor. A file of a newer version is
+refused, as an older virtcap refuses a file of version 4.
 
 WAL with synchronous FULL: a claim acknowledged with 201 was committed first and survives a crash.
 """
@@ -29,10 +32,12 @@ from virtcap.units import MAX_SIZE
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 _VIRTCAP_0_1 = 1
 _PER_CLASS_ROWS = 2
-"""The earlier schema versions: a column per class, then a row per class without extra specs."""
+_ONE_INSTANCE = 3
+"""The earlier schema versions: a column per class, then a row per class without extra specs,
+then one instance per claim."""
 SQLITE_MAX_INTEGER = MAX_SIZE
 """The largest INTEGER SQLite stores (a larger amount would raise OverflowError on insert), which
 is why sizes are bounded there in the first place."""
@@ -48,10 +53,17 @@ _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS claim_extra_specs (
         claim_id TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL,
         PRIMARY KEY (claim_id, key))""",
+    # `claims.hypervisor` stays the first instance's, so that the file reads as version 3 did
+    """CREATE TABLE IF NOT EXISTS claim_instances (
+        claim_id TEXT NOT NULL, instance INTEGER NOT NULL, hypervisor TEXT NOT NULL,
+        PRIMARY KEY (claim_id, instance))""",
 )
+_ONE_INSTANCE_EACH = "INSERT INTO claim_instances SELECT id, 0, hypervisor FROM claims"
+_MIGRATE_FROM_3 = (_SCHEMA[3], _ONE_INSTANCE_EACH)
 _MIGRATE_FROM_2 = (
     "ALTER TABLE claims ADD COLUMN flavor TEXT",
-    *_SCHEMA[2:],
+    _SCHEMA[2],
+    *_MIGRATE_FROM_3,
 )
 # Version 1 kept vcpu and pcpu in cpus, memory and disk in bytes, every claim a multiple of nothing
 # in particular: the migration rounds memory and disk up to whole MiB and GiB, as Placement counts.
@@ -65,6 +77,7 @@ _MIGRATE_FROM_1 = (
     "INSERT INTO claims (id, hypervisor, created_at, expires_at, domain_uuid, owner)"
     " SELECT id, hypervisor, created_at, expires_at, domain_uuid, owner FROM claims_v1",
     "DROP TABLE claims_v1",
+    _ONE_INSTANCE_EACH,
 )
 
 
@@ -109,13 +122,20 @@ class ClaimDatabase:
         extra_specs: dict[str, dict[str, str]] = {}
         for claim_id, key, value in conn.execute("SELECT claim_id, key, value FROM claim_extra_specs"):
             extra_specs.setdefault(claim_id, {})[key] = value
+        instances: dict[str, list[str]] = {}
+        for claim_id, hypervisor in conn.execute(
+            "SELECT claim_id, hypervisor FROM claim_instances ORDER BY claim_id, instance"
+        ):
+            instances.setdefault(claim_id, []).append(hypervisor)
         rows = conn.execute(
             "SELECT id, hypervisor, created_at, expires_at, domain_uuid, owner, flavor FROM claims"
         ).fetchall()
         return [
             Claim(
                 id=row[0],
-                hypervisor=row[1],
+                # a claim without instance rows (a row inserted by hand) is one instance
+                hypervisor=instances[row[0]][0] if row[0] in instances else row[1],
+                hypervisors=tuple(instances.get(row[0], ())),
                 amounts=amounts.get(row[0], {}),
                 created_at=row[2],
                 expires_at=row[3],
@@ -138,7 +158,13 @@ class ClaimDatabase:
         columns = {row[1] for row in conn.execute("PRAGMA table_info(claims)")}
         # A new file has no tables yet and user_version 0, as has a version 1 file (0.1 set none):
         # the columns tell them apart.
-        found = _VIRTCAP_0_1 if "vcpu" in columns else _PER_CLASS_ROWS if columns else None
+        found: int | None = None
+        if "vcpu" in columns:
+            found = _VIRTCAP_0_1
+        elif version == _ONE_INSTANCE:
+            found = _ONE_INSTANCE
+        elif columns:
+            found = _PER_CLASS_ROWS
 
         def migrate() -> None:
             if found == _VIRTCAP_0_1:
@@ -146,6 +172,8 @@ class ClaimDatabase:
                 statements: tuple[str, ...] = _SCHEMA + _MIGRATE_FROM_1
             elif found == _PER_CLASS_ROWS:
                 statements = _MIGRATE_FROM_2
+            elif found == _ONE_INSTANCE:
+                statements = _MIGRATE_FROM_3
             else:
                 statements = _SCHEMA
             for statement in statements:
@@ -168,6 +196,7 @@ class ClaimDatabase:
             if amount > 0
         ]
         extra_specs = [(claim.id, key, value) for key, value in claim.extra_specs.items()]
+        instances = [(claim.id, number, hypervisor) for number, hypervisor in enumerate(claim.hypervisors)]
 
         def insert() -> None:
             conn.execute(
@@ -184,6 +213,7 @@ class ClaimDatabase:
             )
             conn.executemany("INSERT INTO claim_amounts VALUES (?, ?, ?)", amounts)
             conn.executemany("INSERT INTO claim_extra_specs VALUES (?, ?, ?)", extra_specs)
+            conn.executemany("INSERT INTO claim_instances VALUES (?, ?, ?)", instances)
 
         self._transaction(insert)
 
@@ -198,6 +228,7 @@ class ClaimDatabase:
         def delete() -> None:
             conn.executemany("DELETE FROM claim_amounts WHERE claim_id = ?", rows)
             conn.executemany("DELETE FROM claim_extra_specs WHERE claim_id = ?", rows)
+            conn.executemany("DELETE FROM claim_instances WHERE claim_id = ?", rows)
             conn.executemany("DELETE FROM claims WHERE id = ?", rows)
 
         self._transaction(delete)

@@ -1,10 +1,14 @@
 """Claims: capacity reserved for builds in flight, before the hypervisor shows their domain.
 
-A claim is tested with Nova's claim test against the latest snapshot plus the claims already
-held, under one lock, so two concurrent claims can never both take the last free resources. It
-counts in `used` until the audit finds its domain (reconciled: the domain now carries the
-allocation), its TTL passes (expired) or it is deleted. Claims live in SQLite (WAL, synchronous
-FULL): one acknowledged with 201 was committed first and survives a crash.
+A claim holds `count` instances (1 unless asked), all or nothing. On a named hypervisor each is
+tested in turn with Nova's claim test against its last audit plus the claims already held, the
+ones before it consumed; on `any` the scheduling engine places them (model/scheduler.py, through
+claims/scheduling.py: the same host states, multipliers and answers as a dry-run placement). Under
+one lock, so two concurrent claims can never both take the last free resources. It counts in
+`used`, each instance on its hypervisor, until the audit finds its domain (reconciled: the domain
+now carries the allocation), its TTL passes (expired) or it is deleted, all its instances
+together. Claims live in SQLite (WAL, synchronous FULL): one acknowledged with 201 was committed
+first, in one transaction with every instance, and survives a crash.
 
 When the database refuses writes (read-only, full, locked, failing disk), creating and deleting
 claims fail with ClaimStorageError and change nothing; reconciliation and expiry go on in
@@ -20,19 +24,38 @@ import sqlite3
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 
 from virtcap.claims.database import SQLITE_MAX_INTEGER, ClaimDatabase
 from virtcap.claims.records import Claim, ClaimRequest
+from virtcap.claims.scheduling import (
+    FleetEntry,
+    FleetSchedule,
+    claim_within,
+    fleet_entries,
+    pending_claims,
+    schedule_fleet,
+)
 from virtcap.config import ClaimSettings, Hypervisor
 from virtcap.model.facts import HostFacts
-from virtcap.model.placement import NOTHING_WITHIN, Demand, WithinHost, within_host
+from virtcap.model.placement import Demand
 from virtcap.model.resources import Amounts, Resource, placement_units
-from virtcap.service.snapshot import HypervisorSnapshot, PendingClaims
+from virtcap.model.scheduler import (
+    COMPUTE,
+    NUMA_TOPOLOGY,
+    PCI_PASSTHROUGH,
+    PLACEMENT,
+    SPREAD,
+    Multipliers,
+    Rejection,
+    ScheduleResult,
+)
+from virtcap.service.snapshot import HypervisorSnapshot
 from virtcap.service.store import SnapshotStore
 
 __all__ = [  # the records are defined in virtcap.claims.records, beside the database that stores them
     "ANY_HYPERVISOR",
+    "MAX_CLAIM_COUNT",
     "Claim",
     "ClaimDatabase",
     "ClaimLedger",
@@ -40,22 +63,39 @@ __all__ = [  # the records are defined in virtcap.claims.records, beside the dat
     "ClaimRequest",
     "ClaimStorageError",
     "UnknownHypervisorError",
+    "claim_within",
+    "pending_claims",
 ]
 
 log = logging.getLogger(__name__)
 
 ANY_HYPERVISOR = "any"
+MAX_CLAIM_COUNT = 1000
+"""The most instances one claim holds: as many as one dry-run placement asks for."""
 EXPIRY_PERIOD_SECONDS = 1.0
 UNWRITTEN_RETRY_SECONDS = 5.0
 """While the database refuses writes, how often the rows of released claims are tried again."""
 
 
 class ClaimRejectedError(Exception):
-    """The claim does not fit: `reasons` per hypervisor, in Nova's words."""
+    """The claim does not fit: `reasons` per hypervisor, in Nova's words (its claim test), and
+    `rejections` per hypervisor as a dry-run placement gives them (the first filter that refused
+    the instance that found no host, and its reasons); `fitted` of `requested` instances would
+    have been placed one by one before it."""
 
-    def __init__(self, message: str, reasons: Mapping[str, list[str]]) -> None:
+    def __init__(
+        self,
+        message: str,
+        reasons: Mapping[str, list[str]],
+        rejections: Mapping[str, Rejection] | None = None,
+        requested: int = 1,
+        fitted: int = 0,
+    ) -> None:
         super().__init__(message)
         self.reasons = dict(reasons)
+        self.rejections = dict(rejections or {})
+        self.requested = requested
+        self.fitted = fitted
 
 
 class UnknownHypervisorError(Exception):
@@ -90,46 +130,67 @@ class ClaimLedger:
         await self.database.close()
 
     def pending(self) -> Counter[str]:
-        return Counter(claim.hypervisor for claim in self.claims.values())
+        """Instances held per hypervisor: a claim of 3 instances on one hypervisor counts 3."""
+        return Counter(name for claim in self.claims.values() for name in claim.hypervisors)
 
     def _rejected(self) -> None:
         self.outcomes["rejected"] += 1
         self.store.touch()
 
-    async def create(self, request: ClaimRequest) -> Claim:
-        """Raises ClaimStorageError, with nothing held, when the database refuses the claim."""
+    async def create(
+        self,
+        request: ClaimRequest,
+        *,
+        multipliers: Multipliers = SPREAD,
+        stale_after: float = math.inf,
+    ) -> Claim:
+        """Hold `request.count` instances, all or nothing: on the named hypervisor, or where the
+        scheduling engine places them for `any`, with these weigher multipliers, a hypervisor
+        whose last good audit is older than `stale_after` seconds refused (the configuration's
+        `scheduler.weighers` and `audit.stale_after`, as a dry-run placement has them).
+
+        Raises ClaimRejectedError when they do not fit (nothing held), UnknownHypervisorError,
+        and ClaimStorageError, with nothing held, when the database refuses the claim."""
         if any(not 0 <= amount <= SQLITE_MAX_INTEGER for amount in request.amounts.values()):
             raise ValueError(f"every amount must be between 0 and {SQLITE_MAX_INTEGER}")
         if not (math.isfinite(request.ttl) and request.ttl > 0):
             raise ValueError(f"the ttl must be a finite number of seconds above 0, got {request.ttl}")
+        if not 1 <= request.count <= MAX_CLAIM_COUNT:
+            raise ValueError(f"the count must be from 1 to {MAX_CLAIM_COUNT}, got {request.count}")
+        if request.count > 1 and request.domain_uuid is not None:
+            raise ValueError("a domain UUID names one domain: a claim of more than one instance has none")
+        amounts = whole_units(request.amounts)
+        demand = Demand(amounts, claim_within(amounts, request.extra_specs))
         async with self._lock:
-            # The claim test fits NUMA cells and devices, on every hypervisor for `any`: in a
-            # thread, on the snapshots of this moment (immutable; the store's dict is not).
-            latest = {name: state.latest for name, state in self.store.hypervisors.items()}
+            # The engine fits NUMA cells and devices: in a thread, on the snapshots and claims
+            # of this moment (immutable; the store's dict and the ledger's are not).
+            fleet = fleet_entries(self.store, time.time(), stale_after)
+            held = list(self.claims.values())
             if request.hypervisor == ANY_HYPERVISOR:
-                name, reasons = await asyncio.to_thread(place, latest, request)
-            else:
-                name = request.hypervisor
-                if name not in latest:
-                    raise UnknownHypervisorError(name)
-                reasons = {name: await asyncio.to_thread(claim_reasons, latest[name], name, request)}
-            if name is None or reasons.get(name):
-                self._rejected()
-                message = (
-                    "no hypervisor fits the claim" if name is None else f"the claim does not fit on {name}"
+                scheduled = await asyncio.to_thread(
+                    schedule_fleet, fleet, held, demand, request.count, multipliers=multipliers
                 )
-                raise ClaimRejectedError(message, reasons)
+            else:
+                entry = next((entry for entry in fleet if entry.name == request.hypervisor), None)
+                if entry is None:
+                    raise UnknownHypervisorError(request.hypervisor)
+                scheduled = await asyncio.to_thread(_on_hypervisor, entry, held, demand, request.count)
+            if not scheduled.result.placed:
+                self._rejected()
+                raise _rejection(request, scheduled, demand)
+            hosts = scheduled.result.hosts
             now = time.time()
             claim = Claim(
                 id=str(uuid.uuid4()),
-                hypervisor=name,
-                amounts=whole_units(request.amounts),
+                hypervisor=hosts[0],
+                amounts=amounts,
                 created_at=now,
                 expires_at=now + request.ttl,
                 domain_uuid=request.domain_uuid,
                 owner=request.owner,
                 flavor=request.flavor,
                 extra_specs=dict(request.extra_specs),
+                hypervisors=hosts,
             )
             try:
                 await self.database.insert(claim)
@@ -141,8 +202,16 @@ class ClaimLedger:
             self.claims[claim.id] = claim
             self.outcomes["created"] += 1
             # shielded: a cancelled request must not leave the store without the claim it holds
-            await asyncio.shield(self._refresh({name}))
-        log.info("claim created", extra={"claim": claim.id, "hypervisor": name, "owner": claim.owner})
+            await asyncio.shield(self._refresh(set(hosts)))
+        log.info(
+            "claim created",
+            extra={
+                "claim": claim.id,
+                "hypervisors": sorted(set(hosts)),
+                "count": claim.count,
+                "owner": claim.owner,
+            },
+        )
         return claim
 
     async def delete(self, claim_id: str) -> Claim | None:
@@ -175,7 +244,7 @@ class ClaimLedger:
             found = [
                 c
                 for c in self.claims.values()
-                if c.hypervisor == hypervisor.name
+                if hypervisor.name in c.hypervisors
                 and c.domain_uuid is not None
                 and c.domain_uuid.lower() in present
             ]
@@ -250,9 +319,12 @@ class ClaimLedger:
         for claim in claims:
             del self.claims[claim.id]
             self.outcomes[outcome] += 1
-            log.info(f"claim {outcome}", extra={"claim": claim.id, "hypervisor": claim.hypervisor})
+            log.info(
+                f"claim {outcome}", extra={"claim": claim.id, "hypervisors": sorted(set(claim.hypervisors))}
+            )
         if refresh:
-            await self._refresh({claim.hypervisor for claim in claims})
+            # every instance of every claim is released together, on each of its hypervisors
+            await self._refresh({name for claim in claims for name in claim.hypervisors})
 
     async def _refresh(self, names: set[str]) -> None:
         """Recompute the capacity of the last audits of these hypervisors with their pending claims,
@@ -278,55 +350,55 @@ def _with_claims(audited: HypervisorSnapshot, claims: list[Claim]) -> Hypervisor
     return audited.with_claims(pending_claims(claims, audited.name))
 
 
-def pending_claims(claims: Iterable[Claim], hypervisor: str) -> PendingClaims:
-    """What the claims on the hypervisor hold, one by one in the order they were made (each took
-    its cells, devices and GPU after the ones before it), and together."""
-    totals: dict[Resource, int] = {}
-    held = []
-    for claim in sorted(claims, key=lambda made: made.created_at):
-        if claim.hypervisor == hypervisor:
-            for resource, amount in claim.amounts.items():
-                totals[resource] = totals.get(resource, 0) + amount
-            within = claim_within(claim.amounts, claim.extra_specs) if claim.extra_specs else NOTHING_WITHIN
-            held.append(Demand(claim.amounts, within))
-    return PendingClaims(totals, tuple(held))
+def _on_hypervisor(entry: FleetEntry, claims: list[Claim], demand: Demand, count: int) -> FleetSchedule:
+    """`count` instances on the one hypervisor, each after the ones before it, by the engine on
+    that hypervisor alone: Nova's claim test, NUMA cells and devices, as nova-compute repeats them
+    for a forced host. Its audit is not refused for its age (a claim on a named hypervisor never
+    was), only for a failed last audit."""
+    if not entry.up or entry.good is None:
+        reason = f"hypervisor {entry.name} is not up: there is no current capacity to claim against"
+        result = ScheduleResult(count, 0, (), {entry.name: Rejection(COMPUTE, (reason,))})
+        return FleetSchedule(result)
+    up = FleetEntry(entry.name, entry.good, up=True, stale=False)
+    return schedule_fleet([up], claims, demand, count)
 
 
-def claim_reasons(snapshot: HypervisorSnapshot | None, name: str, request: ClaimRequest) -> list[str]:
-    """Every reason the claim does not fit the hypervisor's latest snapshot; empty when it fits."""
-    if snapshot is None or not snapshot.up or snapshot.capacity is None:
-        return [f"hypervisor {name} is not up: there is no current capacity to claim against"]
-    demand = Demand(request.amounts, claim_within(request.amounts, request.extra_specs))
-    return snapshot.capacity.claim_test(demand)
+_CAPACITY_FILTERS = (PLACEMENT, NUMA_TOPOLOGY, PCI_PASSTHROUGH)
 
 
-def place(
-    latest: Mapping[str, HypervisorSnapshot | None], request: ClaimRequest
-) -> tuple[str | None, dict[str, list[str]]]:
-    """The weigher of `"hypervisor": "any"`: among the hypervisors where the claim fits, the one
-    left with the largest share of its limit free after it, on the scarcest requested resource
-    (ties by name). It spreads claims, as Nova's default weighers do. None, with every
-    hypervisor's reasons, where it fits nowhere."""
+def _rejection(request: ClaimRequest, scheduled: FleetSchedule, demand: Demand) -> ClaimRejectedError:
+    """Why the claim does not fit: per hypervisor the engine's rejection, and in `reasons` every
+    failing class, cell and device in Nova's words (the claim test of the hypervisor as the
+    instances placed before the one that found no host left it)."""
+    result = scheduled.result
+    current = {state.name: state for state in scheduled.states}
+    for step in result.steps:
+        current[step.host] = current[step.host].consume(demand)
+    rejections = scheduled.rejections
     reasons: dict[str, list[str]] = {}
-    best: tuple[float, str] | None = None
-    for name in sorted(latest):
-        snapshot = latest[name]
-        failing = claim_reasons(snapshot, name, request)
-        if failing:
+    for name, rejection in sorted(rejections.items()):
+        state = current.get(name)
+        failing = state.capacity.claim_test(demand) if state is not None else []
+        if rejection.filter in _CAPACITY_FILTERS and failing:
             reasons[name] = failing
-            continue
-        assert snapshot is not None and snapshot.capacity is not None
-        resources = snapshot.capacity.resources
-        shares = []
-        for resource, amount in request.amounts.items():
-            capacity = resources.get(resource)
-            # a resource without a limit (its total unknown) is not scarce: it does not weigh
-            if amount > 0 and capacity is not None and capacity.limit and capacity.free is not None:
-                shares.append((capacity.free - amount) / capacity.limit)
-        score = min(shares) if shares else 1.0
-        if best is None or score > best[0]:
-            best = (score, name)
-    return (best[1], {}) if best is not None else (None, reasons)
+        else:
+            reasons[name] = list(rejection.reasons)
+    count = request.count
+    if request.hypervisor == ANY_HYPERVISOR:
+        message = "no hypervisor fits the claim"
+        if count > 1:
+            message = (
+                f"no valid host for all {count} instances: {result.fitted} would fit, one by one; "
+                "nothing is held (all or nothing)"
+            )
+    else:
+        message = f"the claim does not fit on {request.hypervisor}"
+        if count > 1:
+            message = (
+                f"{result.fitted} of {count} instances fit on {request.hypervisor}; "
+                "nothing is held (all or nothing)"
+            )
+    return ClaimRejectedError(message, reasons, rejections, count, result.fitted)
 
 
 def whole_units(amounts: Amounts) -> dict[Resource, int]:
@@ -336,18 +408,3 @@ def whole_units(amounts: Amounts) -> dict[Resource, int]:
         for resource, amount in amounts.items()
         if amount > 0
     }
-
-
-def claim_within(amounts: Amounts, extra_specs: Mapping[str, str]) -> WithinHost:
-    """What a claim's extra specs ask of the cells and devices: a flavor of its vCPUs (shared and
-    dedicated, less the PCPU of isolated emulator threads, which is not a vCPU) and memory. Specs
-    the API accepted always read; should a row have been edited into ones Nova refuses, the claim
-    still holds its amounts, and nothing within the host."""
-    vcpus = amounts.get(Resource.VCPU, 0) + amounts.get(Resource.PCPU, 0)
-    isolated = extra_specs.get("hw:emulator_threads_policy") == "isolate"
-    if isolated and extra_specs.get("hw:cpu_policy") in ("dedicated", "mixed"):
-        vcpus -= 1  # nova_request's own rule: one more PCPU for the emulator threads
-    try:
-        return within_host(vcpus, amounts.get(Resource.MEMORY, 0), extra_specs)
-    except ValueError:
-        return NOTHING_WITHIN

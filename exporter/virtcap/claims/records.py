@@ -10,9 +10,14 @@ from virtcap.model.resources import Amounts
 
 @dataclass(frozen=True, slots=True)
 class Claim:
+    """`count` instances of the same demand, held together: each instance's `amounts` (and extra
+    specs) on its hypervisor, all released together."""
+
     id: str
     hypervisor: str
+    """Where the first instance is held: the only hypervisor of a claim of one instance."""
     amounts: Amounts
+    """What one instance holds."""
     created_at: float
     expires_at: float
     domain_uuid: str | None
@@ -21,14 +26,34 @@ class Claim:
     """The configured flavor the claim was made for, if it named one."""
     extra_specs: Mapping[str, str] = field(default_factory=dict)
     """A flavor's extra specs: where within the hypervisor (NUMA cells, devices) the claim is held."""
+    hypervisors: tuple[str, ...] = ()
+    """Per instance, in the order they were placed, its hypervisor; empty when given means one
+    instance on `hypervisor` (and is made so)."""
+
+    def __post_init__(self) -> None:
+        if not self.hypervisors:
+            object.__setattr__(self, "hypervisors", (self.hypervisor,))
+        elif self.hypervisors[0] != self.hypervisor:
+            raise ValueError(
+                f"a claim's first instance is on its hypervisor {self.hypervisor!r}, "
+                f"not {self.hypervisors[0]!r}"
+            )
+
+    @property
+    def count(self) -> int:
+        """How many instances the claim holds."""
+        return len(self.hypervisors)
 
 
 @dataclass(frozen=True, slots=True)
 class ClaimRequest:
     hypervisor: str
     amounts: Amounts
+    """What one instance asks for."""
     ttl: float
     domain_uuid: str | None
     owner: str
     flavor: str | None = None
     extra_specs: Mapping[str, str] = field(default_factory=dict)
+    count: int = 1
+    """How many instances, all or nothing."""

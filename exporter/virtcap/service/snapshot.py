@@ -15,8 +15,9 @@ from virtcap.model.resources import Amounts
 
 @dataclass(frozen=True, slots=True)
 class PendingClaims:
-    """What the claims pending on a hypervisor hold: their amounts together, and each claim,
-    oldest first, which takes its share of the cells, devices and GPUs in turn."""
+    """What the claims pending on a hypervisor hold: their amounts together, and each instance
+    held there (a claim of several instances once per instance on this hypervisor), oldest claim
+    first, which takes its share of the cells, devices and GPUs in turn."""
 
     amounts: Amounts = field(default_factory=dict)
     claims: tuple[Demand, ...] = ()

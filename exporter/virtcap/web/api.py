@@ -25,8 +25,9 @@ from virtcap.claims.ledger import (
     UnknownHypervisorError,
     claim_within,
 )
+from virtcap.claims.scheduling import fleet_entries
 from virtcap.config import ClaimSettings, Config, explain_validation_error
-from virtcap.dryrun import FleetEntry, PlacementError, dry_run
+from virtcap.dryrun import PlacementError, dry_run
 from virtcap.exposition.report import fleet_document
 from virtcap.model.pci import PCI_ALIAS_SPEC, PciRequestError, parse_alias_request
 from virtcap.model.resources import Resource
@@ -38,6 +39,7 @@ from virtcap.web.models import (
     ClaimDocument,
     ClaimList,
     PlacementBody,
+    PlacementRejection,
     iso_time,
     placement_body_error,
 )
@@ -94,9 +96,13 @@ async def create_claim(request: web.Request) -> web.Response:
         owner=body.owner,
         flavor=body.flavor,
         extra_specs=extra_specs,
+        count=body.count,
     )
+    config = request.app[EXPORTER].config
     try:
-        claim = await ledger.create(claim_request)
+        claim = await ledger.create(
+            claim_request, multipliers=config.multipliers, stale_after=config.audit.staleness_bound
+        )
     except UnknownHypervisorError:
         raise json_error(
             web.HTTPBadRequest,
@@ -104,7 +110,18 @@ async def create_claim(request: web.Request) -> web.Response:
             f"expected a configured name or {ANY_HYPERVISOR!r}",
         ) from None
     except ClaimRejectedError as rejected:
-        raise json_error(web.HTTPConflict, str(rejected), reasons=rejected.reasons) from None
+        rejections = {
+            name: PlacementRejection(filter=rejection.filter, reasons=list(rejection.reasons))
+            for name, rejection in sorted(rejected.rejections.items())
+        }
+        raise json_error(
+            web.HTTPConflict,
+            str(rejected),
+            reasons=rejected.reasons,
+            rejections=rejections,
+            requested=rejected.requested,
+            fitted=rejected.fitted,
+        ) from None
     except ClaimStorageError as error:
         raise _unavailable(error) from None
     return web.json_response(
@@ -203,18 +220,7 @@ async def placements(request: web.Request) -> web.Response:
         raise json_error(web.HTTPBadRequest, f"the body is not a valid placement: {error}") from None
     exporter = request.app[EXPORTER]
     # taken on the event loop (the store and ledger are the loop's), scheduled in a thread
-    now = time.time()
-    stale_after = exporter.config.audit.staleness_bound
-    fleet = [
-        FleetEntry(
-            name=state.name,
-            good=state.last_good,
-            up=state.up,
-            stale=state.last_good is not None and now - state.last_good.taken_at > stale_after,
-            error=state.latest.error if state.latest is not None else "not audited yet",
-        )
-        for state in request.app[STORE].hypervisors.values()
-    ]
+    fleet = fleet_entries(request.app[STORE], time.time(), exporter.config.audit.staleness_bound)
     claims = list(_ledger(request).claims.values())
     try:
         answer = await asyncio.to_thread(dry_run, exporter.config, body, fleet, claims)

@@ -20,7 +20,7 @@ from pydantic import (
     model_validator,
 )
 
-from virtcap.claims.ledger import Claim, claim_within
+from virtcap.claims.ledger import MAX_CLAIM_COUNT, Claim, claim_within
 from virtcap.config.errors import explain_validation_error
 from virtcap.config.schema import MAX_EXTRA_SPECS, MAX_NAME_CHARS, ExtraSpecText
 from virtcap.model.nova import extra_spec_problems, flavor_request
@@ -86,8 +86,8 @@ _PLACEMENT_UNITS = ", ".join(
 def _claim_rules(schema: dict[str, Any]) -> None:
     """What ClaimBody's model validator checks, said in JSON Schema: at least one class asked for
     (a size with a digit other than 0 is not 0) or a flavor named, no class both as a field and in
-    resources, nothing asked for beside a flavor, and extra specs beside vcpu (at least 1) but
-    neither pcpu nor resources."""
+    resources, nothing asked for beside a flavor, extra specs beside vcpu (at least 1) but
+    neither pcpu nor resources, and no domain UUID beside a count above 1."""
     asks: list[dict[str, Any]] = [
         {
             "required": [r.label],
@@ -128,6 +128,14 @@ def _claim_rules(schema: dict[str, Any]) -> None:
             },
         }
     )
+    rules.append(
+        {
+            "not": {
+                "required": ["count", "domain_uuid"],
+                "properties": {"count": {"minimum": 2}, "domain_uuid": {"type": "string"}},
+            }
+        }
+    )
     schema["allOf"] = rules
 
 
@@ -147,16 +155,28 @@ class ClaimBody(BaseModel):
     """A claim: capacity to reserve on a hypervisor for a build in flight, until its domain appears,
     its TTL passes or it is deleted. It asks for at least one class, each named once: `vcpu`,
     `pcpu`, `memory`, `disk`, or any class in `resources`; or for what one instance of a
-    configured `flavor` asks for. Counts and amounts are JSON integers written without a fraction
-    or an exponent (2, not 2.0: JSON Schema cannot tell them apart)."""
+    configured `flavor` asks for; `count` instances of it, all or nothing. Counts and amounts are
+    JSON integers written without a fraction or an exponent (2, not 2.0: JSON Schema cannot tell
+    them apart)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, json_schema_extra=_claim_rules)
 
     hypervisor: str = Field(
         min_length=1,
         max_length=253,
-        description="A configured hypervisor, or `any`: virtcap places the claim where it fits and "
-        "leaves the largest share of the scarcest class asked for free.",
+        description="A configured hypervisor, where every instance is held; or `any`: Nova's scheduler "
+        "simulated places the instances, one by one, exactly as `POST /api/v1/placements` would "
+        "(the same filters, `scheduler.weighers` multipliers and ties by name; a hypervisor down or "
+        "with stale data takes none).",
+    )
+    count: int = Field(
+        default=1,
+        ge=1,
+        le=MAX_CLAIM_COUNT,
+        strict=True,
+        description="How many instances of what the claim asks for, all or nothing (Nova's "
+        "min_count = max_count): each placed after the ones before it took their share, held "
+        "together in one claim and released together. No `domain_uuid` beside a count above 1.",
     )
     vcpu: int = Field(default=0, ge=0, le=MAX_CPUS, strict=True, description="VCPU: shared cpus.")
     pcpu: int = Field(default=0, ge=0, le=MAX_CPUS, strict=True, description="PCPU: dedicated cpus.")
@@ -224,6 +244,10 @@ class ClaimBody(BaseModel):
 
     @model_validator(mode="after")
     def _asks_for_something(self) -> Self:
+        if self.count > 1 and self.domain_uuid is not None:
+            raise ValueError(
+                "domain_uuid: a domain UUID names one domain; expected none beside a count above 1"
+            )
         if self.flavor is not None:
             beside = [name for name in _NOT_BESIDE_A_FLAVOR if name in self.model_fields_set]
             if beside:
@@ -295,13 +319,16 @@ class ClaimDocument(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     id: Annotated[str, WithJsonSchema(_UUID)]
-    hypervisor: str = Field(description="Where the claim is held (the one chosen, for `any`).")
-    vcpu: int = Field(description="VCPU, in cpus.")
-    pcpu: int = Field(description="PCPU, in cpus.")
-    memory: int = Field(description="MEMORY_MB, in bytes.")
-    disk: int = Field(description="DISK_GB, in bytes.")
+    hypervisor: str = Field(
+        description="Where the claim is held (the one chosen, for `any`); for more than one "
+        "instance, where the first is (see `hypervisors`)."
+    )
+    vcpu: int = Field(description="VCPU, in cpus (per instance).")
+    pcpu: int = Field(description="PCPU, in cpus (per instance).")
+    memory: int = Field(description="MEMORY_MB, in bytes (per instance).")
+    disk: int = Field(description="DISK_GB, in bytes (per instance).")
     resources: dict[str, int] = Field(
-        description="Every class held, by Placement's name, in Placement's unit "
+        description="Every class one instance holds, by Placement's name, in Placement's unit "
         f"({_PLACEMENT_UNITS}, CUSTOM_* classes in a plain count); no class of 0."
     )
     created_at: Annotated[str, WithJsonSchema(_DATE_TIME)]
@@ -312,6 +339,11 @@ class ClaimDocument(BaseModel):
     extra_specs: dict[str, str] = Field(
         description="The extra specs the claim is held by in the NUMA cells and devices, its flavor's "
         "or its own; empty when it has none."
+    )
+    count: int = Field(description="How many instances the claim holds (1 unless it asked for more).")
+    hypervisors: list[str] = Field(
+        description="Per instance, in the order they were placed, the hypervisor it is held on: "
+        "`count` names, the first `hypervisor`."
     )
 
     @classmethod
@@ -329,11 +361,23 @@ class ClaimDocument(BaseModel):
             owner=claim.owner,
             flavor=claim.flavor,
             extra_specs=dict(claim.extra_specs),
+            count=claim.count,
+            hypervisors=list(claim.hypervisors),
         )
 
 
 class ClaimList(BaseModel):
     claims: list[ClaimDocument] = Field(description="Every pending claim, oldest first.")
+
+
+class PlacementRejection(BaseModel):
+    """Why a hypervisor did not take the next instance."""
+
+    filter: str = Field(
+        description="The first test that refused it: ignore_hosts, force_hosts, ComputeFilter, "
+        "Placement, NUMATopologyFilter, PciPassthroughFilter or ServerGroupAntiAffinityFilter."
+    )
+    reasons: list[str] = Field(description="Every reason it gave, such as `Free memory ... < requested ...`.")
 
 
 class ErrorBody(BaseModel):
@@ -346,6 +390,19 @@ class ErrorBody(BaseModel):
         "in Nova's words, such as `Free memory 1024.00 MiB < requested 2048 MiB`, and for a claim "
         "with extra specs why no NUMA cell or device holds it, such as "
         "`NUMA: cell 0: 2 free dedicated CPUs < 4 requested`.",
+    )
+    rejections: dict[str, PlacementRejection] = Field(
+        default_factory=dict,
+        description="A claim that does not fit (409): per hypervisor, as a dry-run placement gives "
+        "them, the first filter that refused the instance that found no host and its reasons.",
+    )
+    requested: int | None = Field(
+        default=None, description="A claim that does not fit (409): how many instances it asked for."
+    )
+    fitted: int | None = Field(
+        default=None,
+        description="A claim that does not fit (409): how many of its instances would have been placed, "
+        "one by one, before the first that found no host; none of them is held.",
     )
 
 
@@ -461,16 +518,6 @@ class PlacementBody(BaseModel):
         strict=True,
         description="At most one instance per hypervisor (an anti-affinity group).",
     )
-
-
-class PlacementRejection(BaseModel):
-    """Why a hypervisor did not take the next instance."""
-
-    filter: str = Field(
-        description="The first test that refused it: ignore_hosts, force_hosts, ComputeFilter, "
-        "Placement, NUMATopologyFilter, PciPassthroughFilter or ServerGroupAntiAffinityFilter."
-    )
-    reasons: list[str] = Field(description="Every reason it gave, such as `Free memory ... < requested ...`.")
 
 
 class PlacementStep(BaseModel):

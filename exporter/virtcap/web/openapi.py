@@ -78,7 +78,9 @@ def openapi_document() -> dict[str, Any]:
         "paths": {
             "/api/v1/claims": {
                 "post": {
-                    "summary": "Claim capacity on a hypervisor (Nova's claim test, atomically).",
+                    "summary": "Claim capacity for `count` instances, all or nothing, atomically: on a "
+                    "named hypervisor (Nova's claim test) or where the scheduler places them (`any`, "
+                    "as a dry-run placement).",
                     "security": [{"basic": []}],
                     "requestBody": {
                         "required": True,
@@ -96,7 +98,11 @@ def openapi_document() -> dict[str, Any]:
                             ErrorBody,
                             f"The body did not arrive within {BODY_TIMEOUT_SECONDS:g} s of the headers.",
                         ),
-                        "409": _json(ErrorBody, "The claim does not fit; every failing resource is given."),
+                        "409": _json(
+                            ErrorBody,
+                            "The claim does not fit; nothing is held. Every failing resource is given "
+                            "per hypervisor (`reasons`), with the filter that refused it (`rejections`).",
+                        ),
                         "413": _json(ErrorBody, f"The body is larger than {MAX_BODY_BYTES // 1024} KiB."),
                         "503": unavailable,
                     },
