@@ -56,6 +56,7 @@ def test_the_served_description_is_the_module(server: Server) -> None:
 
 FIELDS = [
     "hypervisor", "vcpu", "pcpu", "memory", "disk", "ttl", "domain_uuid", "owner", "flavor", "extra_specs",
+    "count",
 ]  # fmt: skip
 json_values = st.recursive(
     st.none()
@@ -88,6 +89,7 @@ plausible = {
     "ttl": st.sampled_from(["1s", "5m", "2h", "0s", "-1s"]) | st.floats() | json_values,
     "domain_uuid": st.uuids().map(str) | st.text(max_size=40),
     "owner": st.text(max_size=300),
+    "count": st.integers(-1, 1002) | json_values,
     "flavor": st.sampled_from(["m1.small", "m9.none", ""]) | st.none() | st.text(max_size=8) | json_values,
     "extra_specs": st.dictionaries(
         st.sampled_from(SPEC_KEYS) | st.text(max_size=8),
@@ -218,6 +220,79 @@ def test_the_description_fits_what_placements_answer(server: Server, served: dic
         status, refused = call(server, "POST", "/api/v1/placements", wrong)
         assert status == 400
         validator(served, "ErrorBody").validate(refused)
+
+
+def test_the_description_fits_what_count_claims_answer(server: Server, served: dict[str, Any]) -> None:
+    # small: 44 vCPUs free, 14 instances of 3
+    one = {"hypervisor": "small", "vcpu": 3, "ttl": "1m", "owner": "contract"}
+    status, single = call(server, "POST", "/api/v1/claims", one, auth())
+    assert status == 201, single
+    validator(served, "ClaimDocument").validate(single)
+    # a claim of one instance is the document it always was, and says so in two fields more
+    assert set(single) == {
+        "id", "hypervisor", "vcpu", "pcpu", "memory", "disk", "resources", "created_at", "expires_at",
+        "domain_uuid", "owner", "flavor", "extra_specs", "count", "hypervisors",
+    }  # fmt: skip
+    assert (single["count"], single["hypervisors"], single["vcpu"]) == (1, ["small"], 3)
+    many = {**one, "count": 5}
+    validator(served, "ClaimBody").validate(many)
+    status, created = call(server, "POST", "/api/v1/claims", many, auth())
+    assert status == 201, created
+    validator(served, "ClaimDocument").validate(created)
+    assert (created["count"], created["hypervisors"], created["hypervisor"]) == (5, ["small"] * 5, "small")
+    assert created["vcpu"] == 3 and created["resources"] == {"VCPU": 3}  # per instance
+    status, listing = call(server, "GET", "/api/v1/claims")
+    validator(served, "ClaimList").validate(listing)
+    assert created in listing["claims"] and single in listing["claims"]
+
+    status, refused = call(server, "POST", "/api/v1/claims", {**one, "count": 9}, auth())
+    assert status == 409, refused
+    validator(served, "ErrorBody").validate(refused)
+    assert (refused["requested"], refused["fitted"]) == (9, 8)
+    assert refused["rejections"]["small"]["filter"] == "Placement"
+    assert refused["reasons"]["small"] == ["Free vcpu 2.00 VCPU < requested 3 VCPU"]
+    for claim_id in (single["id"], created["id"]):
+        assert call(server, "DELETE", f"/api/v1/claims/{claim_id}", headers=auth())[0] == 200
+
+
+@pytest.mark.parametrize(
+    ("count", "message"),
+    [
+        (0, "count: expected a number at least 1"),
+        (-1, "count: expected a number at least 1"),
+        (1001, "count: expected a number at most 1000"),
+        (1.0, "count: expected a whole number"),
+        (2.5, "count: expected a whole number"),
+        ("2", "count: expected a whole number"),
+        (True, "count: expected a whole number"),
+        (None, "count: expected a whole number"),
+    ],
+)
+def test_a_bad_count_gets_400_with_a_clear_message(
+    server: Server, served: dict[str, Any], count: object, message: str
+) -> None:
+    body = {"hypervisor": "big", "vcpu": 1, "count": count}
+    status, answer = call(server, "POST", "/api/v1/claims", body, auth())
+    assert status == 400, answer
+    assert message in answer["error"], answer
+    if not isinstance(count, float) or not count.is_integer():  # 1.0 is JSON Schema's integer
+        assert not validator(served, "ClaimBody").is_valid(body)
+
+
+def test_a_domain_uuid_names_one_instance(server: Server, served: dict[str, Any]) -> None:
+    uuid = "6f1c3e0a-9a58-4c44-bc5e-1d7d0b9a6e2f"
+    body = {"hypervisor": "big", "vcpu": 1, "count": 2, "domain_uuid": uuid}
+    status, answer = call(server, "POST", "/api/v1/claims", body, auth())
+    assert status == 400, answer
+    assert (
+        "domain_uuid: a domain UUID names one domain; expected none beside a count above 1" in answer["error"]
+    )
+    assert not validator(served, "ClaimBody").is_valid(body)
+    for fine in ({**body, "count": 1}, {**body, "domain_uuid": None}):
+        assert validator(served, "ClaimBody").is_valid(fine)
+        status, created = call(server, "POST", "/api/v1/claims", fine, auth())
+        assert status == 201, created
+        assert call(server, "DELETE", f"/api/v1/claims/{created['id']}", headers=auth())[0] == 200
 
 
 def test_any_class_is_claimed_in_placement_units_and_answered_so(server: Server) -> None:
