@@ -291,3 +291,28 @@ def test_a_feasible_evacuation_replayed_as_claims_is_accepted(
     for on_any in (False, True):
         with tempfile.TemporaryDirectory() as directory:
             assert asyncio.run(replay(Path(directory), on_any)) == expected
+
+
+def test_any_refuses_hypervisors_whose_data_is_stale_or_down(tmp_path: Path) -> None:
+    async def run() -> None:
+        async with running_ledger(tmp_path, fleet_facts(FLEET), down=["h0"]) as ledger:
+            await asyncio.sleep(0.01)
+            with pytest.raises(ClaimRejectedError) as refused:
+                # every audit is older than 1 ms by now
+                await ledger.create(request(ANY_HYPERVISOR), stale_after=0.001)
+            assert {name: r.filter for name, r in refused.value.rejections.items()} == {
+                "h0": "ComputeFilter",
+                "h1": "ComputeFilter",
+                "h2": "ComputeFilter",
+            }
+            assert refused.value.reasons == {
+                "h0": ["hypervisor h0 is down"],
+                "h1": ["the data of hypervisor h1 is stale"],
+                "h2": ["the data of hypervisor h2 is stale"],
+            }
+            # fresh enough, h0 still down: the spread goes to the largest host up
+            assert (await ledger.create(request(ANY_HYPERVISOR), stale_after=60.0)).hypervisor == "h1"
+            # a named claim is tested against its last audit whatever its age, as before
+            assert (await ledger.create(request("h2"), stale_after=0.001)).hypervisor == "h2"
+
+    asyncio.run(run())
