@@ -1,7 +1,8 @@
 """Captured multi-socket and GPU hosts made by virtcap.demo.hostgen, audited through a replay: two
 and four cells, SMT siblings, 2 MiB and 1 GiB pages, SR-IOV VFs on both sockets, GPUs with mdev
 types, and guests whose pins, memory nodes, hugepages and devices are what the spec says; the
-demo's compute-08 tells its story (p1.8xlarge fits in no cell) and compute-09 holds its vGPUs."""
+demo's compute-08 tells its story (p1.8xlarge fits in no cell), compute-09 holds its vGPUs and
+compute-10, their spare, has the cells, pages, VFs and vGPUs their pinned guests would need."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 from virtcap.audit.hypervisor import audit_host, open_read_only
 from virtcap.audit.replay import decode_capture, encode_capture
 from virtcap.demo import demo_config
-from virtcap.demo.generate import gpu_host, numa_host
+from virtcap.demo.generate import gpu_host, numa_host, spare_host
 from virtcap.demo.hostgen import (
     PAGE_1G_KIB,
     PAGE_2M_KIB,
@@ -377,3 +378,52 @@ def test_compute_09_holds_vgpus_of_one_type_per_gpu(tmp_path: Path) -> None:
     assert vfs == {"0000:af:02.0", "0000:af:02.1"}
     for domain in facts.domains:
         assert domain.nova is not None and domain.nova.flavor.extra_specs["resources:VGPU"] == "1"
+
+
+def test_compute_10_has_room_for_the_pinned_guests_of_compute_08_but_p1_8xlarge_fits_in_no_cell(
+    tmp_path: Path,
+) -> None:
+    """Four cells of 6 dedicated CPUs (cores 3 to 5, both threads), 64 GiB each: 50 pages of 1 GiB
+    in cells 0 and 1 (one of compute-08's 48 GiB databases each), 20 of 1 GiB and 4608 of 2 MiB
+    in cell 2 (its NFV guests), none in cell 3, whose visualisation guest holds 2 dedicated CPUs,
+    a VF and a T4-1Q vGPU. No cell has the 8 dedicated CPUs of p1.8xlarge."""
+    facts = audit(spare_host(), tmp_path)
+    assert facts.problems == ()
+    assert facts.cpus == 48 and facts.memory_bytes == 256 * GIB
+    (policy,) = (h.policy for h in demo_config().hypervisors if h.name == "compute-10")
+    cells = numa.host_cells(
+        facts.numa_cells,
+        facts.domains,
+        cpu_shared_set=policy.cpu_shared_set,
+        cpu_dedicated_set=policy.cpu_dedicated_set,
+        online_cpus=facts.online_cpus,
+        reserved_huge_pages=policy.reserved_huge_pages,
+        counted_states=policy.counted_states,
+    )
+    assert [len(cell.free_dedicated_cpus) for cell in cells] == [6, 6, 6, 4]
+    assert [len(cell.shared_cpus) for cell in cells] == [6, 6, 6, 6]
+    usable = {
+        (cell.id, page.size_kib): page.free
+        for cell in cells
+        for page in cell.pages
+        if page.size_kib > 4 and page.free
+    }
+    assert usable == {
+        (0, PAGE_1G_KIB): 50,
+        (1, PAGE_1G_KIB): 50,
+        (2, PAGE_2M_KIB): 4608,
+        (2, PAGE_1G_KIB): 20,
+    }
+
+    topology = numa.instance_topology(8, 16384, {"hw:cpu_policy": "dedicated", "hw:mem_page_size": "large"})
+    assert topology is not None
+    placement = numa.fit(cells, topology, cpu_allocation_ratio=4.0, ram_allocation_ratio=1.0)
+    assert not placement.fits
+    assert placement.reasons[:3] == tuple(f"cell {cell}: 6 dedicated CPUs < 8 requested" for cell in range(3))
+
+    vfs = [d.numa_node or 0 for d in facts.pci_devices if d.dev_type == "type-VF"]
+    assert sorted(vfs) == [0] * 4 + [1] * 4 + [2] * 4 + [3] * 4
+    inventories = vgpu_capacity(facts, policy.enabled_mdev_types, policy.counted_states)
+    assert [(g.address, g.mdev_type, g.total, g.used) for g in inventories.gpus] == [
+        ("0000:af:00.0", "nvidia-230", 16, 1)
+    ]

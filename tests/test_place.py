@@ -58,7 +58,7 @@ def test_an_unknown_scheduler_key_is_named() -> None:
 
 # --- the demo ----------------------------------------------------------------------------------
 
-DEMO_HOSTS = [f"compute-0{n}" for n in range(1, 10)]
+DEMO_HOSTS = [f"compute-{n:02d}" for n in range(1, 11)]
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -87,6 +87,17 @@ def test_a_batch_that_does_not_fit_the_demo_names_every_host_and_its_reason() ->
         "NUMA: cell 1: no large page size holds 16384 MiB "
         "(free: 9437184 x 4 KiB, 6144 x 2048 KiB, 14 x 1048576 KiB)",
     ]
+    # the spare has 6 dedicated CPUs a cell, and no large page in the one with room for 8 pinned
+    assert rejections["compute-10"] == {
+        "filter": "NUMATopologyFilter",
+        "reasons": [
+            "NUMA: cell 0: 6 dedicated CPUs < 8 requested",
+            "NUMA: cell 1: 6 dedicated CPUs < 8 requested",
+            "NUMA: cell 2: 6 dedicated CPUs < 8 requested",
+            "NUMA: cell 3: no large page size holds 16384 MiB "
+            "(free: 13631488 x 4 KiB, 0 x 2048 KiB, 0 x 1048576 KiB)",
+        ],
+    }
     assert rejections["compute-05"] == {
         "filter": "Placement",
         "reasons": ["Requested pcpu 8 PCPU > max_unit 2 PCPU: larger than the whole hypervisor"],
@@ -115,10 +126,11 @@ def test_the_table_says_how_many_do_not_fit_and_why_each_host_refused() -> None:
     lines = run.stdout.splitlines()
     assert (
         lines[0]
-        == "NoValidHost: 11 of 40 instance(s) would fit, 29 would not; nothing is placed (all or nothing)."
+        == "NoValidHost: 33 of 40 instance(s) would fit, 7 would not; nothing is placed (all or nothing)."
     )
     assert (
-        "  the 11 that fit would go to: compute-01 x4, compute-03 x1, compute-04 x3, compute-06 x3" in lines
+        "  the 33 that fit would go to: compute-01 x4, compute-03 x1, compute-04 x3, compute-06 x3,"
+        " compute-10 x22" in lines
     )
     refused = {line.split()[0]: line.split()[1] for line in lines if line.startswith("  compute-")}
     assert sorted(refused) == DEMO_HOSTS

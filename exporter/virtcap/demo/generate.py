@@ -23,6 +23,8 @@ from virtcap.demo.fleetgen import (
     RUNNING,
     SHUTDOWN,
     SHUTOFF,
+    DiskSpec,
+    DomainSpec,
     FlavorSpec,
     HostSpec,
     random_domain,
@@ -73,13 +75,48 @@ def demo_hosts() -> list[HostSpec]:
         _host("compute-01", 32, 256, 4000, _states(rng, 60, 8, 2, 2), (SMALL, SMALL, MEDIUM), rng, 0.6, 0.08),
         # vCPU allocations past the 4.0 policy: the overcommit alert's host.
         _host("compute-02", 16, 192, 3000, _states(rng, 40, 4, 1, 1), (SMALL, MEDIUM, MEDIUM), rng, 0.5, 0.1),
-        # Big host, many stopped instances that still hold their allocation.
-        _host("compute-04", 64, 768, 8000, _states(rng, 200, 60, 5, 5), (SMALL,), rng, 0.3, 0.035),
+        # Big host: a database no other host has the memory free for, and many stopped instances
+        # that still hold their allocation.
+        _database_host(
+            _host("compute-04", 64, 768, 8000, _states(rng, 200, 60, 5, 5), (SMALL,), rng, 0.3, 0.035)
+        ),
     ]
     hosts.append(_memory_bound_host(rng))
     hosts.append(_pinned_host(rng))
     hosts.append(_edge_host(rng))
     return sorted(hosts, key=lambda host: host.name)
+
+
+DATABASE = FlavorSpec("r1.8xlarge", 32, 256 * 1024, 0)
+"""compute-04's database: 32 vCPUs and 256 GiB, its root on a network volume."""
+DATABASE_REPLACES = 32
+"""The running small instances that give the database their place on compute-04: its vCPUs stay
+at 200 allocated (tests/test_claims.py counts them)."""
+
+
+def _database_host(drawn: HostSpec) -> HostSpec:
+    """compute-04, too big to lose: a 256 GiB database (r1.8xlarge) and 168 small instances, 70 of
+    them not running (60 stopped) yet holding their allocation. No other host has 256 GiB of
+    memory free, though together they have more than compute-04 holds: the sum-based bound says
+    the fleet can lose it, the evacuation finds no host for the database.
+
+    Its small instances are the first of the 200 drawn for the host (the random draws stay as they
+    were, so that the hosts drawn after it do too), less the last DATABASE_REPLACES running ones."""
+    running = [d for d in drawn.domains if d.state in (RUNNING, BLOCKED)]
+    dropped = {d.name for d in running[-DATABASE_REPLACES:]}
+    name = f"{drawn.name}-db-01"
+    database = DomainSpec(
+        name=name,
+        uuid=hostgen.stable_uuid(name),
+        state=RUNNING,
+        vcpus=DATABASE.vcpus,
+        memory_mib=DATABASE.memory_mib,
+        current_memory_mib=DATABASE.memory_mib * 90 // 100,
+        disks=(DiskSpec("vda", "network", 200),),
+        flavor=DATABASE,
+    )
+    domains = [database, *(d for d in drawn.domains if d.name not in dropped)]
+    return replace(drawn, domains=domains)
 
 
 def _memory_bound_host(rng: random.Random) -> HostSpec:
@@ -297,9 +334,49 @@ def gpu_host() -> hostgen.HostSpec:
     return replace(layout, nics=(nic,), gpus=gpus, guests=guests)
 
 
+def spare_host() -> hostgen.HostSpec:
+    """compute-10, the spare of compute-08 and compute-09: four sockets of 6 cores, 2 threads
+    each, 64 GiB a cell, an X710 with 4 VFs on each socket and a Tesla T4 on socket 3 offering
+    T4-1Q. Cores 0 to 2 of each socket (both threads) float shared guests, cores 3 to 5 are
+    dedicated: 6 CPUs a cell, so that p1.8xlarge (8 in one cell) fits in none. Cells 0 and 1 hold
+    50 pages of 1 GiB (room for one of compute-08's 48 GiB databases each), cell 2 20 of 1 GiB and
+    4608 of 2 MiB (its NFV guests), cell 3 none; compute-09's guests would take small pages, the
+    VFs of their cells and vGPUs of the T4. It runs a visualisation guest (2 dedicated CPUs of
+    cell 3, a VF and a T4-1Q vGPU) and two shared guests; its 216 GiB of free memory, the most of
+    any host, are short of compute-04's 256 GiB database."""
+    layout = hostgen.HostSpec(
+        name="compute-10", sockets=4, cores=6, threads=2, memory_gib=64, model="Xeon-Gold-6128"
+    )
+    nics = tuple(
+        hostgen.NicSpec(cell=cell, bus=bus, vfs=4) for cell, bus in enumerate((0x18, 0x3B, 0x86, 0xD8))
+    )
+    gpu = hostgen.GpuSpec(cell=3, bus=0xAF, mdev_types=T4_TYPES)
+    shared_cpus = tuple(
+        sorted(
+            hostgen.cpu_id(layout, cell, core, t) for cell in range(4) for core in range(3) for t in (0, 1)
+        )
+    )
+    vgpu = hostgen.MdevSpec(hostgen.stable_uuid("mdev/compute-10-viz-01"), "nvidia-230", gpu.address)
+    guests = (
+        _pinned(layout, "compute-10-viz-01", G1_LARGE, 3, 3, pci=nics[3].vf_addresses[:1], mdevs=(vgpu,)),
+        _shared("compute-10-web-01", SHARED_LARGE, shared_cpus),
+        _shared("compute-10-app-01", SHARED_MEDIUM, shared_cpus),
+    )
+    return replace(
+        layout,
+        hugepages=(
+            hostgen.Hugepages(hostgen.PAGE_2M_KIB, (0, 0, 4608, 0)),
+            hostgen.Hugepages(hostgen.PAGE_1G_KIB, (50, 50, 20, 0)),
+        ),
+        nics=nics,
+        gpus=(gpu,),
+        guests=guests,
+    )
+
+
 def captured_hosts() -> list[hostgen.HostSpec]:
     """The demo's hosts with NUMA cells, hugepages and devices, written as captures."""
-    return [numa_host(), gpu_host()]
+    return [numa_host(), gpu_host(), spare_host()]
 
 
 def write_captures(hosts: list[hostgen.HostSpec], directory: Path) -> dict[str, Path]:
