@@ -145,3 +145,19 @@ def test_the_demo_trips_exactly_the_alerts_it_is_meant_to(tmp_path: Path) -> Non
             assert overcommitted[0]["annotations"]["description"].startswith(
                 "compute-02 has allocated (with pending claims) 110.9% of its vcpu limit"
             )
+            (evacuation,) = [
+                a
+                for a in prometheus.api("alerts")["alerts"]
+                if a["labels"]["alertname"] == "HypervisorFleetCannotTolerateHostFailure"
+            ]
+            assert evacuation["annotations"]["description"].startswith(
+                "If compute-04 failed, 1 of its domains would find no host"
+            )
+            # ... though by the sums the fleet can lose any host (demo.yaml): the others have
+            # 608.5 GiB of memory free for compute-04's 592
+            shortfall = {
+                r["metric"]["resource"]: float(r["value"][1])
+                for r in prometheus.query("resource:hypervisor_failover_shortfall:sum")
+            }
+            assert all(value <= 0 for value in shortfall.values()), shortfall
+            assert (shortfall["memory"], shortfall["vcpu"]) == (-16.5 * 2**30, -87)
