@@ -50,8 +50,9 @@ Decisions where Nova leaves a choice or virtcap cannot see what Nova sees:
 from __future__ import annotations
 
 import bisect
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 from virtcap.model.capacity import HostCapacity, HostPolicy, domain_allocation, host_capacity
 from virtcap.model.facts import DomainFacts, HostFacts
@@ -659,6 +660,7 @@ class _Fleet:
     evacuations of every host of the fleet, each of which changes only the hosts it consumes."""
 
     __slots__ = (
+        "claims",
         "clipped",
         "demands",
         "index",
@@ -668,6 +670,7 @@ class _Fleet:
         "need",
         "numbers",
         "order",
+        "ordered",
         "orders",
         "passing",
         "position",
@@ -696,7 +699,9 @@ class _Fleet:
         self.levels: dict[int, _Levels] = {}
         self.room: dict[int, dict[Resource, tuple[int, int]]] = {}
         self.need: dict[_Key, tuple[tuple[Resource, int], ...] | None] = {}
+        self.claims: dict[_Key, tuple[tuple[Resource, int], ...]] = {}
         self.states_built: dict[tuple[int, tuple[_Key, ...]], HostState] = {}
+        self.ordered: dict[int, list[tuple[Guest, _Key]]] = {}
         self.keys: dict[int, tuple[Demand, _Key]] = {}
         """Per demand (by identity, the demand kept alive with it), its request's number."""
         self.numbers: dict[_Request, _Key] = {}
@@ -732,6 +737,19 @@ class _Fleet:
             orders[normalization] = found
         return found
 
+    def evacuation_order(self, failed: Sequence[int]) -> list[tuple[Guest, _Key]]:
+        """The domains of the failed hosts in `evacuation_order`, each with its request's number:
+        kept for one failed host (an update of the fleet evacuates most hosts again)."""
+        if len(failed) == 1:
+            found = self.ordered.get(failed[0])
+            if found is not None:
+                return found
+        guests = [guest for number in failed for guest in self.states[number].guests]
+        found = [(guest, self.key(guest.demand)) for guest in evacuation_order(guests)]
+        if len(failed) == 1:
+            self.ordered[failed[0]] = found
+        return found
+
     def given(self) -> list[HostState]:
         """The states in the order the hosts were given."""
         states = self.states
@@ -764,6 +782,16 @@ class _Fleet:
                 for resource, capacity in self.states[number].capacity.resources.items()
                 if (limit := capacity.limit) is not None
             }
+        return found
+
+    def amounts(self, key: _Key, demand: Demand) -> tuple[tuple[Resource, int], ...]:
+        """The classes a demand claims (its amounts above 0), per request: a request's mapping is
+        slow to walk."""
+        found = self.claims.get(key)
+        if found is None:
+            found = self.claims[key] = tuple(
+                (resource, amount) for resource, amount in demand.request.items() if amount > 0
+            )
         return found
 
     def needs(self, key: _Key, demand: Demand) -> tuple[tuple[Resource, int], ...] | None:
@@ -837,7 +865,9 @@ class _Fleet:
         copied.levels = dict(self.levels)
         copied.room = dict(self.room)
         copied.need = self.need
+        copied.claims = self.claims
         copied.states_built = dict(self.states_built)
+        copied.ordered = dict(self.ordered)
         copied.keys = self.keys
         copied.numbers = self.numbers
         copied.requests = self.requests
@@ -851,6 +881,7 @@ class _Fleet:
         values = self.clipped[number] = _clipped(state)
         self.levels.pop(number, None)
         self.room.pop(number, None)
+        self.ordered.pop(number, None)
         self.states_built = {built: state for built, state in self.states_built.items() if built[0] != number}
         ranked = self.ranked
         self.ranked = {}
@@ -894,34 +925,55 @@ def _tops(
     ranking: tuple[list[int], list[int], list[int]],
     skip: Mapping[int, object] | set[int],
     gone: set[int],
-    again: Sequence[int],
+    again: Collection[int],
     clipped: Sequence[_Clipped],
+    *,
+    starts: list[int] | None = None,
 ) -> _Tops:
     """Per weigher, among the hosts that pass (the ranked ones but for those skipped or gone, and
     those passing again), the largest clipped value, a host that holds it, and the largest of
-    the others (-1.0 where there is none)."""
-    tops = []
+    the others (-1.0 where there is none).
+
+    `starts`, per weigher, is where in its ranking the hosts neither skipped nor gone begin, moved
+    on here: an evacuation only adds hosts to skip (those it consumes, mostly the top of the
+    rankings), so it keeps one per request and the walk does not step over them again."""
+    tops: list[tuple[float, int, float]] = []
     for part in range(3):
+        ranked = ranking[part]
+        length = len(ranked)
+        position = starts[part] if starts is not None else 0
+        while position < length and (ranked[position] in skip or ranked[position] in gone):
+            position += 1
+        if starts is not None:
+            starts[part] = position
         first, holder, second = -1.0, -1, -1.0
-        found = 0
-        for number in ranking[part]:
-            if number in skip or number in gone:
-                continue
-            value = clipped[number][part]
-            if found == 0:
-                first, holder = value, number
-            else:
-                second = value
-                break
-            found += 1
-        for number in again:
-            value = clipped[number][part]
-            if value > first:
-                first, holder, second = value, number, first
-            elif value > second:
-                second = value
+        if position < length:
+            holder = ranked[position]
+            first = clipped[holder][part]
+            position += 1
+            while position < length and (ranked[position] in skip or ranked[position] in gone):
+                position += 1
+            if position < length:
+                second = clipped[ranked[position]][part]
         tops.append((first, holder, second))
-    return tuple(tops)
+    if not again:
+        return tuple(tops)
+    (f_ram, h_ram, s_ram), (f_cpu, h_cpu, s_cpu), (f_disk, h_disk, s_disk) = tops
+    for number in again:  # the three weighers in one pass: this runs at every step
+        ram, cpu, disk = clipped[number]
+        if ram > f_ram:
+            f_ram, h_ram, s_ram = ram, number, f_ram
+        elif ram > s_ram:
+            s_ram = ram
+        if cpu > f_cpu:
+            f_cpu, h_cpu, s_cpu = cpu, number, f_cpu
+        elif cpu > s_cpu:
+            s_cpu = cpu
+        if disk > f_disk:
+            f_disk, h_disk, s_disk = disk, number, f_disk
+        elif disk > s_disk:
+            s_disk = disk
+    return ((f_ram, h_ram, s_ram), (f_cpu, h_cpu, s_cpu), (f_disk, h_disk, s_disk))
 
 
 def _best(
@@ -929,7 +981,7 @@ def _best(
     *,
     skip: Mapping[int, object] | set[int],
     gone: set[int],
-    again: Sequence[int],
+    again: Collection[int],
     clipped: Sequence[_Clipped],
     tops: _Tops,
     multipliers: Multipliers,
@@ -1000,37 +1052,48 @@ def _first(
     *,
     skip: Mapping[int, object],
     gone: set[int],
-    again: Sequence[int],
+    again: Collection[int],
     clipped: Sequence[_Clipped],
     tops: _Tops,
     multipliers: Multipliers,
+    start: list[int],
 ) -> tuple[int, float]:
     """`_best` from the hosts that pass in the fleet sorted by their weight under these tops (see
-    `_Fleet.order`): the first neither skipped nor gone, against those passing again."""
+    `_Fleet.sorted_by_weight`): the first neither skipped nor gone, against those passing
+    again. `start` is where in the order the hosts not skipped begin, moved on here (as in
+    `_tops`)."""
     best, best_weight = -1, 0.0
-    values = (tops[0][0], tops[1][0], tops[2][0])
+    position, length = start[0], len(order)
+    while position < length and (order[position][1] in skip or order[position][1] in gone):
+        position += 1
+    start[0] = position
+    if position < length:
+        negated, best = order[position]
+        best_weight = -negated
+    m_ram, m_cpu, m_disk = multipliers.ram, multipliers.cpu, multipliers.disk
+    t_ram, t_cpu, t_disk = tops[0][0], tops[1][0], tops[2][0]
     for number in again:
-        weight = _weight(clipped[number], values, multipliers)
+        ram, cpu, disk = clipped[number]
+        # as `_weight`, inline: this runs for every consumed host at every step
+        weight = (
+            0.0
+            + m_ram * (ram / t_ram if t_ram != 0.0 else 0.0)
+            + m_cpu * (cpu / t_cpu if t_cpu != 0.0 else 0.0)
+            + m_disk * (disk / t_disk if t_disk != 0.0 else 0.0)
+        )
         if best < 0 or weight > best_weight or (weight == best_weight and number < best):
             best, best_weight = number, weight
-    for negated, number in order:
-        if number in skip or number in gone:
-            continue
-        weight = -negated
-        if best < 0 or weight > best_weight or (weight == best_weight and number < best):
-            best, best_weight = number, weight
-        break
     return best, best_weight
 
 
 _Tops = tuple[tuple[float, int, float], ...]
 
 
-@dataclass(frozen=True, slots=True)
-class _StepTrace:
+class _StepTrace(NamedTuple):
     """What decided one step of an evacuation, for the incremental tolerance: the request, the
     chosen host (an index of the fleet), its weight, how many hosts passed, and per weigher the
-    largest clipped value among them with its holder and the largest among the others."""
+    largest clipped value among them with its holder and the largest among the others. (A named
+    tuple: one is made at every step, and a frozen dataclass is slower to make.)"""
 
     key: _Key
     demand: Demand
@@ -1065,13 +1128,13 @@ class _Moved:
         """Whether it passes for each request, as it is now."""
         self.state: HostState | None = None
 
-    def add(self, demand: Demand, key: _Key) -> None:
-        for resource, amount in demand.request.items():
-            if amount > 0:
-                claimed = self.claimed[resource] = self.claimed.get(resource, 0) + amount
-                room = self.rooms.get(resource)
-                if room is not None:
-                    self.left[resource] = room[0] - placement_units(resource, room[1] + claimed)
+    def add(self, demand: Demand, key: _Key, amounts: Sequence[tuple[Resource, int]]) -> None:
+        """Place the demand (of this key, claiming these `amounts`: `_Fleet.amounts`)."""
+        for resource, amount in amounts:
+            claimed = self.claimed[resource] = self.claimed.get(resource, 0) + amount
+            room = self.rooms.get(resource)
+            if room is not None:
+                self.left[resource] = room[0] - placement_units(resource, room[1] + claimed)
         self.demands.append(demand)
         self.keys.append(key)
         self.passing = {}
@@ -1109,8 +1172,95 @@ class _Moved:
         return found
 
 
+def _again(
+    fleet: _Fleet,
+    demand: Demand,
+    key: _Key,
+    *,
+    moved: Mapping[int, _Moved],
+    consumed: Sequence[int],
+    requests: dict[_Key, tuple[set[int], list[int]]],
+) -> set[int]:
+    """The hosts an evacuation consumed that pass for the request as they are now: per request
+    met, kept with how far in the hosts `consumed` (in turn) they are up to date, and brought up
+    to date with the hosts consumed since (one, mostly: the domains of a flavor come in a row)."""
+    known = requests.get(key)
+    if known is None:
+        needs = fleet.needs(key, demand)
+        if needs is None:
+            again = {number for number, host in moved.items() if host.passes(fleet, demand, key)}
+        else:
+            # `_Moved.passes` inline: a request met for the first time tests every consumed host
+            again = set()
+            passing = fleet.passing[key]
+            for number, host in moved.items():
+                if number in passing:
+                    left = host.left
+                    for resource, need in needs:
+                        room = left.get(resource)  # None: no limit
+                        if room is not None and need > room:
+                            break
+                    else:
+                        again.add(number)
+        requests[key] = (again, [len(consumed)])
+        return again
+    again, upto = known
+    if upto[0] < len(consumed):
+        for number in set(consumed[upto[0] :]):
+            if moved[number].passes(fleet, demand, key):
+                again.add(number)
+            else:
+                again.discard(number)
+        upto[0] = len(consumed)
+    return again
+
+
+def _choose(
+    fleet: _Fleet,
+    key: _Key,
+    count: int,
+    *,
+    moved: Mapping[int, _Moved],
+    gone: set[int],
+    again: Collection[int],
+    clipped: Sequence[_Clipped],
+    tops: _Tops,
+    multipliers: Multipliers,
+    firsts: dict[_Normalization, list[int]],
+) -> tuple[int, float]:
+    """The host `weigh` puts first among the `count` that pass, and its weight: the one host
+    (weighing 0), the first of the fleet's order for this normalization, or `_best`'s."""
+    if count == 1:
+        return max(holder for _, holder, _ in tops), 0.0
+    normalization = (key, tops[0][0], tops[1][0], tops[2][0])
+    order = fleet.sorted_by_weight(multipliers, normalization)
+    if order is not None:
+        start = firsts.get(normalization)
+        if start is None:
+            start = firsts[normalization] = [0]
+        return _first(
+            order,
+            skip=moved,
+            gone=gone,
+            again=again,
+            clipped=clipped,
+            tops=tops,
+            multipliers=multipliers,
+            start=start,
+        )
+    return _best(
+        fleet.ranking(key),
+        skip=moved,
+        gone=gone,
+        again=again,
+        clipped=clipped,
+        tops=tops,
+        multipliers=multipliers,
+    )
+
+
 def _evacuate(
-    fleet: _Fleet, failed: Sequence[int], multipliers: Multipliers
+    fleet: _Fleet, failed: Sequence[int], multipliers: Multipliers, prefix: Sequence[_StepTrace] = ()
 ) -> tuple[list[tuple[str, str]], list[Unplaced], dict[int, _Moved], list[_StepTrace] | None]:
     """The domains of the `failed` hosts (indices of the fleet), largest first, each through the
     scheduler on the others as `schedule` would place one instance: the hosts that pass for it
@@ -1119,80 +1269,78 @@ def _evacuate(
     `_best`). The best host passes Placement and the filters as it is now, so its claim test
     (the same tests) succeeds: `schedule` would place the domain there. A domain that finds no
     host goes through `schedule` itself, for its exact answer; the steps are then not traced
-    (None)."""
+    (None).
+
+    The first domains may be given their hosts: the steps of a `prefix` (of a trace whose
+    choices are known to stand, see `_unchanged`), consumed without a search and kept as the
+    beginning of the trace."""
     gone = set(failed)
     moved: dict[int, _Moved] = {}
     clipped = list(fleet.clipped)
     placements: list[tuple[str, str]] = []
     unplaced: list[Unplaced] = []
-    traces: list[_StepTrace] | None = []
-    guests = [guest for number in failed for guest in fleet.states[number].guests]
-    for guest in evacuation_order(guests):
+    traces: list[_StepTrace] | None = list(prefix)
+    consumed: list[int] = []
+    """The hosts chosen, in turn: a request's hosts passing again are brought up to date from it."""
+    requests: dict[_Key, tuple[set[int], list[int]]] = {}
+    """Per request met, the consumed hosts that pass for it and how far in `consumed` that is."""
+    starts: dict[_Key, list[int]] = {}
+    """Per request met, where its rankings' hosts not consumed begin (see `_tops`)."""
+    firsts: dict[_Normalization, list[int]] = {}
+    """Per normalization met, where its order's hosts not consumed begin (see `_first`)."""
+    for step, (guest, key) in enumerate(fleet.evacuation_order(failed)):
         demand = guest.demand
-        key = fleet.key(demand)
-        base = fleet.passing_hosts(key, demand)
-        again = [number for number, host in moved.items() if host.passes(fleet, demand, key)]
-        count = (
-            len(base)
-            - sum(1 for number in gone if number in base)
-            - sum(1 for number in moved if number in base)
-            + len(again)
-        )
-        if count > 0:
-            ranking = fleet.ranking(key)
-            tops = _tops(ranking, moved, gone, again, clipped)
-            order = None
-            if count > 1:
-                order = fleet.sorted_by_weight(multipliers, (key, tops[0][0], tops[1][0], tops[2][0]))
-            if count == 1:
-                chosen, weight = max(holder for _, holder, _ in tops), 0.0
-            elif order is not None:
-                chosen, weight = _first(
-                    order,
-                    skip=moved,
-                    gone=gone,
-                    again=again,
-                    clipped=clipped,
-                    tops=tops,
-                    multipliers=multipliers,
-                )
-            else:
-                chosen, weight = _best(
-                    ranking,
-                    skip=moved,
-                    gone=gone,
-                    again=again,
-                    clipped=clipped,
-                    tops=tops,
-                    multipliers=multipliers,
-                )
-            if traces is not None:
-                traces.append(_StepTrace(key, demand, chosen, weight, count, tops))
+        if step < len(prefix):
+            chosen = prefix[step].chosen
         else:
-            traces = None
-            remaining = tuple(
-                moved[number].current(fleet) if number in moved else fleet.states[number]
-                for number in fleet.order
-                if number not in gone
-            )
-            result = schedule(remaining, demand, 1, multipliers=multipliers, memo=fleet.memo)
-            if not result.placed:
-                unplaced.append(Unplaced(guest.name, result.rejections, result.no_valid_host))
-                continue
-            chosen = fleet.index[result.steps[0].host]
+            base = fleet.passing_hosts(key, demand)
+            again = _again(fleet, demand, key, moved=moved, consumed=consumed, requests=requests)
+            count = len(base) - len(gone & base) - len(moved.keys() & base) + len(again)
+            if count > 0:
+                known = starts.get(key)
+                if known is None:
+                    known = starts[key] = [0, 0, 0]
+                tops = _tops(fleet.ranking(key), moved, gone, again, clipped, starts=known)
+                chosen, weight = _choose(
+                    fleet,
+                    key,
+                    count,
+                    moved=moved,
+                    gone=gone,
+                    again=again,
+                    clipped=clipped,
+                    tops=tops,
+                    multipliers=multipliers,
+                    firsts=firsts,
+                )
+                if traces is not None:
+                    traces.append(_StepTrace(key, demand, chosen, weight, count, tops))
+            else:
+                traces = None
+                remaining = tuple(
+                    moved[number].current(fleet) if number in moved else fleet.states[number]
+                    for number in fleet.order
+                    if number not in gone
+                )
+                result = schedule(remaining, demand, 1, multipliers=multipliers, memo=fleet.memo)
+                if not result.placed:
+                    unplaced.append(Unplaced(guest.name, result.rejections, result.no_valid_host))
+                    continue
+                chosen = fleet.index[result.steps[0].host]
         host = moved.get(chosen)
         if host is None:
             host = moved[chosen] = _Moved(chosen, fleet.rooms(chosen))
         placements.append((guest.name, fleet.states[chosen].name))
-        host.add(demand, key)
+        host.add(demand, key, fleet.amounts(key, demand))
         clipped[chosen] = host.clipped(fleet.level(chosen))
+        consumed.append(chosen)
     return placements, unplaced, moved, traces
 
 
 def _evacuation_result(
-    fleet: _Fleet, failed: int, multipliers: Multipliers
+    fleet: _Fleet, failed: int, multipliers: Multipliers, prefix: Sequence[_StepTrace] = ()
 ) -> tuple[EvacuationResult, list[_StepTrace] | None]:
-    placements, unplaced, moved, traces = _evacuate(fleet, (failed,), multipliers)
+    placements, unplaced, moved, traces = _evacuate(fleet, (failed,), multipliers, prefix)
     states = fleet.given()
     position = fleet.position
     for number, host in moved.items():
@@ -1273,13 +1421,14 @@ def fleet_tolerance(
 
 def _unchanged(
     fleet: _Fleet, changed: int, trace: Sequence[_StepTrace], multipliers: Multipliers
-) -> tuple[_StepTrace, ...] | None:
-    """Whether an evacuation that is not the `changed` host's own makes the same choices with the
-    host's new state (already in the fleet): its trace for the next change if so, else None.
+) -> list[_StepTrace]:
+    """How far an evacuation that is not the `changed` host's own makes the same choices with the
+    host's new state (already in the fleet): the steps of its trace, from the first, whose
+    choices stand, kept for the next change (all of them: the evacuation is unchanged).
 
-    The evacuation must never have chosen the changed host. Then every other host is at each step
-    as it was (by induction: the same choices consume the same hosts), and the changed host is,
-    at every step, its new state as a whole. A step's choice stands when the hosts that passed but
+    Up to a step, the evacuation must never have chosen the changed host. Then every other host
+    is at that step as it was (by induction: the same choices consume the same hosts), and the
+    changed host is its new state as a whole. A step's choice stands when the hosts that passed but
     the changed one are at least 2 (so that weights are normalized, not all 0), the largest value
     of each weigher is the same with the changed host's new values (so that every other host
     weighs what it weighed: the chosen one too), and the changed host, if it passes, weighs less
@@ -1292,10 +1441,10 @@ def _unchanged(
     state = fleet.states[changed]
     values = fleet.clipped[changed]
     passes: dict[_Key, bool] = {}
-    kept = []
+    kept: list[_StepTrace] = []
     for step in trace:
         if step.chosen == changed:
-            return None
+            return kept
         found = passes.get(step.key)
         if found is None:
             found = passes[step.key] = fleet.passes(state, step.demand, step.key)
@@ -1310,20 +1459,20 @@ def _unchanged(
             else:
                 top = max(first, values[part]) if found else first
             if top != first:
-                return None
+                return kept
             tops.append(top)
         if step.passed < 3:  # noqa: PLR2004  (the others may be fewer than 2)
-            return None
+            return kept
         if found:
             weight = _weight(values, tops, multipliers)
             if weight > step.weight or (weight == step.weight and changed < step.chosen):
-                return None
+                return kept
         holders = tuple(
             (first, changed if found and values[part] == first else holder if holder != changed else -1, -1.0)
             for part, (first, holder, _) in enumerate(step.tops)
         )
-        kept.append(replace(step, passed=step.passed - 1, tops=holders, exact=False))
-    return tuple(kept)
+        kept.append(step._replace(passed=step.passed - 1, tops=holders, exact=False))
+    return kept
 
 
 def _weight(values: _Clipped, tops: Sequence[float], multipliers: Multipliers) -> float:
@@ -1342,11 +1491,12 @@ def fleet_tolerance_update(
     previous: FleetTolerance, changed: HostState, *, memo: CandidateMemo | None = None
 ) -> FleetTolerance:
     """`fleet_tolerance` of the previous result's hosts with one of them (by name) in a new state,
-    recomputing only what the change can affect: the changed host's own evacuation, and those of
-    the others that chose it at some step, that went through `schedule` for a domain (one found no
-    host, or its best host refused its claim), or whose choices `_unchanged` cannot vouch for.
-    The others keep their placements, with the host's new state in their final states. The
-    fleet's lost-together tolerance is computed again (at most `bound` evacuations)."""
+    recomputing only what the change can affect: the changed host's own evacuation, those that
+    went through `schedule` for a domain (one found no host), and from its first step whose
+    choice `_unchanged` cannot vouch for (the changed host chosen, or a choice it may have
+    changed) those of the others: the steps before stand and are not searched again. The others
+    keep their placements, with the host's new state in their final states. The fleet's
+    lost-together tolerance is computed again (at most `bound` evacuations)."""
     fleet = previous._fleet.copy()
     if memo is not None:
         fleet.memo = memo
@@ -1360,19 +1510,19 @@ def fleet_tolerance_update(
     traces: dict[str, tuple[_StepTrace, ...] | None] = {}
     for name, before in previous.evacuations.items():
         trace = previous._traces[name]
-        kept = None
+        kept: list[_StepTrace] = []
         if name != changed.name and trace is not None:
             kept = _unchanged(fleet, number, trace, multipliers)
-        if kept is not None:
+        if trace is not None and len(kept) == len(trace) and name != changed.name:
             # the changed host is among the others of this evacuation, unconsumed: where it was
             # given, less one if the failed host was given before it
             failed = fleet.index[name]
             where = fleet.position[number] - (fleet.position[failed] < fleet.position[number])
             states = (*before.states[:where], changed, *before.states[where + 1 :])
             evacuations[name] = replace(before, states=states)
-            traces[name] = kept
+            traces[name] = tuple(kept)
             continue
-        result, found = _evacuation_result(fleet, fleet.index[name], multipliers)
+        result, found = _evacuation_result(fleet, fleet.index[name], multipliers, kept)
         evacuations[name] = result
         traces[name] = tuple(found) if found is not None else None
     tolerated = _tolerated(fleet, previous.bound, multipliers, evacuations)
