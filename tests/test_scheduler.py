@@ -38,11 +38,21 @@ from virtcap.model.scheduler import (
     NUMA_TOPOLOGY,
     PCI_PASSTHROUGH,
     PLACEMENT,
+    SPREAD,
     CandidateMemo,
+    FleetTolerance,
     Guest,
     HostState,
     Multipliers,
+    _best,
+    _consumed,
+    _first,
+    _levels,
+    _raw_values,
     _reference_evacuation,
+    _tops,
+    _unchanged,
+    _weight,
     evacuation,
     evacuation_order,
     fleet_tolerance,
@@ -578,6 +588,39 @@ def test_the_fast_evacuation_and_tolerance_give_the_straightforward_answers(
 CHANGES = st.sampled_from(["consume", "release", "down", "up", "domains", "twin", "reshape"])
 
 
+def changed_state(
+    hosts: Sequence[HostState],
+    facts: dict[str, HostFacts],
+    before: HostState,
+    change: str,
+    asked: tuple[int, int, int],
+    other: int,
+    shape: tuple[int, int, int],
+) -> HostState:
+    """One host in a new state: more used (a claim), less (a domain gone), down, up, a domain
+    more, another host's weights (ties), or larger or smaller."""
+    vcpus, memory, disk = asked
+    cpus, ram, storage = shape
+    demanded = Demand({Resource.VCPU: vcpus, Resource.MEMORY: memory * GIB, Resource.DISK: disk * GIB})
+    if change == "consume":  # a claim (or a placement) on it
+        return before.consume(demanded) if not before.capacity.claim_test(demanded) else before
+    if change == "release":  # a domain gone, whose host is rebuilt from its facts
+        gone = replace(facts[before.name], domains=facts[before.name].domains[1:])
+        return host_state(before.name, gone, DEFAULTS, up=before.up)
+    if change == "domains":  # a domain more
+        more = (*facts[before.name].domains, guest(f"new{vcpus}{memory}", memory, vcpus, disk))
+        return host_state(before.name, replace(facts[before.name], domains=more), DEFAULTS, up=before.up)
+    if change == "twin":  # the facts of another host: the same weights, so ties
+        twin = hosts[other % len(hosts)]
+        return replace(twin, name=before.name, guests=before.guests)
+    if change == "reshape":  # larger or smaller: the weighers' largest values move
+        shaped = replace(facts[before.name], cpus=cpus, memory_bytes=ram * GIB)
+        assert shaped.storage is not None
+        shaped = replace(shaped, storage=replace(shaped.storage, capacity_bytes=storage * GIB))
+        return host_state(before.name, shaped, DEFAULTS, up=before.up)
+    return replace(before, up=change == "up")
+
+
 @settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     LARGER,
@@ -596,27 +639,9 @@ def test_incremental_tolerance_is_full_recomputation(
     hosts = larger_fleet(shapes)
     facts = fleet_facts([(*shape, domains, up) for shape, domains, up in shapes])
     tolerance = fleet_tolerance(hosts, multipliers=multipliers, bound=bound)
-    for index, change, (vcpus, memory, disk), other, (cpus, ram, storage) in changes:
+    for index, change, asked, other, shape in changes:
         before = hosts[index % len(hosts)]
-        asked = Demand({Resource.VCPU: vcpus, Resource.MEMORY: memory * GIB, Resource.DISK: disk * GIB})
-        if change == "consume":  # a claim (or a placement) on it
-            after = before.consume(asked) if not before.capacity.claim_test(asked) else before
-        elif change == "release":  # a domain gone, whose host is rebuilt from its facts
-            gone = replace(facts[before.name], domains=facts[before.name].domains[1:])
-            after = host_state(before.name, gone, DEFAULTS, up=before.up)
-        elif change == "domains":  # a domain more
-            more = (*facts[before.name].domains, guest(f"new{vcpus}{memory}", memory, vcpus, disk))
-            after = host_state(before.name, replace(facts[before.name], domains=more), DEFAULTS, up=before.up)
-        elif change == "twin":  # the facts of another host: the same weights, so ties
-            twin = hosts[other % len(hosts)]
-            after = replace(twin, name=before.name, guests=before.guests)
-        elif change == "reshape":  # larger or smaller: the weighers' largest values move
-            shaped = replace(facts[before.name], cpus=cpus, memory_bytes=ram * GIB)
-            assert shaped.storage is not None
-            shaped = replace(shaped, storage=replace(shaped.storage, capacity_bytes=storage * GIB))
-            after = host_state(before.name, shaped, DEFAULTS, up=before.up)
-        else:
-            after = replace(before, up=change == "up")
+        after = changed_state(hosts, facts, before, change, asked, other, shape)
         hosts = [after if state.name == after.name else state for state in hosts]
         tolerance = fleet_tolerance_update(tolerance, after)
         full = fleet_tolerance(hosts, multipliers=multipliers, bound=bound)
@@ -624,3 +649,174 @@ def test_incremental_tolerance_is_full_recomputation(
         assert tolerance.tolerated == full.tolerated
         assert tolerance.hosts == tuple(hosts)
         event(change)
+
+
+# --- the incremental update where it must recompute ------------------------------------------------
+
+BIG = st.lists(st.sampled_from([(32, 256, 1000), (64, 512, 2000), (32, 256, 1000)]), min_size=1, max_size=3)
+"""Empty hosts larger than any of LARGER's: spreading, every evacuation chooses them."""
+
+
+def busiest(tolerance: FleetTolerance) -> str:
+    """The host the most evacuations place a domain on (ties: the first name)."""
+    uses = dict.fromkeys((state.name for state in tolerance.hosts), 0)
+    for evacuated in tolerance.evacuations.values():
+        for name in {where for _, where in evacuated.placements}:
+            uses[name] += 1
+    return min(uses, key=lambda name: (-uses[name], name))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    LARGER,
+    BIG,
+    MULTIPLIERS,
+    st.lists(st.tuples(CHANGES, DOMAINS, st.integers(0, 14), SHAPES), min_size=1, max_size=4),
+    st.integers(0, 3),
+)
+def test_incremental_tolerance_when_the_changed_host_is_everyones_choice(
+    shapes: list[tuple[tuple[int, int, int], list[tuple[int, int, int]], bool]],
+    big: list[tuple[int, int, int]],
+    multipliers: Multipliers,
+    changes: list[tuple[str, tuple[int, int, int], int, tuple[int, int, int]]],
+    bound: int,
+) -> None:
+    """Each change is to the host the most evacuations chose (with SPREAD, one of the big empty
+    ones): those evacuations are resumed from the step that chose it, or where the change may
+    alter a choice, and must end as the full recomputation does; the host grows, shrinks, goes
+    down and up, takes another's weights."""
+    everything = [*shapes, *((shape, [], True) for shape in big)]
+    hosts = larger_fleet(everything)
+    facts = fleet_facts([(*shape, domains, up) for shape, domains, up in everything])
+    tolerance = fleet_tolerance(hosts, multipliers=multipliers, bound=bound)
+    for change, asked, other, shape in changes:
+        name = busiest(tolerance)
+        users = sum(1 for e in tolerance.evacuations.values() if any(w == name for _, w in e.placements))
+        before = next(state for state in hosts if state.name == name)
+        after = changed_state(hosts, facts, before, change, asked, other, shape)
+        hosts = [after if state.name == name else state for state in hosts]
+        tolerance = fleet_tolerance_update(tolerance, after)
+        full = fleet_tolerance(hosts, multipliers=multipliers, bound=bound)
+        assert dict(tolerance.evacuations) == dict(full.evacuations)
+        assert tolerance.tolerated == full.tolerated
+        assert tolerance.hosts == tuple(hosts)
+        event(f"{change}, used by {min(users, 5)}{'+' if users >= 5 else ''} evacuations")
+
+
+def test_an_update_resumes_an_evacuation_at_the_step_that_chose_the_changed_host() -> None:
+    # src's two domains (32 and 8 GiB) go to y (8 GiB more memory than x, all else equal), then
+    # to x (y has 24 GiB less than x now); z passes but weighs less. x then takes a claim: the
+    # first step stands (y still weighs more, every weigher's largest value is the same), the
+    # second is searched again.
+    hosts = [
+        state("src", cpus=16, memory_gib=64, domains=(guest("d0", 32), guest("d1", 8)), policy=DEFAULTS),
+        state("x", cpus=64, memory_gib=200, disk_gib=1000, policy=DEFAULTS),
+        state("y", cpus=64, memory_gib=208, disk_gib=1000, policy=DEFAULTS),
+        state("z", cpus=16, memory_gib=64, disk_gib=200, policy=DEFAULTS),
+    ]
+    tolerance = fleet_tolerance(hosts)
+    assert tolerance.evacuations["src"].placements == (("d0", "y"), ("d1", "x"))
+    x = hosts[1].consume(demand(vcpu=1, memory_gib=1, disk_gib=1))
+    fleet = tolerance._fleet.copy()
+    fleet.replace(x)
+    trace = tolerance._traces["src"]
+    assert trace is not None and len(trace) == 2
+    assert len(_unchanged(fleet, fleet.index["x"], trace, SPREAD)) == 1
+    after = [x if h.name == "x" else h for h in hosts]
+    updated = fleet_tolerance_update(tolerance, x)
+    assert dict(updated.evacuations) == dict(fleet_tolerance(after).evacuations)
+    assert updated.evacuations["src"].placements == (("d0", "y"), ("d1", "x"))
+    # x much smaller: the second domain goes to y again (176 GiB free against z's 64), from the
+    # step that stood
+    small = state("x", cpus=2, memory_gib=12, disk_gib=20, policy=DEFAULTS)
+    shrunk = replace(hosts[1], capacity=small.capacity)
+    resumed = fleet_tolerance_update(tolerance, shrunk)
+    after = [shrunk if h.name == "x" else h for h in hosts]
+    assert dict(resumed.evacuations) == dict(fleet_tolerance(after).evacuations)
+    assert resumed.evacuations["src"].placements == (("d0", "y"), ("d1", "y"))
+
+
+# --- the fast paths' parts against the straightforward ones ----------------------------------------
+
+
+@pytest.mark.parametrize(("config", "facts", "sequence"), CONSUMED)
+def test_consuming_several_at_once_is_consuming_them_in_turn(
+    config: str, facts: Callable[[], HostFacts], sequence: list[str]
+) -> None:
+    """An evacuation builds a host's final state in one pass, and weighs it from its claims."""
+    policy, flavors = configured(config)
+    start = host_state("h", facts(), policy)
+    demands = [flavors[name] for name in sequence]
+    in_turn = start
+    for one in demands:
+        in_turn = in_turn.consume(one)
+    at_once = _consumed(start, demands)
+    assert at_once == in_turn
+    assert at_once.capacity.within == in_turn.capacity.within
+    claimed: dict[Resource, int] = {}
+    for one in demands:
+        for resource, amount in one.request.items():
+            claimed[resource] = claimed.get(resource, 0) + amount
+    memory, disk = claimed.get(Resource.MEMORY, 0), claimed.get(Resource.DISK, 0)
+    cpus = claimed.get(Resource.VCPU, 0) + claimed.get(Resource.PCPU, 0)
+    raw = in_turn.raw_weights()
+    assert _raw_values(_levels(start), memory, cpus, disk) == (raw["ram"], raw["cpu"], raw["disk"])
+
+
+VALUES = st.sampled_from([0.0, 1.0, 2.0, 3.0, 7.5, 10.0])
+"""Few values: equal weights, whose ties only the hosts' numbers break."""
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(st.tuples(VALUES, VALUES, VALUES), min_size=2, max_size=12),
+    st.data(),
+    MULTIPLIERS,
+)
+def test_the_first_of_the_sorted_order_is_the_threshold_walks_best(
+    values: list[tuple[float, float, float]], data: st.DataObject, multipliers: Multipliers
+) -> None:
+    """For a normalization met again, the best host is the first of the passing hosts sorted by
+    weight (the consumed and lost ones stepped over), against the consumed ones passing again:
+    the same host and weight as Fagin's walk, and as `weigh` (ties by number)."""
+    numbers = range(len(values))
+    skip = set(data.draw(st.lists(st.sampled_from(numbers), max_size=len(values))))
+    gone = set(data.draw(st.lists(st.sampled_from(numbers), max_size=2))) - skip
+    again = sorted(set(data.draw(st.lists(st.sampled_from(sorted(skip))))) if skip else [])
+    clipped = list(values)
+    for number in again:  # consumed: smaller now
+        clipped[number] = data.draw(st.tuples(VALUES, VALUES, VALUES))
+    ranking = (
+        sorted(numbers, key=lambda n: (-values[n][0], n)),
+        sorted(numbers, key=lambda n: (-values[n][1], n)),
+        sorted(numbers, key=lambda n: (-values[n][2], n)),
+    )
+    passing = [n for n in numbers if n not in skip and n not in gone]
+    if len(passing) + len(again) < 2:
+        return
+    tops = _tops(ranking, skip, gone, again, clipped)
+    walked = _best(
+        ranking, skip=skip, gone=gone, again=again, clipped=clipped, tops=tops, multipliers=multipliers
+    )
+    maxima = [top for top, _, _ in tops]
+    order = sorted((-_weight(values[n], maxima, multipliers), n) for n in numbers)
+    first = _first(
+        order,
+        skip=skip,
+        gone=gone,
+        again=again,
+        clipped=clipped,
+        tops=tops,
+        multipliers=multipliers,
+        start=[0],
+    )
+    assert first == walked
+    # as `weigh` computes them: each weigher normalized over the candidates, times its multiplier
+    candidates = sorted({*passing, *again})
+    parts = [
+        [multiplier * value for value in normalize([clipped[n][part] for n in candidates])]
+        for part, multiplier in enumerate((multipliers.ram, multipliers.cpu, multipliers.disk))
+    ]
+    weights = [0.0 + parts[0][i] + parts[1][i] + parts[2][i] for i in range(len(candidates))]
+    best = min(range(len(candidates)), key=lambda i: (-weights[i], candidates[i]))
+    assert walked == (candidates[best], weights[best])

@@ -1050,7 +1050,7 @@ def _best(
 def _first(
     order: Sequence[tuple[float, int]],
     *,
-    skip: Mapping[int, object],
+    skip: Mapping[int, object] | set[int],
     gone: set[int],
     again: Collection[int],
     clipped: Sequence[_Clipped],
