@@ -177,7 +177,8 @@ class ClaimLedger:
                 scheduled = await asyncio.to_thread(_on_hypervisor, entry, held, demand, request.count)
             if not scheduled.result.placed:
                 self._rejected()
-                raise _rejection(request, scheduled, demand)
+                # in a thread too: it replays the instances that fitted, up to MAX_CLAIM_COUNT
+                raise await asyncio.to_thread(_rejection, request, scheduled, demand)
             hosts = scheduled.result.hosts
             now = time.time()
             claim = Claim(
