@@ -296,8 +296,18 @@ def test_capacity_is_the_audit_json_from_the_live_snapshot(server: Server, tmp_p
         check=True,
     )
     expected = json.loads(one_shot.stdout)
+    # the failure tolerance (each hypervisor's evacuation) is computed in the background
+    wait_for(
+        lambda: call(server, "GET", "/api/v1/capacity")[1]["failure_tolerance"] is not None,
+        10,
+        what="the failure tolerance in the capacity document",
+    )
     status, live = call(server, "GET", "/api/v1/capacity")
     assert status == 200
+    tolerance = {key: value for key, value in live["failure_tolerance"].items() if key != "computed_at"}
+    want = {key: value for key, value in expected["failure_tolerance"].items() if key != "computed_at"}
+    del tolerance["duration_seconds"], want["duration_seconds"]
+    assert tolerance == want
 
     def without_actual(document: dict[str, Any]) -> list[dict[str, Any]]:
         hypervisors = []

@@ -197,11 +197,13 @@ async def delete_claim(request: web.Request) -> web.Response:
 
 
 async def capacity(request: web.Request) -> web.Response:
-    """The same document as `virtcap audit --format json`, from the live snapshots."""
+    """The same document as `virtcap audit --format json`, from the live snapshots and the
+    failure tolerance last computed from them."""
     store = request.app[STORE]
     snapshots = [state.latest for state in store.hypervisors.values() if state.latest is not None]
-    # built and encoded in a thread: a fleet's cells, pools and GPUs are no small document
-    document = await asyncio.to_thread(fleet_document, snapshots)
+    # built and encoded in a thread: a fleet's cells, pools and GPUs are no small document; with
+    # the failure tolerance last computed in the background (each hypervisor's evacuation)
+    document = await asyncio.to_thread(fleet_document, snapshots, store.tolerance)
     document["generated_at"] = iso_time(time.time())
     body = await asyncio.to_thread(json.dumps, document)
     return web.Response(text=body, content_type="application/json")

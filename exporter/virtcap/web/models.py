@@ -421,6 +421,12 @@ class CapacityDocument(BaseModel):
     """The fleet's capacity, from the live snapshots."""
 
     hypervisors: list[HypervisorCapacity] = Field(description="Every hypervisor audited at least once.")
+    failure_tolerance: dict[str, Any] | None = Field(
+        default=None,
+        description="How many hypervisors the fleet can lose together with every domain re-homed "
+        "by the scheduler (see the README's Failure tolerance); null while it is off or not "
+        "computed yet. Each hypervisor's `evacuation` is in `hypervisors`.",
+    )
     generated_at: Annotated[str, WithJsonSchema(_DATE_TIME)]
 
 
