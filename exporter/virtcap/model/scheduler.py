@@ -663,6 +663,8 @@ class _Fleet:
         "claims",
         "clipped",
         "demands",
+        "free",
+        "in_order",
         "index",
         "keys",
         "levels",
@@ -688,6 +690,7 @@ class _Fleet:
         """The fleet's indices in the order the hosts were given."""
         self.position = positions
         """Per index, where the host was given."""
+        self.in_order = list(hosts)
         self.clipped = [_clipped(state) for state in self.states]
         self.memo = memo
         self.index = {state.name: number for number, state in enumerate(self.states)}
@@ -698,6 +701,7 @@ class _Fleet:
         self.ranked: dict[_Key, tuple[list[int], list[int], list[int]]] = {}
         self.levels: dict[int, _Levels] = {}
         self.room: dict[int, dict[Resource, tuple[int, int]]] = {}
+        self.free: dict[int, dict[Resource, int]] = {}
         self.need: dict[_Key, tuple[tuple[Resource, int], ...] | None] = {}
         self.claims: dict[_Key, tuple[tuple[Resource, int], ...]] = {}
         self.states_built: dict[tuple[int, tuple[_Key, ...]], HostState] = {}
@@ -751,9 +755,8 @@ class _Fleet:
         return found
 
     def given(self) -> list[HostState]:
-        """The states in the order the hosts were given."""
-        states = self.states
-        return [states[number] for number in self.order]
+        """The states in the order the hosts were given (a copy)."""
+        return list(self.in_order)
 
     def key(self, demand: Demand) -> _Key:
         found = self.keys.get(id(demand))
@@ -781,6 +784,17 @@ class _Fleet:
                 resource: (limit // resource.placement_unit, capacity.used)
                 for resource, capacity in self.states[number].capacity.resources.items()
                 if (limit := capacity.limit) is not None
+            }
+        return found
+
+    def room_left(self, number: int) -> dict[Resource, int]:
+        """Per class of the host with a limit, what is free in Placement's unit
+        (`placement_free`)."""
+        found = self.free.get(number)
+        if found is None:
+            found = self.free[number] = {
+                resource: limit - placement_units(resource, used)
+                for resource, (limit, used) in self.rooms(number).items()
             }
         return found
 
@@ -859,6 +873,8 @@ class _Fleet:
         copied.index = self.index
         copied.order = self.order
         copied.position = self.position
+        copied.in_order = list(self.in_order)
+        copied.free = dict(self.free)
         copied.passing = {key: set(hosts) for key, hosts in self.passing.items()}
         copied.demands = dict(self.demands)
         copied.ranked = dict(self.ranked)
@@ -878,9 +894,12 @@ class _Fleet:
         """One host's state changes: its values, and whether it passes for each request."""
         number = self.index[state.name]
         self.states[number] = state
+        old = self.clipped[number]
         values = self.clipped[number] = _clipped(state)
         self.levels.pop(number, None)
         self.room.pop(number, None)
+        self.free.pop(number, None)
+        self.in_order[self.position[number]] = state
         self.ordered.pop(number, None)
         self.states_built = {built: state for built, state in self.states_built.items() if built[0] != number}
         ranked = self.ranked
@@ -913,9 +932,15 @@ class _Fleet:
             for normalization, order in orders.items():
                 if order is None:
                     continue
-                # the same: the others keep their weights and order, the host its new place
+                # the same: the others keep their weights and order, the host its new place; it
+                # is found by its old weight (the same computation gives the same number)
                 key, *tops = normalization
-                kept = [entry for entry in order if entry[1] != number]
+                entry = (-_weight(old, tops, multipliers), number)
+                where = bisect.bisect_left(order, entry)
+                if where < len(order) and order[where] == entry:
+                    kept = order[:where] + order[where + 1 :]
+                else:  # not there (it did not pass)
+                    kept = [other for other in order if other[1] != number]
                 if number in self.passing[key]:
                     bisect.insort(kept, (-_weight(values, tops, multipliers), number))
                 orders[normalization] = kept
@@ -1102,8 +1127,7 @@ class _StepTrace(NamedTuple):
     passed: int
     tops: _Tops
     exact: bool = True
-    """Whether `passed` and the second largest values are exact (not a lower bound and unknown:
-    see `_unchanged`)."""
+    """Whether the second largest values are known (see `_unchanged`)."""
 
 
 class _Moved:
@@ -1114,15 +1138,15 @@ class _Moved:
 
     __slots__ = ("claimed", "demands", "keys", "left", "number", "passing", "rooms", "state")
 
-    def __init__(self, number: int, rooms: Mapping[Resource, tuple[int, int]]) -> None:
+    def __init__(
+        self, number: int, rooms: Mapping[Resource, tuple[int, int]], left: dict[Resource, int]
+    ) -> None:
         self.number = number
         self.rooms = rooms
         self.demands: list[Demand] = []
         self.keys: list[_Key] = []
         self.claimed: dict[Resource, int] = {}
-        self.left = {
-            resource: limit - placement_units(resource, used) for resource, (limit, used) in rooms.items()
-        }
+        self.left = dict(left)
         """Per class with a limit, what is free in Placement's unit (`placement_free`)."""
         self.passing: dict[_Key, bool] = {}
         """Whether it passes for each request, as it is now."""
@@ -1329,7 +1353,7 @@ def _evacuate(
                 chosen = fleet.index[result.steps[0].host]
         host = moved.get(chosen)
         if host is None:
-            host = moved[chosen] = _Moved(chosen, fleet.rooms(chosen))
+            host = moved[chosen] = _Moved(chosen, fleet.rooms(chosen), fleet.room_left(chosen))
         placements.append((guest.name, fleet.states[chosen].name))
         host.add(demand, key, fleet.amounts(key, demand))
         clipped[chosen] = host.clipped(fleet.level(chosen))
@@ -1420,35 +1444,45 @@ def fleet_tolerance(
 
 
 def _unchanged(
-    fleet: _Fleet, changed: int, trace: Sequence[_StepTrace], multipliers: Multipliers
+    fleet: _Fleet, before: _Fleet, changed: int, trace: Sequence[_StepTrace], multipliers: Multipliers
 ) -> list[_StepTrace]:
     """How far an evacuation that is not the `changed` host's own makes the same choices with the
-    host's new state (already in the fleet): the steps of its trace, from the first, whose
-    choices stand, kept for the next change (all of them: the evacuation is unchanged).
+    host's new state (in `fleet`; `before` is the fleet the trace was made on): the steps of its
+    trace, from the first, whose choices stand, kept for the next change (all of them: the
+    evacuation is unchanged).
 
     Up to a step, the evacuation must never have chosen the changed host. Then every other host
     is at that step as it was (by induction: the same choices consume the same hosts), and the
-    changed host is its new state as a whole. A step's choice stands when the hosts that passed but
-    the changed one are at least 2 (so that weights are normalized, not all 0), the largest value
-    of each weigher is the same with the changed host's new values (so that every other host
-    weighs what it weighed: the chosen one too), and the changed host, if it passes, weighs less
-    than the chosen one (or as much with a later name).
+    changed host is its new state as a whole, as it was its old one. A step's choice stands when
+    the hosts that passed but the changed one are at least 2 (so that weights are normalized,
+    not all 0), the largest value of each weigher is the same with the changed host's new values
+    (so that every other host weighs what it weighed: the chosen one too), and the changed host,
+    if it passes, weighs less than the chosen one (or as much with a later name).
 
-    A trace kept this way is kept with what is still known for sure: the chosen host and its
-    weight, each weigher's largest value and a host holding it (-1: not known); the count of hosts that passed
-    becomes a lower bound (the changed host may or may not have passed before), and the second
-    largest values unknown (the changed host may have held one)."""
-    state = fleet.states[changed]
+    A step kept this way is kept with what is still known for sure: the chosen host and its
+    weight, the count of hosts that passed (the others', and whether the changed host passes
+    now), each weigher's largest value and a host holding it (-1: not known), and the second
+    largest values unknown (the changed host may have held one). A step that was kept so, and
+    that the change leaves as it is, is kept itself: the usual change keeps every step of most
+    evacuations."""
     values = fleet.clipped[changed]
-    passes: dict[_Key, bool] = {}
+    passes: dict[_Key, tuple[bool, bool]] = {}
     kept: list[_StepTrace] = []
     for step in trace:
         if step.chosen == changed:
             return kept
-        found = passes.get(step.key)
-        if found is None:
-            found = passes[step.key] = fleet.passes(state, step.demand, step.key)
+        key = step.key
+        known = passes.get(key)
+        if known is None:
+            # both fleets have the sets of every request traced; the changed host is unconsumed
+            known = passes[key] = (changed in before.passing[key], changed in fleet.passing[key])
+        was, found = known
+        others = step.passed - was
+        if others < 2:  # noqa: PLR2004  (one host alone weighs 0, whatever its values)
+            return kept
+        same = not step.exact and was == found
         tops = []
+        holders = []
         for part, (first, holder, second) in enumerate(step.tops):
             if holder == changed and step.exact:
                 top = max(second, values[part]) if found else second
@@ -1460,18 +1494,25 @@ def _unchanged(
                 top = max(first, values[part]) if found else first
             if top != first:
                 return kept
+            if found and values[part] == first:
+                same = False
+                holders.append((first, changed, -1.0))
+            elif holder == changed:
+                same = False
+                holders.append((first, -1, -1.0))
+            else:
+                holders.append((first, holder, -1.0))
             tops.append(top)
-        if step.passed < 3:  # noqa: PLR2004  (the others may be fewer than 2)
-            return kept
         if found:
             weight = _weight(values, tops, multipliers)
             if weight > step.weight or (weight == step.weight and changed < step.chosen):
                 return kept
-        holders = tuple(
-            (first, changed if found and values[part] == first else holder if holder != changed else -1, -1.0)
-            for part, (first, holder, _) in enumerate(step.tops)
+        if same:
+            kept.append(step)
+            continue
+        kept.append(
+            _StepTrace(key, step.demand, step.chosen, step.weight, others + found, tuple(holders), False)
         )
-        kept.append(step._replace(passed=step.passed - 1, tops=holders, exact=False))
     return kept
 
 
@@ -1512,7 +1553,7 @@ def fleet_tolerance_update(
         trace = previous._traces[name]
         kept: list[_StepTrace] = []
         if name != changed.name and trace is not None:
-            kept = _unchanged(fleet, number, trace, multipliers)
+            kept = _unchanged(fleet, previous._fleet, number, trace, multipliers)
         if trace is not None and len(kept) == len(trace) and name != changed.name:
             # the changed host is among the others of this evacuation, unconsumed: where it was
             # given, less one if the failed host was given before it
