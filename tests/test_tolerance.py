@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -25,7 +27,8 @@ from virtcap.model.resources import GIB, Resource
 from virtcap.model.scheduler import SPREAD, Multipliers, fleet_tolerance
 from virtcap.service import tolerance as tolerance_module
 from virtcap.service.snapshot import HypervisorSnapshot, PendingClaims
-from virtcap.service.tolerance import FleetSimulation, SimulatedHost, ToleranceReport
+from virtcap.service.tolerance import FleetChanges, LocalSimulation, SimulatedHost, ToleranceReport
+from virtcap.service.tolerance_worker import HEADER, WORKER_COMMAND, decode_report, encode_request
 
 STACK = Multipliers(ram=-1.0, cpu=-1.0, disk=-1.0)
 TWO = {"compute-01", "compute-02"}
@@ -60,7 +63,7 @@ def test_the_simulation_answers_as_the_scheduler_on_the_audits_facts(
 ) -> None:
     """The service builds hosts from the capacity its audits computed; the dry-run placement
     builds them again from the facts: both see the same fleet, so the answers are the same."""
-    report = FleetSimulation().compute(_hosts(audited), multipliers, 3)
+    report = LocalSimulation().compute(_hosts(audited), multipliers, 3)
     assert report is not None and not report.incremental
     expected = fleet_tolerance(
         host_states([FleetEntry.of(s) for s in audited], []), multipliers=multipliers, bound=3
@@ -76,7 +79,7 @@ def test_the_simulation_answers_as_the_scheduler_on_the_audits_facts(
 def test_an_audit_that_changes_nothing_the_scheduler_reads_costs_no_computation(
     audited: tuple[HypervisorSnapshot, ...],
 ) -> None:
-    simulation = FleetSimulation()
+    simulation = LocalSimulation()
     assert simulation.compute(_hosts(audited), SPREAD, 3) is not None
     # the next audit: new snapshots, the guests really using more memory, nothing else different
     again = []
@@ -94,7 +97,7 @@ def test_an_audit_that_changes_nothing_the_scheduler_reads_costs_no_computation(
 def test_a_changed_hypervisor_is_computed_again_incrementally_with_the_full_answer(
     audited: tuple[HypervisorSnapshot, ...],
 ) -> None:
-    simulation = FleetSimulation()
+    simulation = LocalSimulation()
     hosts = _hosts(audited)
     first = simulation.compute(hosts, SPREAD, 3)
     assert first is not None
@@ -106,7 +109,7 @@ def test_a_changed_hypervisor_is_computed_again_incrementally_with_the_full_answ
     report = simulation.compute(changed, SPREAD, 3)
     assert report is not None and report.incremental
     assert report.computations == {"full": 1, "incremental": 1}
-    full = FleetSimulation().compute(changed, SPREAD, 3)
+    full = LocalSimulation().compute(changed, SPREAD, 3)
     assert full is not None and not full.incremental
     assert _answers(report) == _answers(full) and report.tolerated == full.tolerated
     assert _answers(report) != _answers(first)  # the claim moved something
@@ -115,7 +118,7 @@ def test_a_changed_hypervisor_is_computed_again_incrementally_with_the_full_answ
 def test_a_hypervisor_going_down_takes_no_domain_and_keeps_its_own_evacuation(
     audited: tuple[HypervisorSnapshot, ...],
 ) -> None:
-    simulation = FleetSimulation()
+    simulation = LocalSimulation()
     hosts = _hosts(audited)
     assert simulation.compute(hosts, SPREAD, 3) is not None
     down = [replace(host, up=host.name != "compute-01") for host in hosts]
@@ -124,14 +127,14 @@ def test_a_hypervisor_going_down_takes_no_domain_and_keeps_its_own_evacuation(
     assert "compute-01" in report.evacuations
     for name, found in report.evacuations.items():
         assert all(host != "compute-01" for _domain, host in found.placements), name
-    full = FleetSimulation().compute(down, SPREAD, 3)
+    full = LocalSimulation().compute(down, SPREAD, 3)
     assert full is not None and _answers(report) == _answers(full)
 
 
 def test_other_settings_or_many_changes_compute_the_whole_fleet_again(
     audited: tuple[HypervisorSnapshot, ...], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    simulation = FleetSimulation()
+    simulation = LocalSimulation()
     hosts = _hosts(audited)
     assert simulation.compute(hosts, SPREAD, 3) is not None
     bounded = simulation.compute(hosts, SPREAD, 1)
@@ -149,7 +152,7 @@ def test_other_settings_or_many_changes_compute_the_whole_fleet_again(
 def test_the_document_and_the_tables_carry_each_evacuation_and_the_fleets_tolerance(
     audited: tuple[HypervisorSnapshot, ...],
 ) -> None:
-    report = FleetSimulation().compute(_hosts(audited), SPREAD, 2)
+    report = LocalSimulation().compute(_hosts(audited), SPREAD, 2)
     assert report is not None
     document = fleet_document(audited, report)
     fleet = document["failure_tolerance"]
@@ -238,3 +241,83 @@ def test_the_exporter_computes_it_in_the_background_after_claims_and_reloads(tmp
             what="the failure tolerance turned off",
         )
         assert _tolerance_series(server.samples()) == {}
+
+
+def test_the_worker_process_answers_as_the_simulation_in_process(
+    audited: tuple[HypervisorSnapshot, ...],
+) -> None:
+    """Requests and reports cross the pipe pickled per hypervisor; the worker keeps its simulation
+    between requests, so a change is computed incrementally there too."""
+    hosts = _hosts(audited)
+    changes = FleetChanges()
+    first = changes.request(hosts, SPREAD, 3)
+    changed = [
+        replace(host, audit=_with_claim(host.audit, 100 * GIB)) if host.name == "compute-01" else host
+        for host in hosts
+    ]
+    assert first is not None
+    worker = subprocess.Popen(WORKER_COMMAND, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert worker.stdin is not None and worker.stdout is not None
+    try:
+        reports = []
+        for request in (first, changes.request(changed, SPREAD, 3)):
+            assert request is not None
+            worker.stdin.write(encode_request(request))
+            worker.stdin.flush()
+            (size,) = HEADER.unpack(worker.stdout.read(HEADER.size))
+            reports.append(decode_report(pickle.loads(worker.stdout.read(size))))
+        worker.stdin.close()
+        assert worker.wait(timeout=30) == 0  # its input closed: it ends
+    finally:
+        worker.kill()
+        worker.wait()
+    local = LocalSimulation()
+    for report, fleet in zip(reports, (hosts, changed), strict=True):
+        expected = local.compute(fleet, SPREAD, 3)
+        assert expected is not None
+        assert _answers(report) == _answers(expected) and report.tolerated == expected.tolerated
+        assert report.incremental == expected.incremental
+    assert reports[1].incremental
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(child) for child in (task / "children").read_text().split()]
+    return found
+
+
+def test_a_worker_that_dies_is_started_again_and_computes_the_fleet_again(tmp_path: Path) -> None:
+    config = write_config(tmp_path)
+    with running_server(["--config", str(config)], tmp_path) as server:
+        computations = "virtcap_failure_tolerance_computations_total"
+        wait_for(lambda: value(server.samples(), computations, kind="full") == 1, 30, what="a computation")
+        (worker,) = _children(server.process.pid)
+        os.kill(worker, signal.SIGKILL)
+        # the next computation finds it dead: a claim asks for one
+        status, _ = claim(server, hypervisor="small", vcpu=1, memory="1GiB")
+        assert status == 201
+        wait_for(
+            lambda: value(server.samples(), "virtcap_task_failures_total", task="failure-tolerance") == 1,
+            30,
+            what="the failure counted",
+        )
+        # the new worker knows nothing: it computes the whole fleet
+        wait_for(
+            lambda: value(server.samples(), computations, kind="full") == 2, 60, what="a new computation"
+        )
+        assert set(_tolerance_series(server.samples())) == {"mixed", "big", "small"}
+        wait_for(lambda: server.get("/-/healthy")[0] == 200, 30, what="healthy again")
+        (again,) = _children(server.process.pid)
+        assert again != worker
+    assert "failure-tolerance worker exited with code -9" in server.log_text()
+    assert not Path(f"/proc/{again}").exists(), "the worker outlived the exporter"
+
+
+def test_resource_classes_unpickle_as_the_one_object_of_their_class() -> None:
+    """Host states cross to the worker pickled; their amounts are looked up by class identity."""
+    custom = Resource.custom_class("CUSTOM_WINDOWS_LICENCE")
+    for resource in (Resource.VCPU, Resource.PCPU, Resource.MEMORY, Resource.DISK, Resource.VGPU, custom):
+        assert pickle.loads(pickle.dumps(resource)) is resource
+    amounts = pickle.loads(pickle.dumps({Resource.MEMORY: 1, custom: 2}))
+    assert amounts[Resource.MEMORY] == 1 and amounts[custom] == 2

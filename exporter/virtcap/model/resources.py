@@ -66,6 +66,11 @@ class Resource:
     def refusal_unit(self) -> str:
         return self.claim_unit or self.placement_class
 
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        """Unpickled as the one object of its class (the failure-tolerance worker gets host states
+        pickled), never a copy that no dict lookup would find."""
+        return resource_class, (self.placement_class,)
+
     @classmethod
     def custom_class(cls, name: str) -> Resource:
         """A CUSTOM_* class: a plain count, labelled by its name in lower case (as kube-state-metrics

@@ -80,7 +80,7 @@ class ToleranceReport:
     incremental: bool
     """Whether only the hypervisors that changed were computed again."""
     computations: Mapping[str, int] = field(default_factory=dict)
-    """Computations so far, by kind (`full`, `incremental`)."""
+    """Computations so far, by kind (`full`, `incremental`), as whoever runs them counts them."""
 
 
 def scheduler_host(host: SimulatedHost) -> HostState:
@@ -128,50 +128,44 @@ def scheduling_key(state: HostState) -> tuple[object, ...]:
     )
 
 
-class FleetSimulation:
-    """The fleet's failure tolerance, kept between computations. One thread at a time."""
+@dataclass(frozen=True, slots=True)
+class SimulationRequest:
+    """What the simulation needs to compute again: the fleet's hypervisors in order, the states of
+    those that are new or changed since the last request (the others it has), and its settings.
+    Crosses to the worker process (service/tolerance_worker.py) pickled."""
+
+    names: tuple[str, ...]
+    changed: Mapping[str, HostState]
+    multipliers: Multipliers
+    bound: int
+    full: bool
+    """Compute the whole fleet: another set of hypervisors or settings, or too many changes."""
+
+
+class FleetChanges:
+    """Which hypervisors changed what the scheduler reads since the last request: the side of the
+    simulation that sees the audits. One thread at a time."""
 
     def __init__(self) -> None:
-        self._result: FleetTolerance | None = None
         self._keys: dict[str, tuple[object, ...]] = {}
         self._settings: tuple[Multipliers, int] | None = None
         self._built: dict[str, tuple[SimulatedHost, HostState]] = {}
-        self._computations: Counter[str] = Counter()
 
-    def compute(
+    def request(
         self, hosts: Sequence[SimulatedHost], multipliers: Multipliers, bound: int
-    ) -> ToleranceReport | None:
-        """The report for these hypervisors; None when nothing the scheduler reads changed since
-        the last one."""
-        started = time.monotonic()
+    ) -> SimulationRequest | None:
+        """None when nothing the scheduler reads changed since the last request."""
         states = [self._state(host) for host in hosts]
         self._built = {host.name: self._built[host.name] for host in hosts}
         keys = {state.name: scheduling_key(state) for state in states}
         settings = (multipliers, bound)
-        result = self._result
-        changed: list[HostState] = []
-        if result is not None and settings == self._settings and keys.keys() == self._keys.keys():
-            changed = [state for state in states if keys[state.name] != self._keys[state.name]]
-            if not changed:
-                return None
-        incremental = result is not None and bool(changed) and len(changed) <= MAX_INCREMENTAL_CHANGES
-        if incremental and result is not None:
-            for state in changed:
-                result = fleet_tolerance_update(result, state)
-        else:
-            result = fleet_tolerance(states, multipliers=multipliers, bound=bound)
-        self._result, self._keys, self._settings = result, keys, settings
-        kind = "incremental" if incremental else "full"
-        self._computations[kind] += 1
-        return ToleranceReport(
-            evacuations={name: _evacuation(found) for name, found in result.evacuations.items()},
-            tolerated=result.tolerated,
-            bound=bound,
-            computed_at=time.time(),
-            duration_seconds=time.monotonic() - started,
-            incremental=incremental,
-            computations=dict(self._computations),
-        )
+        same_fleet = settings == self._settings and list(keys) == list(self._keys)
+        changed = {state.name: state for state in states if keys[state.name] != self._keys.get(state.name)}
+        if same_fleet and not changed:
+            return None
+        self._keys, self._settings = keys, settings
+        full = not same_fleet or len(changed) > MAX_INCREMENTAL_CHANGES
+        return SimulationRequest(tuple(keys), changed, multipliers, bound, full)
 
     def _state(self, host: SimulatedHost) -> HostState:
         """Built again only for a new audit or a change of up or stale: the domains' requests are
@@ -187,6 +181,59 @@ class FleetSimulation:
         return state
 
 
+class FleetSimulation:
+    """The fleet's failure tolerance, kept between requests: the side that schedules (in the
+    worker process). One thread at a time."""
+
+    def __init__(self) -> None:
+        self._result: FleetTolerance | None = None
+        self._states: dict[str, HostState] = {}
+
+    def apply(self, request: SimulationRequest) -> ToleranceReport:
+        started = time.monotonic()
+        known = {**self._states, **request.changed}
+        missing = [name for name in request.names if name not in known]
+        if missing:
+            raise ValueError(f"no state of {', '.join(missing[:5])}: the request expects another simulation")
+        self._states = {name: known[name] for name in request.names}
+        result = self._result
+        incremental = not request.full and result is not None
+        if incremental and result is not None:
+            for state in request.changed.values():
+                result = fleet_tolerance_update(result, state)
+        else:
+            states = list(self._states.values())
+            result = fleet_tolerance(states, multipliers=request.multipliers, bound=request.bound)
+        self._result = result
+        return ToleranceReport(
+            evacuations={name: _evacuation(found) for name, found in result.evacuations.items()},
+            tolerated=result.tolerated,
+            bound=request.bound,
+            computed_at=time.time(),
+            duration_seconds=time.monotonic() - started,
+            incremental=incremental,
+        )
+
+
+class LocalSimulation:
+    """Both sides in one thread: a one-shot audit's, and the tests'."""
+
+    def __init__(self) -> None:
+        self.changes = FleetChanges()
+        self.simulation = FleetSimulation()
+        self.computations: Counter[str] = Counter()
+
+    def compute(
+        self, hosts: Sequence[SimulatedHost], multipliers: Multipliers, bound: int
+    ) -> ToleranceReport | None:
+        request = self.changes.request(hosts, multipliers, bound)
+        if request is None:
+            return None
+        report = self.simulation.apply(request)
+        self.computations["incremental" if report.incremental else "full"] += 1
+        return replace(report, computations=dict(self.computations))
+
+
 def one_shot_tolerance(
     snapshots: Sequence[HypervisorSnapshot], multipliers: Multipliers, bound: int
 ) -> ToleranceReport | None:
@@ -197,7 +244,7 @@ def one_shot_tolerance(
         for snapshot in snapshots
         if snapshot.up and snapshot.capacity is not None
     ]
-    return FleetSimulation().compute(hosts, multipliers, bound)
+    return LocalSimulation().compute(hosts, multipliers, bound)
 
 
 def _evacuation(result: EvacuationResult) -> HostEvacuation:

@@ -2,8 +2,10 @@
 scheduler reads.
 
 Never on the event loop nor on the scrape path: the hypervisors are taken on the loop (the store
-is the loop's), the simulation runs in a daemon thread of its own, one computation at a time,
-and its report is published to the store, which re-renders /metrics. A burst of audits is
+is the loop's), what changed is found in a thread, and the scheduling runs in a worker process
+(service/tolerance_worker.py), one computation at a time, whose report is published to the
+store, which re-renders /metrics. A worker that dies or fails is started again by the
+supervisor, and computes the whole fleet. A burst of audits is
 waited for and computed once; after a computation of d seconds the next waits at least d, so
 that a large fleet spends at most about half of one core on it. The first computation waits
 until every hypervisor was audited once: a fleet coming up would otherwise be computed whole
@@ -15,20 +17,75 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import pickle
 import time
+from collections import Counter
+from dataclasses import replace
 
-from virtcap.audit.threads import run_in_daemon_thread
 from virtcap.config import FailureToleranceSettings
 from virtcap.model.scheduler import Multipliers
 from virtcap.service.store import SnapshotStore
 from virtcap.service.supervise import Supervisor
-from virtcap.service.tolerance import FleetSimulation, SimulatedHost, ToleranceReport
+from virtcap.service.tolerance import FleetChanges, SimulatedHost, SimulationRequest, ToleranceReport
+from virtcap.service.tolerance_worker import (
+    HEADER,
+    WORKER_COMMAND,
+    EncodedReport,
+    decode_report,
+    encode_request,
+)
 
 log = logging.getLogger(__name__)
 
 TASK_NAME = "failure-tolerance"
 SETTLE_SECONDS = 0.5
 """After a change, wait this long for the rest of its burst before computing."""
+
+
+class WorkerProcess:
+    """The worker, started on first use; each computation a request written and a report read."""
+
+    def __init__(self) -> None:
+        self._process: asyncio.subprocess.Process | None = None
+
+    async def compute(self, request: SimulationRequest) -> ToleranceReport:
+        process = await self._started()
+        assert process.stdin is not None and process.stdout is not None
+        # Pickled one hypervisor at a time in a thread: the loop serves scrapes meanwhile.
+        frame = await asyncio.to_thread(encode_request, request)
+        process.stdin.write(frame)
+        await process.stdin.drain()
+        header = await process.stdout.readexactly(HEADER.size)
+        (size,) = HEADER.unpack(header)
+        body = await process.stdout.readexactly(size)
+        return await asyncio.to_thread(_decode, body)
+
+    async def stop(self) -> None:
+        process, self._process = self._process, None
+        if process is None or process.returncode is not None:
+            return
+        process.kill()
+        await process.wait()
+
+    async def _started(self) -> asyncio.subprocess.Process:
+        """The worker, started the first time. One that has exited is not started again here: it
+        took what it knew with it, and the task's restart starts afresh."""
+        if self._process is not None and self._process.returncode is not None:
+            raise RuntimeError(f"the failure-tolerance worker exited with code {self._process.returncode}")
+        if self._process is None:
+            self._process = await asyncio.create_subprocess_exec(
+                *WORKER_COMMAND,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+            )
+        return self._process
+
+
+def _decode(body: bytes) -> ToleranceReport:
+    encoded = pickle.loads(body)
+    if not isinstance(encoded, EncodedReport):
+        raise TypeError(f"expected a report from the worker, got {type(encoded).__name__}")
+    return decode_report(encoded)
 
 
 class ToleranceTracker:
@@ -45,10 +102,9 @@ class ToleranceTracker:
         self.settings = settings
         self.multipliers = multipliers
         self.stale_after = stale_after
-        self._simulation = FleetSimulation()
         self._wake = store.watch()
-        self._running: asyncio.Future[ToleranceReport | None] | None = None
-        """The computation in its thread: a task restarted meanwhile waits for it to end."""
+        self._computations: Counter[str] = Counter()
+        """By kind, for the exporter's life: a worker started again starts counting at 0."""
 
     def configure(
         self, settings: FailureToleranceSettings, multipliers: Multipliers, stale_after: float
@@ -65,43 +121,49 @@ class ToleranceTracker:
         self.store.unwatch(self._wake)
 
     async def _run(self) -> None:
-        await self.store.all_audited.wait()
-        while True:
-            self._wake.clear()
-            gap = 0.0
-            if self.settings.enabled:
-                started = time.monotonic()
-                await self._compute_once()
-                gap = time.monotonic() - started
-            elif self.store.tolerance is not None:
-                self.store.publish_tolerance(None)
-            await asyncio.sleep(gap)
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self._until_next_stale()):
-                    await self._wake.wait()
-            await asyncio.sleep(SETTLE_SECONDS)
+        """One worker and what it was last told, for this run of the task: a restart (after the
+        worker died or failed) starts both afresh, and the whole fleet is computed again."""
+        changes, worker = FleetChanges(), WorkerProcess()
+        try:
+            await self.store.all_audited.wait()
+            while True:
+                self._wake.clear()
+                gap = 0.0
+                if self.settings.enabled:
+                    started = time.monotonic()
+                    await self._compute_once(changes, worker)
+                    gap = time.monotonic() - started
+                elif self.store.tolerance is not None:
+                    self.store.publish_tolerance(None)
+                    changes = FleetChanges()
+                    await worker.stop()  # its memory back while it is off
+                await asyncio.sleep(gap)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self._until_next_stale()):
+                        await self._wake.wait()
+                await asyncio.sleep(SETTLE_SECONDS)
+        finally:
+            await worker.stop()
 
-    async def _compute_once(self) -> None:
-        if self._running is not None and not self._running.done():
-            await asyncio.shield(self._running)
+    async def _compute_once(self, changes: FleetChanges, worker: WorkerProcess) -> None:
         hosts = self._hosts(time.time())
         multipliers, bound = self.multipliers, self.settings.max_host_failures
-        simulation = self._simulation
-        running = run_in_daemon_thread(lambda: simulation.compute(hosts, multipliers, bound), name=TASK_NAME)
-        running.add_done_callback(_retrieve)
-        self._running = running
-        report = await asyncio.shield(running)
-        if report is not None:
-            self.store.publish_tolerance(report)
-            log.debug(
-                "failure tolerance computed",
-                extra={
-                    "hypervisors": len(hosts),
-                    "tolerated": report.tolerated,
-                    "seconds": f"{report.duration_seconds:.3f}",
-                    "incremental": report.incremental,
-                },
-            )
+        request = await asyncio.to_thread(changes.request, hosts, multipliers, bound)
+        if request is None:
+            return
+        report = await worker.compute(request)
+        self._computations["incremental" if report.incremental else "full"] += 1
+        report = replace(report, computations=dict(self._computations))
+        self.store.publish_tolerance(report)
+        log.debug(
+            "failure tolerance computed",
+            extra={
+                "hypervisors": len(hosts),
+                "tolerated": report.tolerated,
+                "seconds": f"{report.duration_seconds:.3f}",
+                "incremental": report.incremental,
+            },
+        )
 
     def _hosts(self, now: float) -> list[SimulatedHost]:
         """The hypervisors with a last good audit that is not stale, as the store has them now.
@@ -126,9 +188,3 @@ class ToleranceTracker:
             and state.last_good.taken_at + self.stale_after > now
         ]
         return max(min(deadlines) - now, 0.0) + 0.01 if deadlines else None
-
-
-def _retrieve(future: asyncio.Future[ToleranceReport | None]) -> None:
-    """A computation whose task was stopped meanwhile has nobody awaiting it: retrieve its error."""
-    if not future.cancelled():
-        future.exception()

@@ -1,0 +1,121 @@
+"""The failure-tolerance worker: a child process of the exporter that schedules, so that a
+computation of tens of seconds (and the garbage collections of its millions of short-lived
+objects) never holds the exporter's interpreter lock while it serves a scrape or reads an audit.
+
+`main` (started as WORKER_COMMAND) reads requests on its standard input and answers on its
+standard output, one frame each way per computation: an 8-byte big-endian length, then a
+pickle. Requests and answers carry one pickle per hypervisor inside the frame, so that neither
+side holds its lock for the whole fleet's (un)pickling at once. Only the exporter that started it
+writes to it (a private pipe), so trusting its pickles is trusting ourselves. It keeps the
+simulation between requests (see FleetSimulation) and ends when its standard input closes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import pickle
+import struct
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import BinaryIO
+
+from virtcap.model.scheduler import HostState
+from virtcap.service.tolerance import FleetSimulation, HostEvacuation, SimulationRequest, ToleranceReport
+
+log = logging.getLogger(__name__)
+
+HEADER = struct.Struct(">Q")
+WORKER_COMMAND = (sys.executable, "-c", "from virtcap.service.tolerance_worker import main; main()")
+"""Not `-m`: a module run as `__main__` would unpickle the requests' classes as another module's."""
+NICENESS = 5
+"""The worker yields the CPU to audits and scrapes: on a box of two cores, it is the one that waits."""
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedRequest:
+    request: SimulationRequest
+    """With `changed` empty: the states travel in `states`, one pickle each."""
+    states: Mapping[str, bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedReport:
+    report: ToleranceReport | None
+    """With `evacuations` empty (they travel in `evacuations`, one pickle each); None with an error."""
+    evacuations: Mapping[str, bytes]
+    error: str | None = None
+
+
+def encode_request(request: SimulationRequest) -> bytes:
+    states = {name: pickle.dumps(state, pickle.HIGHEST_PROTOCOL) for name, state in request.changed.items()}
+    return _frame(EncodedRequest(replace(request, changed={}), states))
+
+
+def decode_request(encoded: EncodedRequest) -> SimulationRequest:
+    changed: dict[str, HostState] = {name: pickle.loads(data) for name, data in encoded.states.items()}
+    return replace(encoded.request, changed=changed)
+
+
+def encode_report(report: ToleranceReport) -> bytes:
+    evacuations = {
+        name: pickle.dumps(found, pickle.HIGHEST_PROTOCOL) for name, found in report.evacuations.items()
+    }
+    return _frame(EncodedReport(replace(report, evacuations={}), evacuations))
+
+
+def decode_report(encoded: EncodedReport) -> ToleranceReport:
+    if encoded.report is None:
+        raise RuntimeError(f"the failure-tolerance worker failed: {encoded.error}")
+    evacuations: dict[str, HostEvacuation] = {
+        name: pickle.loads(data) for name, data in encoded.evacuations.items()
+    }
+    return replace(encoded.report, evacuations=evacuations)
+
+
+def _frame(message: object) -> bytes:
+    body = pickle.dumps(message, pickle.HIGHEST_PROTOCOL)
+    return HEADER.pack(len(body)) + body
+
+
+def _read_frame(stream: BinaryIO) -> bytes | None:
+    header = stream.read(HEADER.size)
+    if len(header) < HEADER.size:
+        return None  # the exporter is gone, or stopped us
+    (size,) = HEADER.unpack(header)
+    body = stream.read(size)
+    if len(body) < size:
+        return None
+    return body
+
+
+def serve(requests: BinaryIO, answers: BinaryIO) -> None:
+    simulation = FleetSimulation()
+    while True:
+        body = _read_frame(requests)
+        if body is None:
+            return
+        encoded = pickle.loads(body)
+        if not isinstance(encoded, EncodedRequest):
+            raise TypeError(f"expected a request, got {type(encoded).__name__}")
+        try:
+            answer = encode_report(simulation.apply(decode_request(encoded)))
+        except Exception as error:  # told to the exporter, whose supervisor restarts us
+            log.exception("failure tolerance not computed")
+            answer = _frame(EncodedReport(None, {}, f"{type(error).__name__}: {error}"))
+            answers.write(answer)
+            answers.flush()
+            return
+        answers.write(answer)
+        answers.flush()
+
+
+def main() -> None:
+    requests, answers = sys.stdin.buffer, sys.stdout.buffer
+    sys.stdout = sys.stderr  # the frames own standard output: a stray print must not corrupt them
+    os.nice(NICENESS)
+    # Interrupted or its pipe closed: the exporter is going away.
+    with contextlib.suppress(KeyboardInterrupt, BrokenPipeError):
+        serve(requests, answers)
