@@ -299,7 +299,7 @@ def test_capacity_is_the_audit_json_from_the_live_snapshot(server: Server, tmp_p
     # the failure tolerance (each hypervisor's evacuation) is computed in the background
     wait_for(
         lambda: call(server, "GET", "/api/v1/capacity")[1]["failure_tolerance"] is not None,
-        10,
+        30,
         what="the failure tolerance in the capacity document",
     )
     status, live = call(server, "GET", "/api/v1/capacity")
