@@ -11,6 +11,7 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import timedelta
+from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, event, given, settings
@@ -26,6 +27,7 @@ from tests.test_capacity_within import (
     pinned_host,
     sriov_host,
 )
+from virtcap.model import scheduler
 from virtcap.model.capacity import HostPolicy, domain_allocation, host_capacity
 from virtcap.model.facts import DomainFacts, HostFacts, NovaFlavor
 from virtcap.model.placement import Demand
@@ -820,3 +822,35 @@ def test_the_first_of_the_sorted_order_is_the_threshold_walks_best(
     weights = [0.0 + parts[0][i] + parts[1][i] + parts[2][i] for i in range(len(candidates))]
     best = min(range(len(candidates)), key=lambda i: (-weights[i], candidates[i]))
     assert walked == (candidates[best], weights[best])
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    LARGER,
+    MULTIPLIERS,
+    st.lists(
+        st.tuples(st.integers(0, 11), CHANGES, DOMAINS, st.integers(0, 11), SHAPES), min_size=2, max_size=5
+    ),
+)
+def test_what_a_fleet_forgets_between_updates_changes_no_answer(
+    shapes: list[tuple[tuple[int, int, int], list[tuple[int, int, int]], bool]],
+    multipliers: Multipliers,
+    changes: list[tuple[int, str, tuple[int, int, int], int, tuple[int, int, int]]],
+) -> None:
+    """With nothing kept beyond what the last computation used (the sorted orders and built
+    states), the updates give the full recomputation's answers."""
+    hosts = larger_fleet(shapes)
+    facts = fleet_facts([(*shape, domains, up) for shape, domains, up in shapes])
+    with (
+        mock.patch.object(scheduler, "_KEPT_ORDERS", 0),
+        mock.patch.object(scheduler, "_KEPT_STATES_PER_HOST", 0),
+    ):
+        tolerance = fleet_tolerance(hosts, multipliers=multipliers)
+        for index, change, asked, other, shape in changes:
+            before = hosts[index % len(hosts)]
+            after = changed_state(hosts, facts, before, change, asked, other, shape)
+            hosts = [after if state.name == after.name else state for state in hosts]
+            tolerance = fleet_tolerance_update(tolerance, after)
+            assert dict(tolerance.evacuations) == dict(
+                fleet_tolerance(hosts, multipliers=multipliers).evacuations
+            )

@@ -654,6 +654,12 @@ _Normalization = tuple[_Key, float, float, float]
 """A request and the weighers' largest values among the hosts that pass for it."""
 
 
+_KEPT_ORDERS = 512
+"""Sorted orders a fleet keeps beyond those its last computation used (see `_Fleet.prune`)."""
+_KEPT_STATES_PER_HOST = 4
+"""The same for the states evacuations built, per host of the fleet."""
+
+
 class _Fleet:
     """The states of a fleet indexed by name (sorted: index order is name order) with, per
     request, the hosts whose candidate and filter tests pass as they are: shared by the
@@ -681,6 +687,8 @@ class _Fleet:
         "room",
         "states",
         "states_built",
+        "touched",
+        "touched_states",
     )
 
     def __init__(self, hosts: Sequence[HostState], memo: CandidateMemo) -> None:
@@ -706,6 +714,9 @@ class _Fleet:
         self.claims: dict[_Key, tuple[tuple[Resource, int], ...]] = {}
         self.states_built: dict[tuple[int, tuple[_Key, ...]], HostState] = {}
         self.ordered: dict[int, list[tuple[Guest, _Key]]] = {}
+        self.touched: set[_Normalization] = set()
+        self.touched_states: set[tuple[int, tuple[_Key, ...]]] = set()
+        """What the computation under way used (see `prune`)."""
         self.keys: dict[int, tuple[Demand, _Key]] = {}
         """Per demand (by identity, the demand kept alive with it), its request's number."""
         self.numbers: dict[_Request, _Key] = {}
@@ -714,8 +725,18 @@ class _Fleet:
         """Per request, multipliers and largest values (see `sorted_by_weight`): the hosts that pass,
         best first, as (-weight, index); None once asked for and not sorted yet."""
 
+    def orders_for(self, multipliers: Multipliers) -> dict[_Normalization, list[tuple[float, int]] | None]:
+        """The orders for these multipliers (see `sorted_by_weight`), fetched once per evacuation."""
+        orders = self.orders.get(multipliers)
+        if orders is None:
+            orders = self.orders[multipliers] = {}
+        return orders
+
     def sorted_by_weight(
-        self, multipliers: Multipliers, normalization: _Normalization
+        self,
+        orders: dict[_Normalization, list[tuple[float, int]] | None],
+        multipliers: Multipliers,
+        normalization: _Normalization,
     ) -> list[tuple[float, int]] | None:
         """The hosts that pass for a request (as the fleet has them), as `weigh` orders them
         where the weighers' largest values are `tops` (a host the evacuation consumed can hold
@@ -725,9 +746,7 @@ class _Fleet:
         the benchmark, 459 for 50,000 domains), so a normalization met again is worth sorting
         once for all: each later step takes the first host of the order the evacuation has
         neither consumed nor lost. One met once is left to `_best`."""
-        orders = self.orders.get(multipliers)
-        if orders is None:
-            orders = self.orders[multipliers] = {}
+        self.touched.add(normalization)
         if normalization not in orders:
             orders[normalization] = None
             return None
@@ -830,10 +849,30 @@ class _Fleet:
         """The host's state once the demands (of these keys) are placed on it, in order: the
         evacuations of a fleet end with few different ones (on the benchmark's fleet, 1,949
         for 24,330 hosts consumed), built once each. An equal demand leaves an equal state."""
+        self.touched_states.add((number, keys))
         found = self.states_built.get((number, keys))
         if found is None:
             found = self.states_built[number, keys] = _consumed(self.states[number], demands)
         return found
+
+    def prune(self) -> None:
+        """Once a computation is done: beyond a bound, what it did not use is forgotten, so that a
+        fleet updated again and again (the service keeps the last result) does not keep every
+        order and state it ever met (an order of 1,000 hosts is some 90 kB). Forgotten, one is
+        found again when needed."""
+        for multipliers, orders in self.orders.items():
+            if sum(1 for order in orders.values() if order is not None) > _KEPT_ORDERS:
+                self.orders[multipliers] = {
+                    normalization: order
+                    for normalization, order in orders.items()
+                    if normalization in self.touched
+                }
+        if len(self.states_built) > _KEPT_STATES_PER_HOST * len(self.states):
+            self.states_built = {
+                built: state for built, state in self.states_built.items() if built in self.touched_states
+            }
+        self.touched = set()
+        self.touched_states = set()
 
     def passes(self, state: HostState, demand: Demand, key: _Key | None = None) -> bool:
         """The candidate and filter tests of a request of one instance, on the host as it is."""
@@ -884,6 +923,8 @@ class _Fleet:
         copied.claims = self.claims
         copied.states_built = dict(self.states_built)
         copied.ordered = dict(self.ordered)
+        copied.touched = set()
+        copied.touched_states = set()
         copied.keys = self.keys
         copied.numbers = self.numbers
         copied.requests = self.requests
@@ -1136,7 +1177,19 @@ class _Moved:
     tests of a demand that asks for cells, devices or vGPUs, `schedule`, the evacuation's
     result): the weighers' values and the tests of the other demands come from the claims."""
 
-    __slots__ = ("claimed", "demands", "keys", "left", "number", "passing", "rooms", "state")
+    __slots__ = (
+        "claimed",
+        "cpus",
+        "demands",
+        "disk",
+        "keys",
+        "left",
+        "memory",
+        "number",
+        "passing",
+        "rooms",
+        "state",
+    )
 
     def __init__(
         self, number: int, rooms: Mapping[Resource, tuple[int, int]], left: dict[Resource, int]
@@ -1146,6 +1199,9 @@ class _Moved:
         self.demands: list[Demand] = []
         self.keys: list[_Key] = []
         self.claimed: dict[Resource, int] = {}
+        self.memory = self.cpus = self.disk = 0
+        """What the weighers read of the claims: memory and disk bytes, vCPUs (shared and
+        dedicated)."""
         self.left = dict(left)
         """Per class with a limit, what is free in Placement's unit (`placement_free`)."""
         self.passing: dict[_Key, bool] = {}
@@ -1159,6 +1215,12 @@ class _Moved:
             room = self.rooms.get(resource)
             if room is not None:
                 self.left[resource] = room[0] - placement_units(resource, room[1] + claimed)
+            if resource is Resource.MEMORY:
+                self.memory = claimed
+            elif resource is Resource.VCPU or resource is Resource.PCPU:
+                self.cpus += amount
+            elif resource is Resource.DISK:
+                self.disk = claimed
         self.demands.append(demand)
         self.keys.append(key)
         self.passing = {}
@@ -1170,13 +1232,7 @@ class _Moved:
         return self.state
 
     def clipped(self, levels: _Levels) -> _Clipped:
-        claimed = self.claimed
-        ram, cpu, disk = _raw_values(
-            levels,
-            claimed.get(Resource.MEMORY, 0),
-            claimed.get(Resource.VCPU, 0) + claimed.get(Resource.PCPU, 0),
-            claimed.get(Resource.DISK, 0),
-        )
+        ram, cpu, disk = _raw_values(levels, self.memory, self.cpus, self.disk)
         return (max(ram, 0.0), max(cpu, 0.0), max(disk, 0.0))
 
     def passes(self, fleet: _Fleet, demand: Demand, key: _Key) -> bool:
@@ -1229,7 +1285,14 @@ def _again(
         requests[key] = (again, [len(consumed)])
         return again
     again, upto = known
-    if upto[0] < len(consumed):
+    if upto[0] == len(consumed) - 1:  # the usual: one host consumed since
+        number = consumed[-1]
+        if moved[number].passes(fleet, demand, key):
+            again.add(number)
+        else:
+            again.discard(number)
+        upto[0] += 1
+    elif upto[0] < len(consumed):
         for number in set(consumed[upto[0] :]):
             if moved[number].passes(fleet, demand, key):
                 again.add(number)
@@ -1251,13 +1314,14 @@ def _choose(
     tops: _Tops,
     multipliers: Multipliers,
     firsts: dict[_Normalization, list[int]],
+    orders: dict[_Normalization, list[tuple[float, int]] | None],
 ) -> tuple[int, float]:
     """The host `weigh` puts first among the `count` that pass, and its weight: the one host
     (weighing 0), the first of the fleet's order for this normalization, or `_best`'s."""
     if count == 1:
         return max(holder for _, holder, _ in tops), 0.0
     normalization = (key, tops[0][0], tops[1][0], tops[2][0])
-    order = fleet.sorted_by_weight(multipliers, normalization)
+    order = fleet.sorted_by_weight(orders, multipliers, normalization)
     if order is not None:
         start = firsts.get(normalization)
         if start is None:
@@ -1312,6 +1376,7 @@ def _evacuate(
     """Per request met, where its rankings' hosts not consumed begin (see `_tops`)."""
     firsts: dict[_Normalization, list[int]] = {}
     """Per normalization met, where its order's hosts not consumed begin (see `_first`)."""
+    orders = fleet.orders_for(multipliers)
     for step, (guest, key) in enumerate(fleet.evacuation_order(failed)):
         demand = guest.demand
         if step < len(prefix):
@@ -1336,6 +1401,7 @@ def _evacuate(
                     tops=tops,
                     multipliers=multipliers,
                     firsts=firsts,
+                    orders=orders,
                 )
                 if traces is not None:
                     traces.append(_StepTrace(key, demand, chosen, weight, count, tops))
@@ -1440,6 +1506,7 @@ def fleet_tolerance(
         evacuations[state.name] = result
         traces[state.name] = tuple(trace) if trace is not None else None
     tolerated = _tolerated(fleet, bound, multipliers, evacuations)
+    fleet.prune()
     return FleetTolerance(evacuations, tolerated, bound, multipliers, tuple(hosts), fleet, traces)
 
 
@@ -1567,4 +1634,5 @@ def fleet_tolerance_update(
         evacuations[name] = result
         traces[name] = tuple(found) if found is not None else None
     tolerated = _tolerated(fleet, previous.bound, multipliers, evacuations)
+    fleet.prune()
     return FleetTolerance(evacuations, tolerated, previous.bound, multipliers, hosts, fleet, traces)
