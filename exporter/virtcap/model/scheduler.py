@@ -934,6 +934,11 @@ class _Fleet:
     def replace(self, state: HostState) -> None:
         """One host's state changes: its values, and whether it passes for each request."""
         number = self.index[state.name]
+        for guest in self.states[number].guests:
+            # its old domains are not asked about again (the dictionary is shared with the fleet
+            # copied, for which this is only a look-up to do again): the service would otherwise
+            # keep every domain it ever saw
+            self.keys.pop(id(guest.demand), None)
         self.states[number] = state
         old = self.clipped[number]
         values = self.clipped[number] = _clipped(state)
@@ -942,7 +947,7 @@ class _Fleet:
         self.free.pop(number, None)
         self.in_order[self.position[number]] = state
         self.ordered.pop(number, None)
-        self.states_built = {built: state for built, state in self.states_built.items() if built[0] != number}
+        self.states_built = {built: kept for built, kept in self.states_built.items() if built[0] != number}
         ranked = self.ranked
         self.ranked = {}
         for key, hosts in self.passing.items():
