@@ -601,8 +601,10 @@ def evacuation(
     again about the hosts they leave unchanged.
 
     The answer is `schedule`'s, domain by domain (`_reference_evacuation`); it is found faster:
-    the hosts that pass for a request are tested once, the best is found without sorting them
-    all, and a domain that finds no host goes through `schedule` itself for its rejections."""
+    the hosts that pass for a request are tested once, the hosts the evacuation consumed are
+    tested and weighed from their claims, the best is found without weighing every host (see
+    `_evacuate`), and a domain that finds no host goes through `schedule` itself for its
+    rejections."""
     memo = memo if memo is not None else CandidateMemo()
     sources = [state for state in hosts if state.name == failed]
     if len(sources) != 1:
@@ -1358,11 +1360,13 @@ def _evacuate(
     """The domains of the `failed` hosts (indices of the fleet), largest first, each through the
     scheduler on the others as `schedule` would place one instance: the hosts that pass for it
     are the fleet's (kept per request) but for the failed ones and those this evacuation has
-    consumed (tested again as they are now); the best of them is found without sorting (see
-    `_best`). The best host passes Placement and the filters as it is now, so its claim test
-    (the same tests) succeeds: `schedule` would place the domain there. A domain that finds no
-    host goes through `schedule` itself, for its exact answer; the steps are then not traced
-    (None).
+    consumed (tested again as they are now, from their claims: `_Moved`); the best of them is
+    the first of the fleet's order for the step's normalization when it was met before (see
+    `_Fleet.sorted_by_weight`), else found by a threshold walk (`_best`), either way against the
+    consumed hosts that pass, weighed one by one. The best host passes Placement and the filters
+    as it is now, so its claim test (the same tests) succeeds: `schedule` would place the domain
+    there. A domain that finds no host goes through `schedule` itself, for its exact answer; the
+    steps are then not traced (None).
 
     The first domains may be given their hosts: the steps of a `prefix` (of a trace whose
     choices are known to stand, see `_unchanged`), consumed without a search and kept as the
@@ -1498,9 +1502,10 @@ def fleet_tolerance(
     memo: CandidateMemo | None = None,
 ) -> FleetTolerance:
     """Every host's `evacuation` (the same answers), and how many hosts the fleet can lose
-    together (see `FleetTolerance`). The evacuations share the hosts that pass for each request
-    and Placement's answers; each changes only the hosts it consumes, on a copy of their
-    values."""
+    together (see `FleetTolerance`). The evacuations share the hosts that pass for each request,
+    Placement's answers, the hosts sorted by weight for the normalizations they meet again, and
+    the final states of the hosts they consume alike; each changes only the hosts it consumes,
+    on a copy of their values. Measured by `make bench` (`bench/run.py --only tolerance`)."""
     if bound < 0:
         raise ValueError(f"expected a bound of at least 0, got {bound}")
     fleet = _Fleet(hosts, memo if memo is not None else CandidateMemo())
