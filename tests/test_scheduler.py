@@ -854,3 +854,32 @@ def test_what_a_fleet_forgets_between_updates_changes_no_answer(
             assert dict(tolerance.evacuations) == dict(
                 fleet_tolerance(hosts, multipliers=multipliers).evacuations
             )
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    LARGER,
+    MULTIPLIERS,
+    st.lists(
+        st.tuples(st.integers(0, 11), CHANGES, DOMAINS, st.integers(0, 11), SHAPES), min_size=2, max_size=4
+    ),
+)
+def test_updates_from_the_same_result_do_not_disturb_each_other(
+    shapes: list[tuple[tuple[int, int, int], list[tuple[int, int, int]], bool]],
+    multipliers: Multipliers,
+    changes: list[tuple[int, str, tuple[int, int, int], int, tuple[int, int, int]]],
+) -> None:
+    """A result stays valid once updated (the service may update it again, the benchmark does):
+    each update from it, whatever came before, is the full recomputation of its own change."""
+    hosts = larger_fleet(shapes)
+    facts = fleet_facts([(*shape, domains, up) for shape, domains, up in shapes])
+    tolerance = fleet_tolerance(hosts, multipliers=multipliers)
+    before = dict(tolerance.evacuations)
+    for index, change, asked, other, shape in changes:
+        after = changed_state(hosts, facts, hosts[index % len(hosts)], change, asked, other, shape)
+        updated = fleet_tolerance_update(tolerance, after)
+        changed = [after if state.name == after.name else state for state in hosts]
+        assert dict(updated.evacuations) == dict(
+            fleet_tolerance(changed, multipliers=multipliers).evacuations
+        )
+        assert dict(tolerance.evacuations) == before
