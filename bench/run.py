@@ -19,6 +19,10 @@
    scheduler and how many hypervisors the fleet can lose together, on 1,000 hypervisors x 50
    domains (facts built in process, fleetgen's flavor mix), full and after one hypervisor changed:
    one no evacuation uses (typical), the median of those some use, the one they all use (worst).
+9. Failure tolerance served (`--only serving`): `virtcap serve` on 1,000 test-driver hypervisors x
+   50 domains with room to spare, /metrics latency during the first (full) computation and while a
+   claim a second has it computed again incrementally, next to the same fleet and claims with it
+   turned off; the audit cycle and the computations' durations beside them.
 
 Each figure is the median of --runs runs, with half the range as the spread.
 """
@@ -26,11 +30,13 @@ Each figure is the median of --runs runs, with half the range as the spread.
 from __future__ import annotations
 
 import argparse
+import base64
 import http.client
 import json
 import os
 import platform
 import random
+import re
 import shutil
 import signal
 import socket
@@ -43,9 +49,11 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import bcrypt
 import libvirt
 
 from virtcap import __version__
@@ -53,7 +61,7 @@ from virtcap.audit.hypervisor import audit_host, open_read_only, version_string
 from virtcap.audit.replay import encode_capture
 from virtcap.config import parse_config
 from virtcap.demo import hostgen
-from virtcap.demo.fleetgen import RUNNING, SHUTOFF, HostSpec, random_domain, write_fleet
+from virtcap.demo.fleetgen import FLAVORS, RUNNING, SHUTOFF, FlavorSpec, HostSpec, random_domain, write_fleet
 from virtcap.model.capacity import HostPolicy, host_capacity
 from virtcap.model.facts import (
     DiskFacts,
@@ -80,13 +88,26 @@ def free_port() -> int:
         return port
 
 
-def make_hosts(directory: Path, hypervisors: int, domains: int, seed: int = 7) -> dict[str, Path]:
+def make_hosts(
+    directory: Path,
+    hypervisors: int,
+    domains: int,
+    *,
+    seed: int = 7,
+    size: tuple[int, int, int] = (64, 512, 100),
+    flavors: tuple[FlavorSpec, ...] = FLAVORS,
+) -> dict[str, Path]:
+    """Hypervisors of `size` (CPUs, GiB of memory, GiB of disk pool) with random domains."""
     rng = random.Random(seed)
+    cpus, memory_gib, pool_gib = size
     hosts = []
     for h in range(hypervisors):
         name = f"bench-{h:04d}"
-        specs = [random_domain(rng, name, i, RUNNING if i % 5 else SHUTOFF) for i in range(domains)]
-        hosts.append(HostSpec(name, 64, 512, 100, 0, domains=specs))
+        specs = [
+            random_domain(rng, name, i, RUNNING if i % 5 else SHUTOFF, flavors=flavors)
+            for i in range(domains)
+        ]
+        hosts.append(HostSpec(name, cpus, memory_gib, pool_gib, 0, domains=specs))
     return write_fleet(hosts, directory)
 
 
@@ -904,6 +925,155 @@ def tolerance_fleet_changed(state: HostState) -> HostState:
     return state.consume(large)
 
 
+BENCH_WRITER = ("bench", "bench-password")
+
+
+def metric_value(port: int, name: str) -> float | None:
+    """One sample of /metrics (`name` with its labels as rendered), None if absent."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    try:
+        connection.request("GET", "/metrics")
+        body = connection.getresponse().read().decode()
+    finally:
+        connection.close()
+    found = re.search(rf"^{re.escape(name)} (\S+)$", body, re.MULTILINE)
+    return float(found.group(1)) if found else None
+
+
+def tolerance_config(directory: Path, uris: dict[str, str], enabled: bool) -> Path:
+    path = write_config(directory, uris, concurrency=32)
+    config = json.loads(path.read_text())
+    # The test driver's pools hold 100 GiB whatever their XML says: a disk ratio gives the
+    # domains' disks room, so that evacuations mostly succeed, as in a fleet run with headroom.
+    config["defaults"] = {"allocation_ratios": {"disk": 60.0}}
+    config["scheduler"] = {"failure_tolerance": {"enabled": enabled}}
+    hashed = bcrypt.hashpw(BENCH_WRITER[1].encode(), bcrypt.gensalt(rounds=4)).decode()
+    config["claims"]["writers"] = {BENCH_WRITER[0]: hashed}
+    path.write_text(json.dumps(config))
+    return path
+
+
+def post_claim(port: int, hypervisor: str) -> int:
+    credentials = base64.b64encode(f"{BENCH_WRITER[0]}:{BENCH_WRITER[1]}".encode()).decode()
+    body = json.dumps({"hypervisor": hypervisor, "vcpu": 1, "memory": "1GiB", "ttl": "10m"})
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    try:
+        headers = {"Authorization": f"Basic {credentials}", "Content-Type": "application/json"}
+        connection.request("POST", "/api/v1/claims", body, headers)
+        return connection.getresponse().status
+    finally:
+        connection.close()
+
+
+def latencies_while(port: int, busy: Callable[[], bool], limit: float) -> list[float]:
+    """Scrapes one after the other while `busy()` (checked every 50 scrapes), at most `limit` s."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    result: list[float] = []
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline and (len(result) % 50 or busy()):
+        started = time.perf_counter()
+        connection.request("GET", "/metrics")
+        connection.getresponse().read()
+        result.append(time.perf_counter() - started)
+    connection.close()
+    return result
+
+
+def tolerance_while_scraped(scratch: Path, runs: int, hypervisors: int, domains: int, seconds: float) -> None:
+    """/metrics while the exporter computes the fleet's failure tolerance: during its first, full
+    computation, and while a claim a second on a random hypervisor has it computed incrementally;
+    next to the same fleet and claims with it turned off."""
+    paths = make_hosts(
+        scratch / f"tolerance-{hypervisors}x{domains}", hypervisors, domains, size=ROOMY, flavors=FITTING
+    )
+    uris = {n: f"test://{p}" for n, p in paths.items()}
+    names = list(uris)
+    rows: Table = []
+    figures: dict[str, dict[str, list[float]]] = {}
+    for enabled in (False, True):
+        for _ in range(runs):
+            config = tolerance_config(scratch, uris, enabled)
+            with virtcap(config) as (port, _child, ready):
+                if enabled:
+                    started = time.monotonic()
+                    measured = latencies_while(port, lambda: metric_value(port, DURATION) is None, 600)
+                    first = figures.setdefault("on: first computation (full)", {})
+                    first.setdefault("cycle", []).append(ready)
+                    first.setdefault("took", []).append(metric_value(port, DURATION) or 0.0)
+                    first.setdefault("window", []).append(time.monotonic() - started)
+                    _latency_figures(first, measured)
+                stop = threading.Event()
+                rng = random.Random(3)
+
+                def claim_again_and_again(
+                    port: int = port, stop: threading.Event = stop, rng: random.Random = rng
+                ) -> None:
+                    while not stop.is_set():
+                        post_claim(port, rng.choice(names))
+                        stop.wait(1.0)
+
+                before = metric_value(port, INCREMENTAL) or 0.0
+                claimer = threading.Thread(target=claim_again_and_again, daemon=True)
+                claimer.start()
+                try:
+                    measured = latencies_while(port, lambda: True, seconds)
+                finally:
+                    stop.set()
+                    claimer.join()
+                label = "on: a claim a second (incremental)" if enabled else "off: a claim a second"
+                steady = figures.setdefault(label, {})
+                steady.setdefault("cycle", []).append(ready)
+                steady.setdefault("window", []).append(seconds)
+                if enabled:
+                    steady.setdefault("computed", []).append(
+                        (metric_value(port, INCREMENTAL) or 0.0) - before
+                    )
+                    steady.setdefault("took", []).append(metric_value(port, DURATION) or 0.0)
+                _latency_figures(steady, measured)
+    for label, found in figures.items():
+        rows.append(
+            (
+                label,
+                cell(found["cycle"], " s", 1),
+                cell(found["took"], " s", 2) if "took" in found else "-",
+                cell(found["computed"], "", 0) if "computed" in found else "-",
+                cell(found["window"], " s", 0),
+                cell(found["p50"], " ms"),
+                cell(found["p99"], " ms"),
+                cell(found["max"], " ms"),
+            )
+        )
+    print_table(
+        f"virtcap serve, {hypervisors} hypervisors x {domains} domains: /metrics while the failure "
+        "tolerance is computed (in its worker process), and with it off",
+        (
+            "failure tolerance",
+            "audit cycle",
+            "last computation",
+            "computed",
+            "scraped for",
+            "p50",
+            "p99",
+            "max",
+        ),
+        rows,
+    )
+
+
+def _latency_figures(figures: dict[str, list[float]], measured: list[float]) -> None:
+    figures.setdefault("p50", []).append(percentile(measured, 0.5) * 1000)
+    figures.setdefault("p99", []).append(percentile(measured, 0.99) * 1000)
+    figures.setdefault("max", []).append(max(measured) * 1000)
+
+
+DURATION = "virtcap_failure_tolerance_duration_seconds"
+INCREMENTAL = 'virtcap_failure_tolerance_computations_total{kind="incremental"}'
+ROOMY = (96, 1536, 100)
+"""CPUs, GiB of memory and of disk pool of the failure-tolerance fleet: about half allocated."""
+FITTING = tuple(replace(flavor, root_gib=min(flavor.root_gib, 80)) for flavor in FLAVORS)
+"""The test driver's pools hold 100 GiB whatever their XML says: no disk may be larger."""
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -912,7 +1082,7 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="smaller fleets, one run: a smoke test")
     parser.add_argument(
         "--only",
-        choices=("scrape", "scale", "cycle", "events", "hung", "convoy", "numa", "tolerance"),
+        choices=("scrape", "scale", "cycle", "events", "hung", "convoy", "numa", "tolerance", "serving"),
         help="run one measurement only",
     )
     args = parser.parse_args()
@@ -942,6 +1112,9 @@ def main() -> int:
                 scratch, runs, 20 if args.quick else 50, [100, 500], 5 if args.quick else 20
             ),
             "tolerance": lambda: failure_tolerance(runs, 1000, 50),
+            "serving": lambda: tolerance_while_scraped(
+                scratch, runs, 200 if args.quick else 1000, 50, 20.0 if args.quick else 60.0
+            ),
         }
         for name, measure in measurements.items():
             if args.only in (None, name):
