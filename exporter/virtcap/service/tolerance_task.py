@@ -5,11 +5,12 @@ Never on the event loop nor on the scrape path: the hypervisors are taken on the
 is the loop's), what changed is found in a thread, and the scheduling runs in a worker process
 (service/tolerance_worker.py), one computation at a time, whose report is published to the
 store, which re-renders /metrics. A worker that dies or fails is started again by the
-supervisor, and computes the whole fleet. A burst of audits is
-waited for and computed once; after a computation of d seconds the next waits at least d, so
-that a large fleet spends at most about half of one core on it. The first computation waits
-until every hypervisor was audited once: a fleet coming up would otherwise be computed whole
-once per hypervisor.
+supervisor, and computes the whole fleet.
+
+A burst of audits is waited for and computed once; after a computation of d seconds the next
+waits at least d, so that a large fleet spends at most about half of one core on it. The first
+computation waits until every hypervisor was audited once: a fleet coming up would otherwise be
+computed whole once per hypervisor.
 """
 
 from __future__ import annotations
