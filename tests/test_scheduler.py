@@ -8,7 +8,8 @@ limit is its size.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import timedelta
 from unittest import mock
@@ -46,6 +47,8 @@ from virtcap.model.scheduler import (
     Guest,
     HostState,
     Multipliers,
+    Rejection,
+    Unplaced,
     _best,
     _consumed,
     _first,
@@ -883,3 +886,139 @@ def test_updates_from_the_same_result_do_not_disturb_each_other(
             fleet_tolerance(changed, multipliers=multipliers).evacuations
         )
         assert dict(tolerance.evacuations) == before
+
+
+# --- full fleets: most domains find no host ---------------------------------------------------------
+
+CRAMPED = st.sampled_from([(4, 16, 100), (8, 32, 200), (16, 32, 100), (8, 16, 60), (32, 128, 400)])
+"""Mostly small hosts, and a large one now and then: the few domains that find a host consume it,
+so that its refusals change during the evacuation."""
+CROWDS = st.lists(
+    st.sampled_from([(4, 8, 80), (8, 16, 160), (2, 8, 10), (1, 2, 20), (8, 32, 40), (2, 12, 0)]),
+    min_size=1,
+    max_size=8,
+)
+FULL = st.lists(
+    st.tuples(CRAMPED, CROWDS, st.sampled_from([True, True, True, False])), min_size=1, max_size=10
+)
+"""Fleets whose hosts hold more than they can (the domains are counted whatever the limits), some
+of them down: most domains of an evacuation find no host."""
+
+
+def counted(rejections: Mapping[str, Rejection]) -> dict[str, int]:
+    """Per filter, how many of the rejections it gave, counted from the dictionary itself."""
+    return dict(Counter(rejection.filter for rejection in dict(rejections).values()))
+
+
+def assert_like_schedule(found: Unplaced, expected: Unplaced) -> None:
+    """An unplaced domain of the fast evacuation against the reference's (`schedule`'s dictionary):
+    its summaries first (before anything builds the rejections), then the rejections themselves,
+    equal both ways round and in the same order."""
+    assert found.guest == expected.guest and found.no_valid_host == expected.no_valid_host
+    assert dict(found.refused_by) == counted(expected.rejections)
+    first = min(expected.rejections, default=None)
+    assert found.first_rejection == (None if first is None else (first, expected.rejections[first]))
+    assert found.rejections == expected.rejections and expected.rejections == found.rejections
+    assert list(found.rejections.items()) == list(expected.rejections.items())
+    assert len(found.rejections) == len(expected.rejections)
+    assert dict(found.refused_by) == counted(found.rejections)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(FULL, MULTIPLIERS, st.randoms(use_true_random=False))
+def test_on_a_full_fleet_the_unplaced_domains_have_schedules_rejections(
+    shapes: list[tuple[tuple[int, int, int], list[tuple[int, int, int]], bool]],
+    multipliers: Multipliers,
+    rng: random.Random,
+) -> None:
+    hosts = larger_fleet(shapes)
+    rng.shuffle(hosts)
+    expected = {state.name: _reference_evacuation(hosts, state.name, multipliers) for state in hosts}
+    tolerance = fleet_tolerance(hosts, multipliers=multipliers, bound=3)
+    for state in hosts:
+        for found in (tolerance.evacuations[state.name], evacuation(hosts, state.name, multipliers)):
+            assert found.placements == expected[state.name].placements
+            assert len(found.unplaced) == len(expected[state.name].unplaced)
+            for one, reference in zip(found.unplaced, expected[state.name].unplaced, strict=True):
+                assert_like_schedule(one, reference)
+    assert dict(tolerance.evacuations) == expected
+    assert tolerance.tolerated == reference_tolerated(hosts, 3, multipliers)
+    unplaced = sum(e.unplaced_count for e in expected.values())
+    placed = sum(len(e.placements) for e in expected.values())
+    event(f"{'most' if unplaced > placed else 'some' if unplaced else 'no'} domains unplaced")
+    both = any(e.placements and e.unplaced for e in expected.values())
+    event(f"{'some' if both else 'no'} evacuation places some domains and leaves others")
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    FULL,
+    MULTIPLIERS,
+    st.lists(
+        st.tuples(st.integers(0, 9), CHANGES, DOMAINS, st.integers(0, 9), CRAMPED), min_size=1, max_size=3
+    ),
+    st.integers(0, 3),
+)
+def test_on_a_full_fleet_updates_are_full_recomputation_and_leave_the_result_before(
+    shapes: list[tuple[tuple[int, int, int], list[tuple[int, int, int]], bool]],
+    multipliers: Multipliers,
+    changes: list[tuple[int, str, tuple[int, int, int], int, tuple[int, int, int]]],
+    bound: int,
+) -> None:
+    """Each update gives the full recomputation's answers (the unplaced domains' summaries too),
+    and the result it started from reads as it did: its rejections (read only now, after the
+    update) are those it had."""
+    hosts = larger_fleet(shapes)
+    facts = fleet_facts([(*shape, domains, up) for shape, domains, up in shapes])
+    tolerance = fleet_tolerance(hosts, multipliers=multipliers, bound=bound)
+    for index, change, asked, other, shape in changes:
+        before = hosts[index % len(hosts)]
+        after = changed_state(hosts, facts, before, change, asked, other, shape)
+        hosts = [after if state.name == after.name else state for state in hosts]
+        previous = tolerance
+        tolerance = fleet_tolerance_update(tolerance, after)
+        full = fleet_tolerance(hosts, multipliers=multipliers, bound=bound)
+        assert dict(tolerance.evacuations) == dict(full.evacuations)
+        assert tolerance.tolerated == full.tolerated
+        for name, found in tolerance.evacuations.items():
+            for one, recomputed in zip(found.unplaced, full.evacuations[name].unplaced, strict=True):
+                assert dict(one.refused_by) == dict(recomputed.refused_by) == counted(recomputed.rejections)
+                assert one.first_rejection == recomputed.first_rejection
+        # the result before, read now: every rejection as `schedule` gave it on the hosts before
+        before_hosts = list(previous.hosts)
+        for name, found in previous.evacuations.items():
+            reference = _reference_evacuation(before_hosts, name, multipliers)
+            for one, expected in zip(found.unplaced, reference.unplaced, strict=True):
+                assert_like_schedule(one, expected)
+        event(change)
+
+
+def test_the_unplaced_domains_list_the_filters_refusals_after_placements_and_computes() -> None:
+    """Pinned domains on hosts with cells: a host whose Placement inventory fits but no cell does
+    is refused by NUMATopologyFilter, listed by `schedule` after the hosts refused by ComputeFilter
+    and Placement; the hosts the evacuation consumed refuse as they are now."""
+    policy, flavors = configured(PINNED_CONFIG)
+    pinned = [host_state(name, pinned_host(), policy) for name in ("a-pinned", "c-pinned")]
+    plain = state("b-plain")  # no dedicated CPUs: no PCPU inventory
+    down = state("d-down", policy=policy, up=False)
+    # p8 fits no cell of the pinned hosts (6 and 7 dedicated CPUs free); p4 fits each cell once
+    guests = (Guest("big", flavors["p8"]), *(Guest(f"four{n}", flavors["p4"]) for n in range(6)))
+    source = replace(state("src", policy=policy), guests=guests)
+    hosts = [source, *pinned, plain, down]
+    expected = _reference_evacuation(hosts, "src")
+    found = evacuation(hosts, "src")
+    assert found.placements == expected.placements and len(expected.placements) == 4
+    assert [u.guest for u in found.unplaced] == ["big", "four4", "four5"]
+    for one, reference in zip(found.unplaced, expected.unplaced, strict=True):
+        assert_like_schedule(one, reference)
+    big, last = found.unplaced[0], found.unplaced[-1]
+    assert list(big.rejections) == ["b-plain", "d-down", "a-pinned", "c-pinned"]
+    assert dict(big.refused_by) == {PLACEMENT: 1, COMPUTE: 1, NUMA_TOPOLOGY: 2}
+    assert big.first_rejection == ("a-pinned", big.rejections["a-pinned"])
+    # the pinned hosts took two p4 each: they refuse the last one at the filters still
+    assert {name: r.filter for name, r in last.rejections.items()} == {
+        "b-plain": PLACEMENT,
+        "d-down": COMPUTE,
+        "a-pinned": NUMA_TOPOLOGY,
+        "c-pinned": NUMA_TOPOLOGY,
+    }

@@ -11,23 +11,33 @@ import pickle
 import signal
 import subprocess
 import sys
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
 
 from tests.claims_client import claim, write_config
 from tests.serving import Samples, running_server, value, wait_for
+from tests.test_scheduler import FULL, larger_fleet
 from virtcap.audit.oneshot import audit_fleet_once
 from virtcap.demo import demo_config
 from virtcap.dryrun import FleetEntry, host_states
 from virtcap.exposition.report import fleet_document, render_tables
 from virtcap.model.placement import Demand
 from virtcap.model.resources import GIB, Resource
-from virtcap.model.scheduler import SPREAD, Multipliers, fleet_tolerance
+from virtcap.model.scheduler import SPREAD, Multipliers, Unplaced, _reference_evacuation, fleet_tolerance
 from virtcap.service import tolerance as tolerance_module
 from virtcap.service.snapshot import HypervisorSnapshot, PendingClaims
-from virtcap.service.tolerance import FleetChanges, LocalSimulation, SimulatedHost, ToleranceReport
+from virtcap.service.tolerance import (
+    FleetChanges,
+    LocalSimulation,
+    SimulatedHost,
+    ToleranceReport,
+    UnplacedDomain,
+)
 from virtcap.service.tolerance_worker import HEADER, WORKER_COMMAND, decode_report, encode_request
 
 STACK = Multipliers(ram=-1.0, cpu=-1.0, disk=-1.0)
@@ -321,3 +331,41 @@ def test_resource_classes_unpickle_as_the_one_object_of_their_class() -> None:
         assert pickle.loads(pickle.dumps(resource)) is resource
     amounts = pickle.loads(pickle.dumps({Resource.MEMORY: 1, custom: 2}))
     assert amounts[Resource.MEMORY] == 1 and amounts[custom] == 2
+
+
+def _counted_summary(domain: Unplaced) -> UnplacedDomain:
+    """The summary the straightforward way: every rejection built and counted."""
+    rejections = dict(domain.rejections)
+    refused_by = Counter(rejection.filter for rejection in rejections.values())
+    example = "no other hypervisor is up"
+    if rejections:
+        first = min(rejections)
+        example = f"{first}: {rejections[first].filter}: {rejections[first].reason}"
+    return UnplacedDomain(domain.guest, dict(sorted(refused_by.items())), example)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(FULL, st.sampled_from([SPREAD, STACK]))
+def test_an_unplaced_domains_summary_counts_its_rejections(
+    shapes: list[tuple[tuple[int, int, int], list[tuple[int, int, int]], bool]], multipliers: Multipliers
+) -> None:
+    """On full fleets (most domains find no host, some hosts down), what the service shows of an
+    unplaced domain, from the scheduler's summaries, is what counting its rejections gives; the
+    same for the reference evacuation's (plain dictionaries)."""
+    hosts = larger_fleet(shapes)
+    tolerance = fleet_tolerance(hosts, multipliers=multipliers)
+    for name, found in tolerance.evacuations.items():
+        reference = _reference_evacuation(hosts, name, multipliers)
+        for one, expected in zip(found.unplaced, reference.unplaced, strict=True):
+            assert tolerance_module._unplaced(one) == _counted_summary(expected)
+            assert tolerance_module._unplaced(expected) == _counted_summary(expected)
+    unplaced = sum(e.unplaced_count for e in tolerance.evacuations.values())
+    event(f"{'some' if unplaced else 'no'} domain unplaced")
+
+
+def test_a_lone_hypervisors_unplaced_domains_say_no_other_is_up() -> None:
+    (only,) = larger_fleet([((4, 16, 100), [(1, 2, 20)], True)])
+    (unplaced,) = fleet_tolerance([only]).evacuations[only.name].unplaced
+    assert tolerance_module._unplaced(unplaced) == UnplacedDomain(
+        unplaced.guest, {}, "no other hypervisor is up"
+    )

@@ -50,7 +50,7 @@ Decisions where Nova leaves a choice or virtcap cannot see what Nova sees:
 from __future__ import annotations
 
 import bisect
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
@@ -556,13 +556,172 @@ def _down(state: HostState) -> str:
     return f"the data of hypervisor {state.name} is stale"
 
 
+class _Refused:
+    """Per request, the hosts of a fleet that refuse one instance of it as they are (those that
+    do not pass), each with `schedule`'s rejection and whether it was found at the filters
+    (NUMA, PCI: `schedule` lists those after the others); by index (name order), with how many
+    each filter refused. Never changed once built: the unplaced domains of a result keep the
+    one they were found with, and a fleet whose host changes makes another (`with_host`)."""
+
+    __slots__ = ("counts", "numbers", "rejections")
+
+    def __init__(
+        self, rejections: dict[int, tuple[Rejection, bool]], numbers: list[int], counts: dict[str, int]
+    ) -> None:
+        self.rejections = rejections
+        self.numbers = numbers
+        """The hosts of `rejections`, in index order."""
+        self.counts = counts
+
+    @classmethod
+    def of(cls, rejections: dict[int, tuple[Rejection, bool]]) -> _Refused:
+        counts: dict[str, int] = {}
+        for rejection, _ in rejections.values():
+            counts[rejection.filter] = counts.get(rejection.filter, 0) + 1
+        return cls(rejections, sorted(rejections), counts)
+
+    def with_host(self, number: int, found: tuple[Rejection, bool] | None) -> _Refused:
+        """The same with one host's refusal as it is now (None: it passes)."""
+        before = self.rejections.get(number)
+        if before == found:
+            return self
+        rejections, counts, numbers = dict(self.rejections), dict(self.counts), self.numbers
+        if before is not None:
+            counts[before[0].filter] -= 1
+            if found is None:
+                del rejections[number]
+                numbers = [other for other in numbers if other != number]
+        if found is not None:
+            counts[found[0].filter] = counts.get(found[0].filter, 0) + 1
+            rejections[number] = found
+            if before is None:
+                numbers = list(numbers)
+                bisect.insort(numbers, number)
+        return _Refused(rejections, numbers, counts)
+
+
+class _Rejections(Mapping[str, Rejection]):
+    """`schedule`'s rejections of a domain that found no host in an evacuation, from what differs
+    from the fleet: every host refuses it (none passes), the fleet's hosts as they are (the
+    request's `_Refused`) but for those lost (`gone`) and those the evacuation consumed
+    (`moved`: their refusals as they are now). Built into the dictionary `schedule` gives (the
+    same order too) only when read: most readers want only `refused_by` and `first`, which cost
+    what the evacuation changed, not the fleet's size."""
+
+    __slots__ = ("_built", "_gone", "_moved", "_names", "_refused")
+
+    def __init__(
+        self,
+        names: Sequence[str],
+        refused: _Refused,
+        gone: Collection[int],
+        moved: dict[int, tuple[Rejection, bool]],
+    ) -> None:
+        self._names = names
+        self._refused = refused
+        self._gone = gone
+        self._moved = moved
+        self._built: dict[str, Rejection] | None = None
+
+    def _dict(self) -> dict[str, Rejection]:
+        built = self._built
+        if built is None:
+            gone, moved, refused = self._gone, self._moved, self._refused.rejections
+            numbers = sorted(
+                [number for number in self._refused.numbers if number not in gone and number not in moved]
+                + list(moved)
+            )
+            early: dict[str, Rejection] = {}
+            late: list[tuple[str, Rejection]] = []
+            for number in numbers:
+                rejection, at_filters = moved[number] if number in moved else refused[number]
+                if at_filters:
+                    late.append((self._names[number], rejection))
+                else:
+                    early[self._names[number]] = rejection
+            early.update(late)
+            built = self._built = early
+        return built
+
+    def __getitem__(self, name: str) -> Rejection:
+        return self._dict()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._dict())
+
+    def __len__(self) -> int:
+        return len(self._dict())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, _Rejections):
+            other = other._dict()
+        return self._dict() == other
+
+    __hash__ = None  # type: ignore[assignment]  # a mapping, equal to a dict: not hashable either
+
+    def __repr__(self) -> str:
+        return repr(self._dict())
+
+    def refused_by(self) -> dict[str, int]:
+        """Per filter, how many hosts refused the domain: the fleet's counts, less the lost and
+        consumed hosts' refusals as the fleet has them, plus the consumed hosts' as they are."""
+        counts = dict(self._refused.counts)
+        refused = self._refused.rejections
+        for number in (*self._gone, *self._moved):
+            found = refused.get(number)
+            if found is not None:
+                counts[found[0].filter] -= 1
+        for rejection, _ in self._moved.values():
+            counts[rejection.filter] = counts.get(rejection.filter, 0) + 1
+        return {name: count for name, count in counts.items() if count > 0}
+
+    def first(self) -> tuple[str, Rejection] | None:
+        """The first host by name that refused the domain, and why (None: no host left)."""
+        gone, moved = self._gone, self._moved
+        best = min(moved) if moved else None
+        for number in self._refused.numbers:  # stops past the lost and consumed ones at most
+            if best is not None and number > best:
+                break
+            if number not in gone and number not in moved:
+                best = number
+                break
+        if best is None:
+            return None
+        rejection, _ = moved[best] if best in moved else self._refused.rejections[best]
+        return self._names[best], rejection
+
+
 @dataclass(frozen=True, slots=True)
 class Unplaced:
-    """A domain of the failed host that found no host, and why each host refused it."""
+    """A domain of the failed host that found no host, and why each host refused it.
+
+    An evacuation's `rejections` are schedule's dictionary, built only when read (see
+    `_Rejections`): on a full fleet most domains find no host, and each would list every host.
+    `refused_by` and `first_rejection` summarize them without building them."""
 
     guest: str
     rejections: Mapping[str, Rejection]
     no_valid_host: str | None = None
+
+    @property
+    def refused_by(self) -> Mapping[str, int]:
+        """Per filter, how many hosts it refused (counted among the rejections)."""
+        if isinstance(self.rejections, _Rejections):
+            return self.rejections.refused_by()
+        counts: dict[str, int] = {}
+        for rejection in self.rejections.values():
+            counts[rejection.filter] = counts.get(rejection.filter, 0) + 1
+        return counts
+
+    @property
+    def first_rejection(self) -> tuple[str, Rejection] | None:
+        """The first host by name that refused it, and why; None where no host was looked at."""
+        if isinstance(self.rejections, _Rejections):
+            return self.rejections.first()
+        if not self.rejections:
+            return None
+        first = min(self.rejections)
+        return first, self.rejections[first]
 
 
 @dataclass(frozen=True, slots=True)
@@ -603,8 +762,8 @@ def evacuation(
     The answer is `schedule`'s, domain by domain (`_reference_evacuation`); it is found faster:
     the hosts that pass for a request are tested once, the hosts the evacuation consumed are
     tested and weighed from their claims, the best is found without weighing every host (see
-    `_evacuate`), and a domain that finds no host goes through `schedule` itself for its
-    rejections."""
+    `_evacuate`), and a domain that finds no host gets its rejections from the fleet's refusals
+    of its request and what the evacuation changed."""
     memo = memo if memo is not None else CandidateMemo()
     sources = [state for state in hosts if state.name == failed]
     if len(sources) != 1:
@@ -677,6 +836,7 @@ class _Fleet:
         "keys",
         "levels",
         "memo",
+        "names",
         "need",
         "numbers",
         "order",
@@ -685,6 +845,7 @@ class _Fleet:
         "passing",
         "position",
         "ranked",
+        "refusals",
         "requests",
         "room",
         "states",
@@ -703,10 +864,14 @@ class _Fleet:
         self.in_order = list(hosts)
         self.clipped = [_clipped(state) for state in self.states]
         self.memo = memo
-        self.index = {state.name: number for number, state in enumerate(self.states)}
+        self.names = tuple(state.name for state in self.states)
+        self.index = {name: number for number, name in enumerate(self.names)}
         if len(self.index) != len(self.states):
             raise ValueError("expected each host once")
         self.passing: dict[_Key, set[int]] = {}
+        self.refusals: dict[_Key, _Refused] = {}
+        """Per request a domain found no host for, the hosts that do not pass and why (see
+        `refused`)."""
         self.demands: dict[_Key, Demand] = {}
         self.ranked: dict[_Key, tuple[list[int], list[int], list[int]]] = {}
         self.levels: dict[int, _Levels] = {}
@@ -885,6 +1050,34 @@ class _Fleet:
             return False
         return _within_rejection(state, demand) is None
 
+    def rejection(self, state: HostState, demand: Demand, key: _Key) -> tuple[Rejection, bool] | None:
+        """Why the host refuses one instance of the request as it is (None: it `passes`), as
+        `schedule` finds it at its first step, and whether at the filters (NUMA, PCI) rather
+        than at ComputeFilter or Placement."""
+        if not state.up or state.stale:
+            return Rejection(COMPUTE, (_down(state),)), False
+        refused = self.memo._refusal(state, demand, self.requests[key][0])
+        if refused is not None:
+            return refused, False
+        refused = _within_rejection(state, demand)
+        return (refused, True) if refused is not None else None
+
+    def refused(self, key: _Key, demand: Demand) -> _Refused:
+        """The hosts that do not pass for the request as the fleet is, with their rejections:
+        found once per request, for the evacuations' domains that find no host (`_Rejections`)."""
+        found = self.refusals.get(key)
+        if found is None:
+            passing = self.passing_hosts(key, demand)
+            rejections: dict[int, tuple[Rejection, bool]] = {}
+            for number, state in enumerate(self.states):
+                if number not in passing:
+                    rejection = self.rejection(state, demand, key)
+                    if rejection is None:
+                        raise ValueError(f"{state.name}: passes and does not pass")
+                    rejections[number] = rejection
+            found = self.refusals[key] = _Refused.of(rejections)
+        return found
+
     def passing_hosts(self, key: _Key, demand: Demand) -> set[int]:
         """The hosts that pass for the demand, as the fleet is."""
         found = self.passing.get(key)
@@ -911,12 +1104,14 @@ class _Fleet:
         copied.states = list(self.states)
         copied.clipped = list(self.clipped)
         copied.memo = self.memo
+        copied.names = self.names
         copied.index = self.index
         copied.order = self.order
         copied.position = self.position
         copied.in_order = list(self.in_order)
         copied.free = dict(self.free)
         copied.passing = {key: set(hosts) for key, hosts in self.passing.items()}
+        copied.refusals = dict(self.refusals)
         copied.demands = dict(self.demands)
         copied.ranked = dict(self.ranked)
         copied.levels = dict(self.levels)
@@ -952,8 +1147,16 @@ class _Fleet:
         self.states_built = {built: kept for built, kept in self.states_built.items() if built[0] != number}
         ranked = self.ranked
         self.ranked = {}
+        refusals = self.refusals
         for key, hosts in self.passing.items():
-            passes = self.passes(state, self.demands[key], key)
+            refused = refusals.get(key)
+            if refused is not None:
+                # a new object: the unplaced domains of the results before keep the old one
+                rejection = self.rejection(state, self.demands[key], key)
+                refusals[key] = refused.with_host(number, rejection)
+                passes = rejection is None
+            else:
+                passes = self.passes(state, self.demands[key], key)
             if passes:
                 hosts.add(number)
             else:
@@ -1194,6 +1397,7 @@ class _Moved:
         "memory",
         "number",
         "passing",
+        "refusals",
         "rooms",
         "state",
     )
@@ -1213,6 +1417,8 @@ class _Moved:
         """Per class with a limit, what is free in Placement's unit (`placement_free`)."""
         self.passing: dict[_Key, bool] = {}
         """Whether it passes for each request, as it is now."""
+        self.refusals: dict[_Key, tuple[Rejection, bool] | None] = {}
+        """Why it refuses each request a domain found no host for, as it is now."""
         self.state: HostState | None = None
 
     def add(self, demand: Demand, key: _Key, amounts: Sequence[tuple[Resource, int]]) -> None:
@@ -1231,6 +1437,7 @@ class _Moved:
         self.demands.append(demand)
         self.keys.append(key)
         self.passing = {}
+        self.refusals = {}
         self.state = None
 
     def current(self, fleet: _Fleet) -> HostState:
@@ -1241,6 +1448,13 @@ class _Moved:
     def clipped(self, levels: _Levels) -> _Clipped:
         ram, cpu, disk = _raw_values(levels, self.memory, self.cpus, self.disk)
         return (max(ram, 0.0), max(cpu, 0.0), max(disk, 0.0))
+
+    def rejection(self, fleet: _Fleet, demand: Demand, key: _Key) -> tuple[Rejection, bool] | None:
+        """`_Fleet.rejection` of the host as it is now."""
+        if key in self.refusals:
+            return self.refusals[key]
+        found = self.refusals[key] = fleet.rejection(self.current(fleet), demand, key)
+        return found
 
     def passes(self, fleet: _Fleet, demand: Demand, key: _Key) -> bool:
         found = self.passing.get(key)
@@ -1365,8 +1579,10 @@ def _evacuate(
     `_Fleet.sorted_by_weight`), else found by a threshold walk (`_best`), either way against the
     consumed hosts that pass, weighed one by one. The best host passes Placement and the filters
     as it is now, so its claim test (the same tests) succeeds: `schedule` would place the domain
-    there. A domain that finds no host goes through `schedule` itself, for its exact answer; the
-    steps are then not traced (None).
+    there. A domain no host passes for is unplaced with `schedule`'s rejections as they differ
+    from the fleet's (`_Rejections`: the request's refusals in the fleet, less the failed hosts,
+    with the consumed hosts' as they are now), which costs what the evacuation changed, not the
+    fleet's size; the steps are then not traced (None).
 
     The first domains may be given their hosts: the steps of a `prefix` (of a trace whose
     choices are known to stand, see `_unchanged`), consumed without a search and kept as the
@@ -1386,6 +1602,8 @@ def _evacuate(
     firsts: dict[_Normalization, list[int]] = {}
     """Per normalization met, where its order's hosts not consumed begin (see `_first`)."""
     orders = fleet.orders_for(multipliers)
+    lost: frozenset[int] | None = None
+    """The failed hosts, kept by the domains that find no host."""
     for step, (guest, key) in enumerate(fleet.evacuation_order(failed)):
         demand = guest.demand
         if step < len(prefix):
@@ -1415,17 +1633,13 @@ def _evacuate(
                 if traces is not None:
                     traces.append(_StepTrace(key, demand, chosen, weight, count, tops))
             else:
+                # no host passes: every other refuses it, those the evacuation left as the fleet
+                # has them (the request's refusals, shared), those it consumed as they are now
                 traces = None
-                remaining = tuple(
-                    moved[number].current(fleet) if number in moved else fleet.states[number]
-                    for number in fleet.order
-                    if number not in gone
-                )
-                result = schedule(remaining, demand, 1, multipliers=multipliers, memo=fleet.memo)
-                if not result.placed:
-                    unplaced.append(Unplaced(guest.name, result.rejections, result.no_valid_host))
-                    continue
-                chosen = fleet.index[result.steps[0].host]
+                if lost is None:
+                    lost = frozenset(gone)
+                unplaced.append(Unplaced(guest.name, _unplaced_rejections(fleet, key, demand, lost, moved)))
+                continue
         host = moved.get(chosen)
         if host is None:
             host = moved[chosen] = _Moved(chosen, fleet.rooms(chosen), fleet.room_left(chosen))
@@ -1434,6 +1648,20 @@ def _evacuate(
         clipped[chosen] = host.clipped(fleet.level(chosen))
         consumed.append(chosen)
     return placements, unplaced, moved, traces
+
+
+def _unplaced_rejections(
+    fleet: _Fleet, key: _Key, demand: Demand, lost: frozenset[int], moved: Mapping[int, _Moved]
+) -> _Rejections:
+    """`schedule`'s rejections of a domain no host passes for, in an evacuation that lost these
+    hosts and consumed those: the consumed ones' refusals found now, the others' the fleet's."""
+    now: dict[int, tuple[Rejection, bool]] = {}
+    for number, host in moved.items():
+        rejection = host.rejection(fleet, demand, key)
+        if rejection is None:
+            raise ValueError(f"{fleet.names[number]}: passes and was not counted")
+        now[number] = rejection
+    return _Rejections(fleet.names, fleet.refused(key, demand), lost, now)
 
 
 def _evacuation_result(
@@ -1503,9 +1731,10 @@ def fleet_tolerance(
 ) -> FleetTolerance:
     """Every host's `evacuation` (the same answers), and how many hosts the fleet can lose
     together (see `FleetTolerance`). The evacuations share the hosts that pass for each request,
-    Placement's answers, the hosts sorted by weight for the normalizations they meet again, and
-    the final states of the hosts they consume alike; each changes only the hosts it consumes,
-    on a copy of their values. Measured by `make bench` (`bench/run.py --only tolerance`)."""
+    Placement's answers, the hosts sorted by weight for the normalizations they meet again, the
+    final states of the hosts they consume alike, and per request a domain found no host for,
+    the hosts that refuse it and why; each changes only the hosts it consumes, on a copy of
+    their values. Measured by `make bench` (`bench/run.py --only tolerance`)."""
     if bound < 0:
         raise ValueError(f"expected a bound of at least 0, got {bound}")
     fleet = _Fleet(hosts, memo if memo is not None else CandidateMemo())
@@ -1609,8 +1838,8 @@ def fleet_tolerance_update(
     previous: FleetTolerance, changed: HostState, *, memo: CandidateMemo | None = None
 ) -> FleetTolerance:
     """`fleet_tolerance` of the previous result's hosts with one of them (by name) in a new state,
-    recomputing only what the change can affect: the changed host's own evacuation, those that
-    went through `schedule` for a domain (one found no host), and from its first step whose
+    recomputing only what the change can affect: the changed host's own evacuation, those where
+    a domain found no host (its rejections list the changed host), and from its first step whose
     choice `_unchanged` cannot vouch for (the changed host chosen, or a choice it may have
     changed) those of the others: the steps before stand and are not searched again. The others
     keep their placements, with the host's new state in their final states. The fleet's

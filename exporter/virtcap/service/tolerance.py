@@ -256,12 +256,14 @@ def _evacuation(result: EvacuationResult) -> HostEvacuation:
 
 
 def _unplaced(domain: Unplaced) -> UnplacedDomain:
-    refused_by = Counter(rejection.filter for rejection in domain.rejections.values())
+    # the summaries, not the rejections: an evacuation's list every hypervisor of the fleet, and
+    # on a full fleet most domains have them
+    first = domain.first_rejection
     if domain.no_valid_host is not None:
         example = domain.no_valid_host
-    elif domain.rejections:
-        first = min(domain.rejections)
-        example = f"{first}: {domain.rejections[first].filter}: {domain.rejections[first].reason}"
+    elif first is not None:
+        name, rejection = first
+        example = f"{name}: {rejection.filter}: {rejection.reason}"
     else:
         example = "no other hypervisor is up"
-    return UnplacedDomain(domain.guest, dict(sorted(refused_by.items())), example)
+    return UnplacedDomain(domain.guest, dict(sorted(domain.refused_by.items())), example)
