@@ -120,6 +120,20 @@ def test_a_forced_host_that_is_down_takes_nothing() -> None:
     }
 
 
+def test_a_forced_host_that_does_not_exist_lists_every_hypervisor_as_not_forced() -> None:
+    run = _cli("--demo", "--flavor", "m1.large", "--force-host", "compute-99", "--format", "json")
+    assert run.returncode == 1, run.stderr
+    answer = json.loads(run.stdout)
+    assert (answer["fitted"], answer["no_valid_host"]) == (0, "No such host - host: compute-99")
+    # the audited hypervisors as the one that is not (compute-07): none is the forced host
+    reasons = ["not the forced host compute-99 (Nova asks Placement for the first of force_hosts only)"]
+    assert answer["rejections"] == {
+        name: {"filter": "force_hosts", "reasons": reasons} for name in DEMO_HOSTS
+    }
+    table = _cli("--demo", "--flavor", "m1.large", "--force-host", "compute-99")
+    assert all(f"{name} " in table.stdout for name in DEMO_HOSTS), table.stdout
+
+
 def test_the_table_says_how_many_do_not_fit_and_why_each_host_refused() -> None:
     run = _cli("--demo", "--flavor", "m1.large", "--count", "40")
     assert run.returncode == 1, run.stderr

@@ -254,6 +254,21 @@ def test_force_hosts_take_the_first_forced_host_only() -> None:
     assert ignored.fitted == 0 and ignored.rejections["a"].filter == IGNORE_HOSTS
 
 
+def test_a_forced_host_that_does_not_exist_leaves_every_host_refused() -> None:
+    # Nova fails at once ("No such host"); every host is listed all the same, not forced (as an
+    # unaudited host is) or ignored, whatever the case of the names
+    hosts = [state("a"), state("b"), state("c", up=False)]
+    missing = schedule(hosts, demand(), 2, force_hosts=["Nowhere", "a"], ignore_hosts=["B"])
+    assert (missing.fitted, missing.steps, missing.no_valid_host) == (0, (), "No such host - host: Nowhere")
+    not_forced = "not the forced host Nowhere (Nova asks Placement for the first of force_hosts only)"
+    assert dict(missing.rejections) == {
+        "a": scheduler.Rejection(FORCE_HOSTS, (not_forced,)),
+        "b": scheduler.Rejection(IGNORE_HOSTS, ("b is in ignore_hosts",)),
+        "c": scheduler.Rejection(FORCE_HOSTS, (not_forced,)),
+    }
+    assert missing.states == tuple(hosts)
+
+
 def test_anti_affinity_puts_each_instance_of_a_request_on_its_own_host() -> None:
     hosts = [state("a"), state("b")]
     assert schedule(hosts, demand(), 2, multipliers=STACK).hosts == ("a", "a")

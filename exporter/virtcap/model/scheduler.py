@@ -36,11 +36,12 @@ Decisions where Nova leaves a choice or virtcap cannot see what Nova sees:
   metadata) are not modelled: one multiplier per weigher for the whole fleet.
 - `ignore_hosts` and `force_hosts` are matched without regard to case, as Nova's host manager
   matches them. Nova asks Placement for the first forced host only (and fails with "No such
-  host" when it does not exist), and skips its filters for a forced host; nova-compute's claim
-  then repeats the resource, NUMA and PCI tests and the late anti-affinity check, and a forced
-  instance is never rescheduled, so an instance that fails them does not land. Here a forced
-  instance is tested the same way as any other, on the first forced host only, and a forced
-  host that is down never takes it.
+  host" when it does not exist: every host not ignored is then listed as refused by
+  `force_hosts`), and skips its filters for a forced host; nova-compute's claim then repeats
+  the resource, NUMA and PCI tests and the late anti-affinity check, and a forced instance is
+  never rescheduled, so an instance that fails them does not land. Here a forced instance is
+  tested the same way as any other, on the first forced host only, and a forced host that is
+  down never takes it.
 - The domains of a failed host (`evacuation`) are those that count in its capacity (the
   policy's counted states), each asking for what it is allocated: a Nova guest its flavor's
   request and NUMA topology and devices (`within_host` of its extra specs), a plain domain its
@@ -426,12 +427,13 @@ def _request_hosts(
     if not force_hosts:
         return left_out, None
     target = force_hosts[0]
-    if not any(name.lower() == target.lower() for name in names):
-        return left_out, f"No such host - host: {target}"
+    why = f"not the forced host {target} (Nova asks Placement for the first of force_hosts only)"
     for name in names:
         if name not in left_out and name.lower() != target.lower():
-            why = f"not the forced host {target} (Nova asks Placement for the first of force_hosts only)"
             left_out[name] = Rejection(FORCE_HOSTS, (why,))
+    if not any(name.lower() == target.lower() for name in names):
+        # every host is listed all the same (not the forced one), as the unaudited ones are
+        return left_out, f"No such host - host: {target}"
     return left_out, None
 
 
