@@ -50,6 +50,10 @@ Requests (`op`):
   answer is the hosts as Nova sorts them, with their weights. And `nova.weights.normalize` of
   each of `lists` {values, minval, maxval}.
 
+- `filters` {the `numa` op's host, pci, requests}: Nova's ComputeFilter, NUMATopologyFilter,
+  PciPassthroughFilter and ServerGroupAntiAffinityFilter on that host, instance after instance
+  (see oracle_filters.py).
+
 Any other failure is answered as {"oracle_error": ...}, which fails the test that asked.
 """
 
@@ -851,6 +855,11 @@ def main() -> None:
                 return reply
             if op == "weights":
                 return weights(request)
+            if op == "filters":
+                found: dict[str, Any] = importlib.import_module("oracle_filters").filters(
+                    request, sys.modules[__name__]
+                )
+                return found
             if op == "ping":
                 return {"pong": True}
         except Exception as error:  # reported to the test, which fails with it
