@@ -97,6 +97,16 @@ class SnapshotStore:
         """Every hypervisor has been audited once or has failed."""
         return not self._never_audited  # kept as a set: checked on every change of a big fleet
 
+    def until_next_stale(self, stale_after: float, now: float) -> float | None:
+        """Seconds until the data of a down hypervisor turns stale (its series must then vanish,
+        even if nothing else changes), None if no such data is waiting."""
+        deadlines = [
+            state.last_good.taken_at + stale_after
+            for state in self.hypervisors.values()
+            if not state.up and state.last_good is not None and state.last_good.taken_at + stale_after > now
+        ]
+        return max(min(deadlines) - now, 0.0) + 0.01 if deadlines else None
+
     def touch(self) -> None:
         """Something shown in /metrics changed outside the snapshots (a claim outcome)."""
         self._bump()

@@ -84,13 +84,4 @@ class MetricsCache:
                 await self.store.all_audited.wait()
 
     def _until_next_stale(self) -> float | None:
-        """Data of a down hypervisor must vanish when it turns stale, even if nothing else changes."""
-        now = time.time()
-        deadlines = [
-            state.last_good.taken_at + self.stale_after
-            for state in self.store.hypervisors.values()
-            if not state.up
-            and state.last_good is not None
-            and state.last_good.taken_at + self.stale_after > now
-        ]
-        return max(min(deadlines) - now, 0.0) + 0.01 if deadlines else None
+        return self.store.until_next_stale(self.stale_after, time.time())
