@@ -18,7 +18,8 @@
 8. Failure tolerance (`--only tolerance`): every hypervisor's evacuation through the simulated
    scheduler and how many hypervisors the fleet can lose together, on 1,000 hypervisors x 50
    domains (facts built in process, fleetgen's flavor mix), full and after one hypervisor changed:
-   one no evacuation uses (typical), the median of those some use, the one they all use (worst).
+   one no evacuation uses (typical), the median of those some use, the one they all use (worst);
+   and the same hypervisors made full, where every evacuation fails.
 9. Failure tolerance served (`--only serving`): `virtcap serve` on 1,000 test-driver hypervisors x
    50 domains with room to spare, /metrics latency during the first (full) computation and while a
    claim a second has it computed again incrementally, next to the same fleet and claims with it
