@@ -39,6 +39,7 @@ from virtcap.service.tolerance import (
     SimulatedHost,
     ToleranceReport,
     UnplacedDomain,
+    prefer_full,
 )
 from virtcap.service.tolerance_worker import HEADER, WORKER_COMMAND, decode_report, encode_request
 
@@ -379,3 +380,10 @@ def test_a_lone_hypervisors_unplaced_domains_say_no_other_is_up() -> None:
     assert tolerance_module._unplaced(unplaced) == UnplacedDomain(
         unplaced.guest, {}, "no other hypervisor is up"
     )
+
+
+def test_several_changes_are_computed_whole_when_updating_them_would_take_longer() -> None:
+    assert not prefer_full(1, 1.0, 5.0)  # one change is always an update
+    assert not prefer_full(3, None, 0.5) and not prefer_full(3, 1.0, None)  # nothing measured yet
+    assert not prefer_full(3, 2.0, 0.5)  # 1.5 s of updates against 2 s whole
+    assert prefer_full(5, 2.0, 0.5)  # 2.5 s of updates

@@ -181,6 +181,20 @@ class FleetChanges:
         return state
 
 
+UPDATE_WEIGHT = 0.3
+"""How much the last update counts in the average duration of an update."""
+
+
+def prefer_full(changes: int, full_seconds: float | None, update_seconds: float | None) -> bool:
+    """Whether several changes are better computed whole: one update costs from almost nothing (a
+    hypervisor no evacuation uses) to most of a full computation (one every evacuation uses), so
+    the durations measured so far decide. A single change is always an update: the way to learn
+    what updates cost, and never more work than a full computation."""
+    if changes <= 1 or full_seconds is None or update_seconds is None:
+        return False
+    return changes * update_seconds > full_seconds
+
+
 class FleetSimulation:
     """The fleet's failure tolerance, kept between requests: the side that schedules (in the
     worker process). One thread at a time."""
@@ -188,6 +202,10 @@ class FleetSimulation:
     def __init__(self) -> None:
         self._result: FleetTolerance | None = None
         self._states: dict[str, HostState] = {}
+        self._full_seconds: float | None = None
+        self._update_seconds: float | None = None
+        """The last full computation's duration, and an update's per changed hypervisor (a moving
+        average): what decides between updating several changes one by one and starting over."""
 
     def apply(self, request: SimulationRequest) -> ToleranceReport:
         started = time.monotonic()
@@ -197,7 +215,12 @@ class FleetSimulation:
             raise ValueError(f"no state of {', '.join(missing[:5])}: the request expects another simulation")
         self._states = {name: known[name] for name in request.names}
         result = self._result
-        incremental = not request.full and result is not None
+        changes = len(request.changed)
+        incremental = (
+            not request.full
+            and result is not None
+            and not prefer_full(changes, self._full_seconds, self._update_seconds)
+        )
         if incremental and result is not None:
             for state in request.changed.values():
                 result = fleet_tolerance_update(result, state)
@@ -205,12 +228,21 @@ class FleetSimulation:
             states = list(self._states.values())
             result = fleet_tolerance(states, multipliers=request.multipliers, bound=request.bound)
         self._result = result
+        elapsed = time.monotonic() - started
+        if not incremental:
+            self._full_seconds = elapsed
+        elif changes:
+            each = elapsed / changes
+            previous = self._update_seconds
+            if previous is not None:
+                each = UPDATE_WEIGHT * each + (1 - UPDATE_WEIGHT) * previous
+            self._update_seconds = each
         return ToleranceReport(
             evacuations={name: _evacuation(found) for name, found in result.evacuations.items()},
             tolerated=result.tolerated,
             bound=request.bound,
             computed_at=time.time(),
-            duration_seconds=time.monotonic() - started,
+            duration_seconds=elapsed,
             incremental=incremental,
         )
 
