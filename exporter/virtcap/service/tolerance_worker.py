@@ -30,8 +30,9 @@ log = logging.getLogger(__name__)
 HEADER = struct.Struct(">Q")
 WORKER_COMMAND = (sys.executable, "-c", "from virtcap.service.tolerance_worker import main; main()")
 """Not `-m`: a module run as `__main__` would unpickle the requests' classes as another module's."""
-NICENESS = 5
-"""The worker yields the CPU to audits and scrapes: on a box of two cores, it is the one that waits."""
+NICENESS = 19
+"""The lowest CPU priority: the worker takes what audits and scrapes leave, so that a scrape is as
+fast while it computes; its answer may come later on a busy machine, never a scrape."""
 
 
 @dataclass(frozen=True, slots=True)
