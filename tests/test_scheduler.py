@@ -27,11 +27,15 @@ from tests.test_capacity_within import (
     gpu_host,
     pinned_host,
     sriov_host,
+    with_cells,
 )
+from virtcap.claims import ledger
+from virtcap.claims.scheduling import FleetEntry, schedule_fleet
+from virtcap.config import Hypervisor
 from virtcap.model import scheduler
 from virtcap.model.capacity import HostPolicy, domain_allocation, host_capacity
-from virtcap.model.facts import DomainFacts, HostFacts, NovaFlavor
-from virtcap.model.placement import Demand
+from virtcap.model.facts import DomainFacts, HostFacts, NovaFlavor, NumaCell, PageCount
+from virtcap.model.placement import Demand, within_host
 from virtcap.model.resources import Resource
 from virtcap.model.scheduler import (
     ANTI_AFFINITY,
@@ -67,6 +71,7 @@ from virtcap.model.scheduler import (
     schedule,
     weigh,
 )
+from virtcap.service.snapshot import HypervisorSnapshot
 
 FLAT = HostPolicy(
     allocation_ratios={Resource.VCPU: 1.0, Resource.MEMORY: 1.0, Resource.DISK: 1.0},
@@ -228,6 +233,106 @@ def test_numa_refusals_are_the_numa_filters() -> None:
     third = schedule([pinned], flavors["p4"], 3)
     assert third.fitted == 2 and third.rejections["pinned"].filter == NUMA_TOPOLOGY
     assert host_capacity(pinned_host(), policy, flavors).schedulable["p4"] == 2
+
+
+LARGE = {"hw:mem_page_size": "large"}
+ONE_GIB_PAGES = 1024 * 1024
+"""KiB."""
+
+
+def paged(name: str, memory_gib: int, one_gib: int, two_mib: int = 0) -> HostState:
+    return host_state(name, paged_facts(memory_gib, one_gib, two_mib), FLAT)
+
+
+def paged_facts(memory_gib: int, one_gib: int, two_mib: int = 0) -> HostFacts:
+    """One cell of 4 CPUs holding all the host's memory: `one_gib` free 1 GiB pages, `two_mib`
+    free 2 MiB pages, the rest in 4 KiB pages."""
+    small = (memory_gib * GIB - one_gib * GIB - two_mib * 2 * MIB) // 4096
+    pages = [PageCount(4, small, None)]
+    if two_mib:
+        pages.append(PageCount(2048, two_mib, two_mib))
+    if one_gib:
+        pages.append(PageCount(ONE_GIB_PAGES, one_gib, one_gib))
+    cell = NumaCell(0, frozenset(range(4)), (), memory_gib * GIB, tuple(pages))
+    return with_cells(host(cpus=4, memory=memory_gib * GIB), (cell,))
+
+
+def large_pages(memory_gib: int = 1) -> Demand:
+    """One vCPU and its memory in large pages (a 1 GiB page if one is free, else 2 MiB ones)."""
+    memory = memory_gib * GIB
+    return Demand({Resource.VCPU: 1, Resource.MEMORY: memory}, within_host(1, memory, LARGE))
+
+
+def free_pages(state: HostState, size_kib: int) -> int:
+    pages = state.capacity.within.cells[0].page(size_kib)
+    assert pages is not None
+    return pages.free
+
+
+def test_a_requests_later_instances_ask_for_the_page_size_fitted_before() -> None:
+    # one cell: a free 1 GiB page and 512 free 2 MiB pages (1 GiB). The first instance takes the
+    # 1 GiB page (large: the largest size that holds it); Nova's scheduler then asks 1 GiB pages
+    # for the second (consume_from_request keeps the fitted topology in the request spec): none
+    h = paged("h", 4, one_gib=1, two_mib=512)
+    two = schedule([h], large_pages(), 2)
+    assert two.fitted == 1
+    assert two.rejections["h"] == Rejection(
+        NUMA_TOPOLOGY,
+        (
+            "NUMA: cell 0: 0 free 1048576 KiB pages < 1 needed"
+            " (the size fitted for the request's previous instance)",
+        ),
+    )
+    # each in its own request, the second is fitted afresh: 2 MiB pages, all 512 of them
+    first = schedule([h], large_pages(), 1)
+    (after,) = first.states
+    assert (free_pages(after, ONE_GIB_PAGES), free_pages(after, 2048)) == (0, 512)
+    second = schedule([after], large_pages(), 1)
+    assert second.placed and free_pages(second.states[0], 2048) == 0
+    # a forced host skips the filters: nova-compute fits each instance with its own topology
+    forced = schedule([h], large_pages(), 2, force_hosts=["h"])
+    assert forced.hosts == ("h", "h")
+    (consumed,) = forced.states
+    assert (free_pages(consumed, ONE_GIB_PAGES), free_pages(consumed, 2048)) == (0, 0)
+
+
+def test_the_page_size_fitted_on_one_host_sends_the_next_instance_to_another() -> None:
+    # a: 16 GiB, a free 1 GiB page and 512 free 2 MiB pages; b: 8 GiB, two free 1 GiB pages;
+    # 4 CPUs each, no disk asked. First instance: RAM 16 and 8 GiB free (1.0, 0.5), CPUs 4 and 4
+    # (1.0 each), disk equal (1.0 each): a weighs 3.0, b 2.5, and takes it in its 1 GiB page.
+    # Second: RAM 15 and 8 (1.0, 0.53), CPUs 3 and 4 (0.75, 1.0): a 2.75, b 2.53. On its own the
+    # instance would go to a again (in 2 MiB pages), but it asks for a 1 GiB page now: a has none
+    # left, and b, alone to pass (weighing 0), takes it.
+    a, b = paged("a", 16, one_gib=1, two_mib=512), paged("b", 8, one_gib=2)
+    result = schedule([a, b], large_pages(), 2)
+    assert result.hosts == ("a", "b")
+    assert [(round(step.weighed.weight, 2), step.candidates) for step in result.steps] == [(3.0, 2), (0.0, 1)]
+    assert result.rejections["a"].filter == NUMA_TOPOLOGY
+    states = {state.name: state for state in result.states}
+    assert free_pages(states["a"], ONE_GIB_PAGES) == 0 and free_pages(states["a"], 2048) == 512
+    assert free_pages(states["b"], ONE_GIB_PAGES) == 1
+    # in two requests the second is fitted afresh, and a weighs more
+    first = schedule([a, b], large_pages(), 1)
+    again = schedule(first.states, large_pages(), 1)
+    assert again.hosts == ("a",) and round(again.steps[0].weighed.weight, 2) == 2.75
+    assert [round(w.weight, 2) for w in weigh(first.states)] == [2.75, 2.53]
+    # three instances: the third asks for the size fitted on b for the second (1 GiB): b's
+    # last page (a refuses it), though a still has 1 GiB of 2 MiB pages
+    three = schedule([a, b], large_pages(), 3)
+    assert three.hosts == ("a", "b", "b")
+    four = schedule([a, b], large_pages(), 4)
+    assert four.fitted == 3 and {r.filter for r in four.rejections.values()} == {NUMA_TOPOLOGY}
+
+
+def test_a_claim_on_any_follows_the_scheduler_a_named_one_nova_computes_claims() -> None:
+    # the host of the first case above: a claim of two on `any` lands where the dry run says (one
+    # fits: the second asks for the 1 GiB page the first took); on the named host, each instance
+    # is nova-compute's claim, fitted with its own topology: both fit (2 MiB pages for the second)
+    hypervisor = Hypervisor("h", "test:///default", FLAT, None)
+    entry = FleetEntry.of(HypervisorSnapshot.audited(hypervisor, paged_facts(4, one_gib=1, two_mib=512), {}))
+    assert schedule_fleet([entry], [], large_pages(), 2).result.fitted == 1
+    named = ledger._on_hypervisor(entry, [], large_pages(), 2)
+    assert named.result.hosts == ("h", "h")
 
 
 # --- ignore_hosts, force_hosts, anti-affinity -----------------------------------------------------

@@ -355,13 +355,15 @@ def _on_hypervisor(entry: FleetEntry, claims: list[Claim], demand: Demand, count
     """`count` instances on the one hypervisor, each after the ones before it, by the engine on
     that hypervisor alone: Nova's claim test, NUMA cells and devices, as nova-compute repeats them
     for a forced host. Its audit is not refused for its age (a claim on a named hypervisor never
-    was), only for a failed last audit."""
+    was), only for a failed last audit. Forced, as it is: each instance is fitted with its own NUMA
+    topology, as nova-compute's claim fits it, not with the one the scheduler fitted for the
+    instance before (which a claim on `any` follows)."""
     if not entry.up or entry.good is None:
         reason = f"hypervisor {entry.name} is not up: there is no current capacity to claim against"
         result = ScheduleResult(count, 0, (), {entry.name: Rejection(COMPUTE, (reason,))})
         return FleetSchedule(result)
     up = FleetEntry(entry.name, entry.good, up=True, stale=False)
-    return schedule_fleet([up], claims, demand, count)
+    return schedule_fleet([up], claims, demand, count, force_hosts=(entry.name,))
 
 
 _CAPACITY_FILTERS = (PLACEMENT, NUMA_TOPOLOGY, PCI_PASSTHROUGH)

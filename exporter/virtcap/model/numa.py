@@ -31,6 +31,8 @@ tests/conformance/test_numa.py.
   each fit overwrites with the host cell's id, so that a guest cell can pass on the remembered
   fit of another (a pinned guest cell then lands, unpinned, on a cell without dedicated CPUs).
 - `consume` adds a fitted instance's usage to the cells, as the resource tracker does.
+  `refitted` is the topology a fit leaves, which Nova's scheduler fits the next instance of the
+  request with (its page sizes chosen).
   `how_many_fit` fits and consumes in a row (PCI devices aside: pci.apply_requests takes them).
 - Not read (Nova's answer may then differ): an image's `traits_required`, memory encryption,
   the socket PCI policy (pci.py refuses it where it matters). Which thread of a core a pinned
@@ -61,6 +63,7 @@ __all__ = [
     "PAGE_LARGE",
     "PAGE_SMALL",
     "CellPages",
+    "FittedCell",
     "HostCell",
     "InstanceCell",
     "InstanceTopology",
@@ -74,6 +77,7 @@ __all__ = [
     "host_cells",
     "how_many_fit",
     "instance_topology",
+    "refitted",
 ]
 
 KIB_PER_MIB = 1024
@@ -402,6 +406,18 @@ class InstanceCell:
 
 
 @dataclass(frozen=True, slots=True)
+class FittedCell:
+    """A guest cell as a fit left Nova's InstanceNUMACell: the page size it chose, the host
+    cell's id it took, its pinning and the CPUs reserved for the emulator threads. A tuple and a
+    frozenset, not a dict: a topology stays hashable, as a WithinHost keying requests must be."""
+
+    page_size: int | None
+    id: int
+    pinning: tuple[tuple[int, int], ...] = ()
+    reserved: frozenset[int] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
 class InstanceTopology:
     """The NUMA topology Nova gives an instance; the policies apply to every cell."""
 
@@ -412,6 +428,9 @@ class InstanceTopology:
     page_size: int | None = None
     """KiB, PAGE_SMALL, PAGE_LARGE, PAGE_ANY, or None (or 0) for no page size."""
     emulator_threads_policy: str | None = None
+    fitted: tuple[FittedCell, ...] = ()
+    """Per guest cell, what an earlier fit left in Nova's guest cell object, which the next fit
+    starts from (see `refitted`); empty for the topology as the flavor asks for it."""
 
     @property
     def pinned(self) -> bool:
@@ -854,7 +873,7 @@ def _cell_refusal(
     if guest.page_size:
         chosen = _resolve_page_size(cell, guest)
         if not chosen:
-            return _page_refusal(cell, guest)
+            return _page_refusal(cell, guest) + _carried_size(policy)
         guest.page_size = chosen
     elif cell.pages:
         smallest = min(pages.size_kib for pages in cell.pages)
@@ -894,6 +913,14 @@ def _cell_refusal(
         if ram_usage > cell.memory_mib * ram_ratio:
             return f"{ram_usage} MiB > {cell.memory_mib} MiB x {ram_ratio:g}"
     return None
+
+
+def _carried_size(topology: InstanceTopology) -> str:
+    """Where the flavor asked for a kind of page and an earlier instance's fit chose the size, a
+    refusal says so: the pages the flavor would take may well be free."""
+    if topology.fitted and topology.page_size in (PAGE_SMALL, PAGE_LARGE, PAGE_ANY):
+        return " (the size fitted for the request's previous instance)"
+    return ""
 
 
 def _page_refusal(cell: HostCell, guest: _GuestState) -> str:
@@ -1038,7 +1065,13 @@ def fit(
     if len(cells) < len(topology.cells):
         return NumaFit(reasons=(f"{len(cells)} host cells < {len(topology.cells)} guest cells",))
     ordered = _search_order(cells, topology, pci, pci_pools)
-    states = [_GuestState(cell, topology.page_size) for cell in topology.cells]
+    if topology.fitted:
+        states = [
+            _GuestState(cell, left.page_size, dict(left.pinning), left.reserved, left.id)
+            for cell, left in zip(topology.cells, topology.fitted, strict=True)
+        ]
+    else:
+        states = [_GuestState(cell, topology.page_size) for cell in topology.cells]
     refusals: dict[int, str] = {}
     known_fits: set[tuple[int, int]] = set()
     known_refusals: set[tuple[int, int]] = set()
@@ -1064,7 +1097,7 @@ def fit(
                     reserved=reserved,
                 )
             except PageSizeUnsupportedError:
-                why = f"no {guest.page_size} KiB pages"
+                why = f"no {guest.page_size} KiB pages{_carried_size(topology)}"
             if why is not None:
                 known_refusals.add(pair)
                 label = f"guest cell {guest.cell.id}: " if len(states) > 1 else ""
@@ -1094,6 +1127,30 @@ def fit(
         else:
             reasons.append(f"cell {cell.id}: the other guest cells do not fit beside it")
     return NumaFit(reasons=tuple(reasons))
+
+
+def refitted(topology: InstanceTopology, numa_fit: NumaFit) -> InstanceTopology:
+    """The topology as the fit left it, which Nova's scheduler fits the request's next instance
+    with: `consume_from_request` puts the topology `numa_fit_instance_to_host` returned (the same
+    guest cell objects, changed by the search) in the request spec. What changes the next answer
+    is each cell's page size (`large` or `any` resolved: the next instance must find pages of the
+    size the previous one got, on any host); the ids (the host cells taken) key the search's
+    memory of the pairs it tried, and the pinning is kept where that memory spares a packing, so
+    they are carried too. `numa_fit` must fit."""
+    if not numa_fit.fits:
+        raise ValueError("only a topology that fits is carried to the next instance")
+    return replace(
+        topology,
+        fitted=tuple(
+            FittedCell(
+                placed.page_size,
+                placed.host_cell,
+                tuple(sorted(placed.pinning.items())),
+                placed.reserved_cpus,
+            )
+            for placed in numa_fit.placed
+        ),
+    )
 
 
 class PinningConflictError(ValueError):
@@ -1165,9 +1222,10 @@ def how_many_fit(
     lands on whichever cell still takes it, and what it uses there depends on that cell alone:
     its count is then the sum of what each cell takes on its own, worked out per cell without
     trying the others each time. (Not with `small`, `large` or `any`: Nova's search keeps the
-    size one cell resolved for the cells it tries next, so that the cells are not independent.)"""
+    size one cell resolved for the cells it tries next, so that the cells are not independent;
+    nor with a topology an earlier fit left, whose cells' sizes may differ.)"""
     fixed_page_size = topology.page_size not in (PAGE_SMALL, PAGE_LARGE, PAGE_ANY)
-    if len(topology.cells) == 1 and not topology.pinned and fixed_page_size and cells:
+    if len(topology.cells) == 1 and not topology.pinned and fixed_page_size and cells and not topology.fitted:
         total = 0
         for cell in cells:
             total += _alone(cell, topology, cpu_allocation_ratio, ram_allocation_ratio, limit - total)

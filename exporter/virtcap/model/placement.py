@@ -7,9 +7,10 @@ nova-compute's claim repeats both tests (`_test_numa_topology`, `_test_pci`). VG
 here: they are a Placement class, one provider per physical GPU (vgpu.py).
 
 A flavor's count within the host is how many instances in a row pass those tests, each consuming
-what it was given before the next is tried, as the scheduler's host state consumes the instances
-of one request (`consume_from_instance`): the NUMA fit picks the cells and the CPU pinning, then
-the devices are taken from the pools near those cells.
+what it was given before the next is tried, each fitted with its own topology as nova-compute's
+claim fits it: the NUMA fit picks the cells and the CPU pinning, then the devices are taken from
+the pools near those cells. (The scheduler fits the later instances of one request with the
+topology fitted before, its page size chosen: model/scheduler.py.)
 
 Pure: facts and policy in, cells and pools out.
 """

@@ -16,6 +16,16 @@ follows Nova 34's `SchedulerManager._schedule` for a request of N instances of o
 3. The chosen host consumes the instance (its classes, cells, devices and vGPUs) before the next.
    Fewer hosts than instances: nothing is placed (NoValidHost), and the result says how many
    would have fit and why each host refused the next one.
+4. The next instances of the request are filtered and consumed with the NUMA topology fitted for
+   the instance before on its host, as Nova's `consume_from_request` leaves it in the request
+   spec (`numa.refitted`): each guest cell's page size chosen (`hw:mem_page_size` large or any
+   resolved), so that a later instance must find pages of that size, on whichever host, even
+   where pages of another size the flavor allows are free. The cells' ids and pinning carry over
+   too (Nova's search starts from them; each fit chooses its cells and pins its CPUs again).
+   Each instance's own topology, as nova-compute's claim fits it, is used on a forced host (Nova
+   skips the filters there: nova-compute's claims decide, one by one), by an evacuation (one
+   domain per request), and outside the scheduler: a flavor's count within a host and the
+   pending claims a host state is built with (placement.py).
 
 Decisions where Nova leaves a choice or virtcap cannot see what Nova sees:
 
@@ -58,6 +68,7 @@ from typing import NamedTuple
 from virtcap.model.capacity import HostCapacity, HostPolicy, domain_allocation, host_capacity
 from virtcap.model.facts import DomainFacts, HostFacts
 from virtcap.model.nova import nova_request
+from virtcap.model.numa import refitted
 from virtcap.model.placement import NOTHING_WITHIN, Demand, WithinHost, within_host
 from virtcap.model.resources import MIB, Amounts, Resource, placement_units, request_groups
 
@@ -542,9 +553,25 @@ def schedule(
             return ScheduleResult(count, len(steps), tuple(steps), step_rejections, None, tuple(hosts))
         steps.append(step)
         chosen.add(step.host)
-        current[step.host] = current[step.host].consume(demand)
+        # a forced host skips the filters: nova-compute fits each instance with its own topology
+        demand = _place(current, step.host, demand, carry=not force_hosts)
     final = tuple(current[state.name] for state in hosts)
     return ScheduleResult(count, len(steps), tuple(steps), step_rejections, None, final)
+
+
+def _place(current: dict[str, HostState], host: str, demand: Demand, *, carry: bool) -> Demand:
+    """The host consumes one instance of the demand; the demand the request's next instance is
+    filtered and consumed with: with `carry`, its NUMA topology as the fit on that host left it
+    (`numa.refitted`), as Nova's scheduler keeps it in the request spec."""
+    state = current[host]
+    current[host] = state.consume(demand)
+    topology = demand.within.topology
+    if topology is None or not carry:
+        return demand
+    fitted = state.capacity.within.fit(demand.within)
+    if fitted is None or not fitted.fits:  # the host passed this very fit, and took the instance
+        raise ValueError(f"{state.name}: the instance placed does not fit its cells")
+    return replace(demand, within=replace(demand.within, topology=refitted(topology, fitted)))
 
 
 def _placement_reasons(state: HostState, demand: Demand) -> list[str]:
