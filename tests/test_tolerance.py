@@ -41,7 +41,7 @@ from virtcap.service.tolerance import (
     UnplacedDomain,
     prefer_full,
 )
-from virtcap.service.tolerance_worker import HEADER, WORKER_COMMAND, decode_report, encode_request
+from virtcap.service.tolerance_worker import HEADER, WORKER_COMMAND, ReportDecoder, encode_request
 
 STACK = Multipliers(ram=-1.0, cpu=-1.0, disk=-1.0)
 TWO = {"compute-01", "compute-02"}
@@ -272,13 +272,15 @@ def test_the_worker_process_answers_as_the_simulation_in_process(
     worker = subprocess.Popen(WORKER_COMMAND, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     assert worker.stdin is not None and worker.stdout is not None
     try:
-        reports = []
+        reports, decoder, sent = [], ReportDecoder(), []
         for request in (first, changes.request(changed, SPREAD, 3)):
             assert request is not None
             worker.stdin.write(encode_request(request))
             worker.stdin.flush()
             (size,) = HEADER.unpack(worker.stdout.read(HEADER.size))
-            reports.append(decode_report(pickle.loads(worker.stdout.read(size))))
+            encoded = pickle.loads(worker.stdout.read(size))
+            sent.append(len(encoded.evacuations))
+            reports.append(decoder.decode(encoded))
         worker.stdin.close()
         assert worker.wait(timeout=30) == 0  # its input closed: it ends
     finally:
@@ -291,6 +293,8 @@ def test_the_worker_process_answers_as_the_simulation_in_process(
         assert _answers(report) == _answers(expected) and report.tolerated == expected.tolerated
         assert report.incremental == expected.incremental
     assert reports[1].incremental
+    # the second report sends only the evacuations the claim changed; the others are the first's
+    assert sent[0] == len(reports[0].evacuations) and 0 < sent[1] < len(reports[1].evacuations)
 
 
 def _children(pid: int) -> list[int]:

@@ -48,6 +48,7 @@ from tests.conformance.test_numa import (
     VIRTCAP_ALIASES,
     generated_flavor,
     generated_host,
+    generated_pci,
     generated_usage,
     virtcap_cells,
     with_usage,
@@ -80,28 +81,8 @@ ROOMY = host_state("h", host_facts(cpus=512, memory=8192 * GIB, disk=100_000 * G
 """Every host's Placement classes: the request's 1 MiB of memory always fits them."""
 
 
-def generated_pci(rng: random.Random, cell_count: int) -> dict[str, Any]:
-    """test_numa.py's devices (NICs and GPUs on a cell or none, some held), or none at all."""
-    devices = []
-    for bus in range(rng.choice((0, 1, 1, 2, 3, 4))):
-        numa_node = rng.choice([*range(cell_count), None])
-        vendor, product = rng.choice((("8086", "154c"), ("10de", "1eb8")))
-        for function in range(rng.randint(1, 3)):
-            address = f"0000:{0x20 + bus:02x}:00.{function}"
-            devices.append(
-                {
-                    "dev_id": "pci_" + address.replace(":", "_").replace(".", "_"),
-                    "address": address,
-                    "vendor_id": vendor,
-                    "product_id": product,
-                    "numa_node": numa_node,
-                    "label": f"label_{vendor}_{product}",
-                    "dev_type": "type-PCI",
-                    "parent_addr": None,
-                }
-            )
-    held = [d["address"] for d in devices if rng.random() < 0.2]
-    return {"devices": devices, "specs": list(PCI_SPECS), "held": held, "aliases": list(ALIASES)}
+NO_DEVICES_NOW_AND_THEN = (0, 1, 1, 2, 3, 4)
+"""Buses of devices on a generated host: test_numa.py's, or none at all."""
 
 
 def heartbeat(rng: random.Random) -> tuple[float, bool, bool]:
@@ -215,7 +196,7 @@ def test_filter_answers_agree_with_novas_filters(oracle: Oracle) -> None:
                 **host,
                 "usage": usage,
                 "ratios": {"cpu": rng.choice((1.0, 2.0, 4.0, 16.0)), "ram": rng.choice((1.0, 1.0, 1.5))},
-                "pci": generated_pci(rng, len(host["cells"])),
+                "pci": generated_pci(rng, len(host["cells"]), NO_DEVICES_NOW_AND_THEN),
                 "requests": [request for request, _up, _stale in asked],
             }
         )

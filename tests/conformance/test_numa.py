@@ -21,6 +21,7 @@ later fit do not depend on it).
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -235,9 +236,10 @@ def generated_flavor(rng: random.Random, with_pci: bool) -> dict[str, Any]:
     return {"vcpus": vcpus, "memory_mb": memory_mb, "extra_specs": specs, "image_properties": image}
 
 
-def generated_pci(rng: random.Random, cell_count: int) -> dict[str, Any]:
+def generated_pci(rng: random.Random, cell_count: int, buses: Sequence[int] = ()) -> dict[str, Any]:
+    """NICs and GPUs on a cell or none, some held: on 1 to 4 buses, or as many as one of `buses`."""
     devices = []
-    for bus in range(rng.randint(1, 4)):
+    for bus in range(rng.choice(buses) if buses else rng.randint(1, 4)):
         numa_node = rng.choice([*range(cell_count), None])
         vendor, product = rng.choice((("8086", "154c"), ("10de", "1eb8")))
         for function in range(rng.randint(1, 3)):

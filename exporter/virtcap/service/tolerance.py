@@ -30,9 +30,9 @@ from virtcap.model.scheduler import (
 )
 from virtcap.service.snapshot import HypervisorSnapshot
 
-MAX_INCREMENTAL_CHANGES = 8
+MAX_INCREMENTAL_CHANGES = 32
 """Beyond this many hypervisors changed since the last computation, the fleet is computed again
-whole: each change is one incremental update, and a few of the slow ones cost a full one."""
+whole whatever updates have cost so far (below it, `prefer_full` decides from their durations)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,41 +144,49 @@ class SimulationRequest:
 
 class FleetChanges:
     """Which hypervisors changed what the scheduler reads since the last request: the side of the
-    simulation that sees the audits. One thread at a time."""
+    simulation that sees the audits. One thread at a time.
+
+    A hypervisor's state and what the scheduler reads of it are worked out again only for a new
+    audit (or when it goes up or down): a request then costs the hypervisors audited since the
+    last one, not the fleet."""
 
     def __init__(self) -> None:
-        self._keys: dict[str, tuple[object, ...]] = {}
+        self._sent: dict[str, tuple[object, ...]] = {}
+        """What the simulation was last told of each hypervisor (scheduling_key)."""
         self._settings: tuple[Multipliers, int] | None = None
-        self._built: dict[str, tuple[SimulatedHost, HostState]] = {}
+        self._built: dict[str, tuple[SimulatedHost, HostState, tuple[object, ...]]] = {}
 
     def request(
         self, hosts: Sequence[SimulatedHost], multipliers: Multipliers, bound: int
     ) -> SimulationRequest | None:
         """None when nothing the scheduler reads changed since the last request."""
-        states = [self._state(host) for host in hosts]
+        built = [self._state(host) for host in hosts]
         self._built = {host.name: self._built[host.name] for host in hosts}
-        keys = {state.name: scheduling_key(state) for state in states}
         settings = (multipliers, bound)
-        same_fleet = settings == self._settings and list(keys) == list(self._keys)
-        changed = {state.name: state for state in states if keys[state.name] != self._keys.get(state.name)}
+        names = [state.name for state, _key in built]
+        same_fleet = settings == self._settings and names == list(self._sent)
+        changed = {state.name: state for state, key in built if key != self._sent.get(state.name)}
         if same_fleet and not changed:
             return None
-        self._keys, self._settings = keys, settings
+        self._sent = {state.name: key for state, key in built}
+        self._settings = settings
         full = not same_fleet or len(changed) > MAX_INCREMENTAL_CHANGES
-        return SimulationRequest(tuple(keys), changed, multipliers, bound, full)
+        return SimulationRequest(tuple(names), changed, multipliers, bound, full)
 
-    def _state(self, host: SimulatedHost) -> HostState:
-        """Built again only for a new audit or a change of up or stale: the domains' requests are
-        parsed from their flavors' extra specs."""
+    def _state(self, host: SimulatedHost) -> tuple[HostState, tuple[object, ...]]:
+        """Built again only for a new audit (the domains' requests are parsed from their flavors'
+        extra specs), adjusted for a change of up or stale."""
         built = self._built.get(host.name)
-        if built is not None and built[0].audit is host.audit:
-            state = built[1]
-            if (state.up, state.stale) != (host.up, host.stale):
-                state = replace(state, up=host.up, stale=host.stale)
+        same_audit = built is not None and built[0].audit is host.audit  # snapshots: by identity
+        if built is not None and same_audit and (built[0].up, built[0].stale) == (host.up, host.stale):
+            return built[1], built[2]
+        if built is not None and same_audit:
+            state = replace(built[1], up=host.up, stale=host.stale)
         else:
             state = scheduler_host(host)
-        self._built[host.name] = (host, state)
-        return state
+        key = scheduling_key(state)
+        self._built[host.name] = (host, state, key)
+        return state, key
 
 
 UPDATE_WEIGHT = 0.3

@@ -32,7 +32,7 @@ from virtcap.service.tolerance_worker import (
     HEADER,
     WORKER_COMMAND,
     EncodedReport,
-    decode_report,
+    ReportDecoder,
     encode_request,
 )
 
@@ -48,6 +48,7 @@ class WorkerProcess:
 
     def __init__(self) -> None:
         self._process: asyncio.subprocess.Process | None = None
+        self._reports = ReportDecoder()
 
     async def compute(self, request: SimulationRequest) -> ToleranceReport:
         process = await self._started()
@@ -59,7 +60,13 @@ class WorkerProcess:
         header = await process.stdout.readexactly(HEADER.size)
         (size,) = HEADER.unpack(header)
         body = await process.stdout.readexactly(size)
-        return await asyncio.to_thread(_decode, body)
+        return await asyncio.to_thread(self._decode, body)
+
+    def _decode(self, body: bytes) -> ToleranceReport:
+        encoded = pickle.loads(body)
+        if not isinstance(encoded, EncodedReport):
+            raise TypeError(f"expected a report from the worker, got {type(encoded).__name__}")
+        return self._reports.decode(encoded)
 
     async def stop(self) -> None:
         process, self._process = self._process, None
@@ -80,13 +87,6 @@ class WorkerProcess:
                 stdout=asyncio.subprocess.PIPE,
             )
         return self._process
-
-
-def _decode(body: bytes) -> ToleranceReport:
-    encoded = pickle.loads(body)
-    if not isinstance(encoded, EncodedReport):
-        raise TypeError(f"expected a report from the worker, got {type(encoded).__name__}")
-    return decode_report(encoded)
 
 
 class ToleranceTracker:

@@ -45,9 +45,12 @@ class EncodedRequest:
 @dataclass(frozen=True, slots=True)
 class EncodedReport:
     report: ToleranceReport | None
-    """With `evacuations` empty (they travel in `evacuations`, one pickle each); None with an error."""
+    """With `evacuations` empty (they travel in `evacuations`); None with an error."""
     evacuations: Mapping[str, bytes]
+    """One pickle per hypervisor whose evacuation differs from the one sent before."""
     error: str | None = None
+    names: tuple[str, ...] = ()
+    """Every hypervisor of the report, in order."""
 
 
 def encode_request(request: SimulationRequest) -> bytes:
@@ -60,20 +63,41 @@ def decode_request(encoded: EncodedRequest) -> SimulationRequest:
     return replace(encoded.request, changed=changed)
 
 
-def encode_report(report: ToleranceReport) -> bytes:
-    evacuations = {
-        name: pickle.dumps(found, pickle.HIGHEST_PROTOCOL) for name, found in report.evacuations.items()
-    }
-    return _frame(EncodedReport(replace(report, evacuations={}), evacuations))
+class ReportEncoder:
+    """The worker's side of the reports: an evacuation is sent only when it differs from the one
+    sent before, since an incremental computation leaves most of them as they were, and the
+    exporter then unpickles only what changed."""
+
+    def __init__(self) -> None:
+        self._sent: dict[str, bytes] = {}
+
+    def encode(self, report: ToleranceReport) -> bytes:
+        pickled = {
+            name: pickle.dumps(found, pickle.HIGHEST_PROTOCOL) for name, found in report.evacuations.items()
+        }
+        changed = {name: data for name, data in pickled.items() if self._sent.get(name) != data}
+        self._sent = pickled
+        return _frame(EncodedReport(replace(report, evacuations={}), changed, names=tuple(pickled)))
 
 
-def decode_report(encoded: EncodedReport) -> ToleranceReport:
-    if encoded.report is None:
-        raise RuntimeError(f"the failure-tolerance worker failed: {encoded.error}")
-    evacuations: dict[str, HostEvacuation] = {
-        name: pickle.loads(data) for name, data in encoded.evacuations.items()
-    }
-    return replace(encoded.report, evacuations=evacuations)
+class ReportDecoder:
+    """The exporter's side: the evacuations of the last report, completed by each new one."""
+
+    def __init__(self) -> None:
+        self._evacuations: dict[str, HostEvacuation] = {}
+
+    def decode(self, encoded: EncodedReport) -> ToleranceReport:
+        if encoded.report is None:
+            raise RuntimeError(f"the failure-tolerance worker failed: {encoded.error}")
+        known = self._evacuations
+        for name, data in encoded.evacuations.items():
+            known[name] = pickle.loads(data)
+        missing = [name for name in encoded.names if name not in known]
+        if missing:
+            raise RuntimeError(f"the failure-tolerance worker sent no evacuation of {', '.join(missing[:5])}")
+        evacuations = {name: known[name] for name in encoded.names}
+        self._evacuations = dict(evacuations)  # a published report's own copy; this one goes on
+        return replace(encoded.report, evacuations=evacuations)
 
 
 def _frame(message: object) -> bytes:
@@ -93,7 +117,7 @@ def _read_frame(stream: BinaryIO) -> bytes | None:
 
 
 def serve(requests: BinaryIO, answers: BinaryIO) -> None:
-    simulation = FleetSimulation()
+    simulation, reports = FleetSimulation(), ReportEncoder()
     while True:
         body = _read_frame(requests)
         if body is None:
@@ -102,7 +126,7 @@ def serve(requests: BinaryIO, answers: BinaryIO) -> None:
         if not isinstance(encoded, EncodedRequest):
             raise TypeError(f"expected a request, got {type(encoded).__name__}")
         try:
-            answer = encode_report(simulation.apply(decode_request(encoded)))
+            answer = reports.encode(simulation.apply(decode_request(encoded)))
         except Exception as error:  # told to the exporter, whose supervisor restarts us
             log.exception("failure tolerance not computed")
             answer = _frame(EncodedReport(None, {}, f"{type(error).__name__}: {error}"))
