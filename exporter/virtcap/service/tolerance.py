@@ -160,7 +160,16 @@ class FleetChanges:
         self, hosts: Sequence[SimulatedHost], multipliers: Multipliers, bound: int
     ) -> SimulationRequest | None:
         """None when nothing the scheduler reads changed since the last request."""
-        built = [self._state(host) for host in hosts]
+        return self.request_from(hosts, [self.state_of(host) for host in hosts], multipliers, bound)
+
+    def request_from(
+        self,
+        hosts: Sequence[SimulatedHost],
+        built: Sequence[tuple[HostState, tuple[object, ...]]],
+        multipliers: Multipliers,
+        bound: int,
+    ) -> SimulationRequest | None:
+        """`request`, given each host's `state_of` (which a caller may work out a few at a time)."""
         self._built = {host.name: self._built[host.name] for host in hosts}
         settings = (multipliers, bound)
         names = [state.name for state, _key in built]
@@ -173,7 +182,7 @@ class FleetChanges:
         full = not same_fleet or len(changed) > MAX_INCREMENTAL_CHANGES
         return SimulationRequest(tuple(names), changed, multipliers, bound, full)
 
-    def _state(self, host: SimulatedHost) -> tuple[HostState, tuple[object, ...]]:
+    def state_of(self, host: SimulatedHost) -> tuple[HostState, tuple[object, ...]]:
         """Built again only for a new audit (the domains' requests are parsed from their flavors'
         extra specs), adjusted for a change of up or stale."""
         built = self._built.get(host.name)

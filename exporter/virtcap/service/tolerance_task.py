@@ -1,8 +1,9 @@
 """The fleet's failure tolerance, computed in the background whenever audits change what the
 scheduler reads.
 
-Never on the event loop nor on the scrape path: the hypervisors are taken on the loop (the store
-is the loop's), what changed is found in a thread, and the scheduling runs in a worker process
+Never in the way of the event loop nor of a scrape: the hypervisors are taken on the loop (the
+store is the loop's), what changed is found there a slice of a few milliseconds at a time, and
+the scheduling runs in a worker process
 (service/tolerance_worker.py), one computation at a time, whose report is published to the
 store, which re-renders /metrics. A worker that dies or fails is started again by the
 supervisor, and computes the whole fleet.
@@ -21,7 +22,9 @@ import logging
 import pickle
 import time
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import TypeVar
 
 from virtcap.config import FailureToleranceSettings
 from virtcap.model.scheduler import Multipliers
@@ -33,7 +36,8 @@ from virtcap.service.tolerance_worker import (
     WORKER_COMMAND,
     EncodedReport,
     ReportDecoder,
-    encode_request,
+    pickle_one,
+    request_frame,
 )
 
 log = logging.getLogger(__name__)
@@ -41,6 +45,28 @@ log = logging.getLogger(__name__)
 TASK_NAME = "failure-tolerance"
 SETTLE_SECONDS = 0.5
 """After a change, wait this long for the rest of its burst before computing."""
+SLICE_SECONDS = 0.002
+"""How long the exporter's share of a computation (each new audit's state, pickling) runs on the
+event loop before it lets a scrape in."""
+
+
+_T = TypeVar("_T")
+_R = TypeVar("_R")
+
+
+async def in_slices(items: Sequence[_T], work: Callable[[_T], _R]) -> list[_R]:
+    """`work` on each item, on the event loop, yielding to it whenever a slice has run for
+    SLICE_SECONDS. Not in a thread: a thread running Python holds the interpreter lock for up to
+    its switch interval each time the loop needs it, and a scrape waits that long several times;
+    here a scrape waits for one slice at most."""
+    results = []
+    started = time.perf_counter()
+    for item in items:
+        results.append(work(item))
+        if time.perf_counter() - started > SLICE_SECONDS:
+            await asyncio.sleep(0)
+            started = time.perf_counter()
+    return results
 
 
 class WorkerProcess:
@@ -53,20 +79,19 @@ class WorkerProcess:
     async def compute(self, request: SimulationRequest) -> ToleranceReport:
         process = await self._started()
         assert process.stdin is not None and process.stdout is not None
-        # Pickled one hypervisor at a time in a thread: the loop serves scrapes meanwhile.
-        frame = await asyncio.to_thread(encode_request, request)
-        process.stdin.write(frame)
+        pickled = await in_slices(list(request.changed.items()), lambda item: (item[0], pickle_one(item[1])))
+        process.stdin.write(request_frame(request, dict(pickled)))
         await process.stdin.drain()
         header = await process.stdout.readexactly(HEADER.size)
         (size,) = HEADER.unpack(header)
         body = await process.stdout.readexactly(size)
-        return await asyncio.to_thread(self._decode, body)
-
-    def _decode(self, body: bytes) -> ToleranceReport:
-        encoded = pickle.loads(body)
+        encoded = pickle.loads(body)  # one bytes object per evacuation sent: quick
         if not isinstance(encoded, EncodedReport):
             raise TypeError(f"expected a report from the worker, got {type(encoded).__name__}")
-        return self._reports.decode(encoded)
+        loaded = await in_slices(
+            list(encoded.evacuations.items()), lambda item: (item[0], pickle.loads(item[1]))
+        )
+        return self._reports.complete(encoded, dict(loaded))
 
     async def stop(self) -> None:
         process, self._process = self._process, None
@@ -149,7 +174,8 @@ class ToleranceTracker:
     async def _compute_once(self, changes: FleetChanges, worker: WorkerProcess) -> None:
         hosts = self._hosts(time.time())
         multipliers, bound = self.multipliers, self.settings.max_host_failures
-        request = await asyncio.to_thread(changes.request, hosts, multipliers, bound)
+        built = await in_slices(hosts, changes.state_of)
+        request = changes.request_from(hosts, built, multipliers, bound)
         if request is None:
             return
         report = await worker.compute(request)

@@ -54,7 +54,16 @@ class EncodedReport:
 
 
 def encode_request(request: SimulationRequest) -> bytes:
-    states = {name: pickle.dumps(state, pickle.HIGHEST_PROTOCOL) for name, state in request.changed.items()}
+    states = {name: pickle_one(state) for name, state in request.changed.items()}
+    return request_frame(request, states)
+
+
+def pickle_one(value: object) -> bytes:
+    return pickle.dumps(value, pickle.HIGHEST_PROTOCOL)
+
+
+def request_frame(request: SimulationRequest, states: Mapping[str, bytes]) -> bytes:
+    """The frame of a request whose changed states are already pickled, one each."""
     return _frame(EncodedRequest(replace(request, changed={}), states))
 
 
@@ -87,11 +96,16 @@ class ReportDecoder:
         self._evacuations: dict[str, HostEvacuation] = {}
 
     def decode(self, encoded: EncodedReport) -> ToleranceReport:
+        loaded = {name: pickle.loads(data) for name, data in encoded.evacuations.items()}
+        return self.complete(encoded, loaded)
+
+    def complete(self, encoded: EncodedReport, loaded: Mapping[str, HostEvacuation]) -> ToleranceReport:
+        """The report, given the evacuations it sent unpickled (which a caller may do a few at a
+        time)."""
         if encoded.report is None:
             raise RuntimeError(f"the failure-tolerance worker failed: {encoded.error}")
         known = self._evacuations
-        for name, data in encoded.evacuations.items():
-            known[name] = pickle.loads(data)
+        known.update(loaded)
         missing = [name for name in encoded.names if name not in known]
         if missing:
             raise RuntimeError(f"the failure-tolerance worker sent no evacuation of {', '.join(missing[:5])}")
