@@ -391,3 +391,12 @@ def test_several_changes_are_computed_whole_when_updating_them_would_take_longer
     assert not prefer_full(3, None, 0.5) and not prefer_full(3, 1.0, None)  # nothing measured yet
     assert not prefer_full(3, 2.0, 0.5)  # 1.5 s of updates against 2 s whole
     assert prefer_full(5, 2.0, 0.5)  # 2.5 s of updates
+
+
+def test_the_worker_runs_only_on_cpus_nothing_else_wants() -> None:
+    worker = subprocess.Popen(WORKER_COMMAND, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        wait_for(lambda: os.sched_getscheduler(worker.pid) == os.SCHED_IDLE, 30, what="SCHED_IDLE")
+    finally:
+        worker.kill()
+        worker.wait()

@@ -31,8 +31,7 @@ HEADER = struct.Struct(">Q")
 WORKER_COMMAND = (sys.executable, "-c", "from virtcap.service.tolerance_worker import main; main()")
 """Not `-m`: a module run as `__main__` would unpickle the requests' classes as another module's."""
 NICENESS = 19
-"""The lowest CPU priority: the worker takes what audits and scrapes leave, so that a scrape is as
-fast while it computes; its answer may come later on a busy machine, never a scrape."""
+"""Where SCHED_IDLE is refused, the lowest priority a nice value gives."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,10 +150,20 @@ def serve(requests: BinaryIO, answers: BinaryIO) -> None:
         answers.flush()
 
 
+def yield_the_cpu() -> None:
+    """Linux's SCHED_IDLE: the worker runs only on a CPU nothing else wants, and a scrape or an
+    audit that wakes up takes the CPU from it at once, so that a scrape is as fast while it
+    computes; its answer may come later on a busy machine, never a scrape."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    except (AttributeError, OSError):  # not Linux, or refused by a container's seccomp policy
+        os.nice(NICENESS)
+
+
 def main() -> None:
     requests, answers = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # the frames own standard output: a stray print must not corrupt them
-    os.nice(NICENESS)
+    yield_the_cpu()
     # Interrupted or its pipe closed: the exporter is going away.
     with contextlib.suppress(KeyboardInterrupt, BrokenPipeError):
         serve(requests, answers)
