@@ -37,13 +37,13 @@ whole whatever updates have cost so far (below it, `prefer_full` decides from th
 
 @dataclass(frozen=True, slots=True)
 class SimulatedHost:
-    """One hypervisor as the simulation takes it: its last good audit (with its pending claims),
-    whether it is up now, and whether that audit is too old to place anything on."""
+    """One hypervisor as the simulation takes it: its last good audit (with its pending claims)
+    and whether it is up now. One whose audit is stale is not taken at all (its data is no longer
+    shown), so none is ever simulated as stale."""
 
     name: str
     audit: HypervisorSnapshot
     up: bool
-    stale: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +94,6 @@ def scheduler_host(host: SimulatedHost) -> HostState:
         name=host.name,
         capacity=snapshot.capacity,
         up=host.up,
-        stale=host.stale,
         reserved_disk_bytes=policy.reserved.get(Resource.DISK, 0),
         guests=tuple(
             Guest(domain.name, domain_demand(domain, policy))
@@ -184,15 +183,12 @@ class FleetChanges:
 
     def state_of(self, host: SimulatedHost) -> tuple[HostState, tuple[object, ...]]:
         """Built again only for a new audit (the domains' requests are parsed from their flavors'
-        extra specs), adjusted for a change of up or stale."""
+        extra specs), adjusted when it goes up or down."""
         built = self._built.get(host.name)
         same_audit = built is not None and built[0].audit is host.audit  # snapshots: by identity
-        if built is not None and same_audit and (built[0].up, built[0].stale) == (host.up, host.stale):
+        if built is not None and same_audit and built[0].up == host.up:
             return built[1], built[2]
-        if built is not None and same_audit:
-            state = replace(built[1], up=host.up, stale=host.stale)
-        else:
-            state = scheduler_host(host)
+        state = replace(built[1], up=host.up) if built is not None and same_audit else scheduler_host(host)
         key = scheduling_key(state)
         self._built[host.name] = (host, state, key)
         return state, key
