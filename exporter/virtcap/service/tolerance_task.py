@@ -2,7 +2,7 @@
 scheduler reads.
 
 Never in the way of the event loop nor of a scrape: the hypervisors are taken on the loop (the
-store is the loop's), what changed is found there a slice of a few milliseconds at a time, and
+store is the loop's), what changed is found there half a millisecond at a time, and
 the scheduling runs in a worker process
 (service/tolerance_worker.py), one computation at a time, whose report is published to the
 store, which re-renders /metrics. A worker that dies or fails is started again by the
@@ -45,7 +45,7 @@ log = logging.getLogger(__name__)
 TASK_NAME = "failure-tolerance"
 SETTLE_SECONDS = 0.5
 """After a change, wait this long for the rest of its burst before computing."""
-SLICE_SECONDS = 0.002
+SLICE_SECONDS = 0.0005
 """How long the exporter's share of a computation (each new audit's state, pickling) runs on the
 event loop before it lets a scrape in."""
 
