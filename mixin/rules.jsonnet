@@ -1,4 +1,4 @@
-// jsonnet -S -J alerts alerts/rules.jsonnet > alerts/virtcap-rules.yaml
+// jsonnet -S mixin/rules.jsonnet > mixin/generated/prometheus_rules.yaml
 // --tla-code config='{...}' overrides _config, nested objects key by key (as alerts.jsonnet).
 local mixin = import 'mixin.libsonnet';
 function(config={})

@@ -1,13 +1,15 @@
-// A small helper library for virtcap's dashboards (grafonnet cannot be fetched in our builds).
-// Panels are laid out in rows of 24 columns: `layout` assigns ids and gridPos in reading order.
+// A small helper library for virtcap's dashboards: the mixin builds offline with Debian's jsonnet
+// and vendors nothing, so no grafonnet. Panels are laid out in rows of 24 columns: `layout` assigns
+// ids and gridPos in reading order.
 {
   datasource:: { type: 'prometheus', uid: '${datasource}' },
 
-  dashboard(uid, title, description, panels, variables=[]):: {
+  // `tag` links the dashboards that share it; `datasourceUID` is the data source selected by default.
+  dashboard(uid, title, description, panels, variables=[], tag='virtcap', datasourceUID='virtcap-prometheus'):: {
     uid: uid,
     title: title,
     description: description,
-    tags: ['virtcap'],
+    tags: [tag],
     editable: false,
     refresh: '30s',
     schemaVersion: 39,
@@ -17,29 +19,28 @@
     links: [
       {
         type: 'dashboards',
-        tags: ['virtcap'],
-        title: 'virtcap dashboards',
+        tags: [tag],
+        title: '%s dashboards' % tag,
         asDropdown: false,
         includeVars: true,
         keepTime: true,
       },
     ],
-    templating: { list: [$.datasourceVariable] + variables },
+    templating: { list: [$.datasourceVariable(datasourceUID)] + variables },
     panels: $.layout(panels),
   },
 
-  // The provisioned Prometheus (dashboards/provisioning/datasources) is the default choice.
-  datasourceUID:: 'virtcap-prometheus',
-  datasourceVariable:: {
+  datasourceVariable(uid):: {
     name: 'datasource',
     label: 'Data source',
     type: 'datasource',
     query: 'prometheus',
-    current: { selected: true, text: 'Prometheus', value: $.datasourceUID },
+    current: { selected: true, text: 'Prometheus', value: uid },
     hide: 0,
     refresh: 1,
   },
 
+  // A variable from a PromQL query; `multi` lets it take several values and "All" (any value).
   queryVariable(name, label, query, multi=true):: {
     name: name,
     label: label,
@@ -51,10 +52,9 @@
     sort: 1,
     multi: multi,
     includeAll: multi,
-    allValue: '.*',
     current: {},
     hide: 0,
-  },
+  } + (if multi then { allValue: '.*' } else {}),
 
   target(expr, legend='', instant=false, format='time_series'):: {
     expr: expr,
