@@ -42,16 +42,16 @@ conformance: $(BIN)/virtcap upstream-venv
 
 test: system-deps $(BIN)/virtcap lint typecheck unit
 
-# The committed rule files and dashboards are generated from Jsonnet, the README's metrics table
-# from the metric catalogue and the demo's node files and captures by virtcap.demo.generate; a test
-# fails when any of them drifts.
+# The committed rule files and dashboards are generated from the Jsonnet mixin (mixin/, no
+# dependencies, no -J path), the README's metrics table from the metric catalogue and the demo's
+# node files and captures by virtcap.demo.generate; a test fails when any of them drifts.
 generate: system-deps $(BIN)/virtcap
 	$(BIN)/python -m virtcap.exposition.catalogue README.md
 	$(BIN)/python -m virtcap.demo.generate > /dev/null
-	jsonnet -S -J alerts alerts/alerts.jsonnet > alerts/virtcap-alerts.yaml
-	jsonnet -S -J alerts alerts/rules.jsonnet > alerts/virtcap-rules.yaml
-	rm -f dashboards/generated/*.json
-	jsonnet -J dashboards -J alerts -m dashboards/generated dashboards/dashboards.jsonnet > /dev/null
+	jsonnet -S mixin/alerts.jsonnet > mixin/generated/prometheus_alerts.yaml
+	jsonnet -S mixin/rules.jsonnet > mixin/generated/prometheus_rules.yaml
+	rm -f mixin/generated/dashboards/*.json
+	jsonnet -m mixin/generated/dashboards mixin/dashboards.jsonnet > /dev/null
 
 # Side by side with the Debian prometheus-libvirt-exporter; the real-libvirtd figure needs root and
 # the system libvirtd (the tests only ever start a private one).

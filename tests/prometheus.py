@@ -76,12 +76,20 @@ def _ready(prometheus: Prometheus) -> bool:
         return False
 
 
+FLEET = "demo"
+"""The fleet label (the mixin's `_config.fleetLabel`) the tests' Prometheus gives its virtcap
+target, as deploy/prometheus/prometheus.yml does: virtcap does not export it."""
+
+
 def scrape_config(target: str, interval: str = "1s", rule_files: list[Path] | None = None) -> str:
-    """A Prometheus configuration scraping one virtcap (JSON is YAML)."""
+    """A Prometheus configuration scraping one virtcap, its target labelled with FLEET (JSON is
+    YAML)."""
     return json.dumps(
         {
             "global": {"scrape_interval": interval, "evaluation_interval": interval},
             "rule_files": [str(path) for path in rule_files or []],
-            "scrape_configs": [{"job_name": "virtcap", "static_configs": [{"targets": [target]}]}],
+            "scrape_configs": [
+                {"job_name": "virtcap", "static_configs": [{"targets": [target], "labels": {"fleet": FLEET}}]}
+            ],
         }
     )

@@ -1,8 +1,10 @@
-"""The alerting mixin: generated files up to date, promtool-checked and unit-tested, linted like
-mixtool does, the Alertmanager example valid, and the alerts firing on the demo where meant."""
+"""The mixin's rules and alerts: generated files up to date, promtool-checked and unit-tested,
+linted like mixtool does, the fleet label kept by every aggregation, the Alertmanager example valid,
+and the alerts firing on the demo where meant."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import time
@@ -11,46 +13,116 @@ from typing import Any
 
 import yaml
 
-from tests.mixin import ALERTS, FOR_KEYS, jsonnet
-from tests.prometheus import running_prometheus, scrape_config
+from tests.mixin import (
+    ALERTS_FILE,
+    FLEET_LABEL,
+    FOR_KEYS,
+    MIXIN,
+    ROOT,
+    RULES_FILE,
+    UNIT_TESTS,
+    groupings,
+    jsonnet,
+)
+from tests.prometheus import FLEET, running_prometheus, scrape_config
 from tests.serving import running_server, wait_for
 
-ROOT = Path(__file__).resolve().parent.parent
-GENERATED = {"alerts.jsonnet": "virtcap-alerts.yaml", "rules.jsonnet": "virtcap-rules.yaml"}
+GENERATED = {"alerts.jsonnet": ALERTS_FILE, "rules.jsonnet": RULES_FILE}
 SEVERITIES = {"critical", "warning", "info"}
+ALERTMANAGER = ROOT / "deploy/alertmanager/alertmanager.yml"
 
 
 def tool(*command: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(list(command), capture_output=True, text=True, check=False, cwd=ROOT)
 
 
+def rules_of(text: str) -> list[dict[str, Any]]:
+    return [rule for group in yaml.safe_load(text)["groups"] for rule in group["rules"]]
+
+
 def alert_rules() -> list[dict[str, Any]]:
-    document = yaml.safe_load((ALERTS / "virtcap-alerts.yaml").read_text())
-    return [rule for group in document["groups"] for rule in group["rules"]]
+    return rules_of(ALERTS_FILE.read_text())
+
+
+def unit_test_files() -> list[Path]:
+    return sorted(UNIT_TESTS.glob("*.test.yaml"))
 
 
 def test_committed_rule_files_are_what_the_mixin_generates() -> None:
     for source, target in GENERATED.items():
-        assert jsonnet(source) == (ALERTS / target).read_text(), (
-            f"{target} is out of date: run `make generate`"
-        )
+        assert jsonnet(source) == target.read_text(), f"{target.name} is out of date: run `make generate`"
+
+
+def test_the_mixin_exposes_what_monitoring_mixins_do() -> None:
+    """One root mixin.libsonnet with prometheusAlerts, prometheusRules, grafanaDashboards and
+    _config, as kubernetes-mixin's and node-mixin's, and a jsonnetfile.json without dependencies to
+    fetch (it builds offline)."""
+    command = [
+        "jsonnet",
+        "-e",
+        "local m = import 'mixin.libsonnet'; std.sort(std.objectFieldsAll(m))",
+        "-J",
+        str(MIXIN),
+    ]
+    fields = json.loads(subprocess.run(command, capture_output=True, text=True, check=True).stdout)
+    assert fields == ["_config", "grafanaDashboards", "prometheusAlerts", "prometheusRules"]
+    assert json.loads((MIXIN / "jsonnetfile.json").read_text())["dependencies"] == []
+    for part in ("config.libsonnet", "alerts", "rules", "dashboards", "lib", "tests"):
+        assert (MIXIN / part).exists(), part
 
 
 def test_promtool_checks_both_files() -> None:
-    result = tool("promtool", "check", "rules", "alerts/virtcap-alerts.yaml", "alerts/virtcap-rules.yaml")
+    result = tool("promtool", "check", "rules", str(ALERTS_FILE), str(RULES_FILE))
     assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_promtool_unit_tests_every_alert() -> None:
-    result = tool("promtool", "test", "rules", "alerts/tests/virtcap-alerts.test.yaml")
+    files = unit_test_files()
+    assert files
+    result = tool("promtool", "test", "rules", *map(str, files))
     assert result.returncode == 0, result.stdout + result.stderr
-    tested = set(re.findall(r"alertname: (\w+)", (ALERTS / "tests" / "virtcap-alerts.test.yaml").read_text()))
+    tested = {name for path in files for name in re.findall(r"alertname: (\w+)", path.read_text())}
     assert tested == {rule["alert"] for rule in alert_rules()}
 
 
+def test_every_unit_test_series_and_alert_carries_the_fleet_label() -> None:
+    for path in unit_test_files():
+        for test in yaml.safe_load(path.read_text())["tests"]:
+            for series in test["input_series"]:
+                assert f'{FLEET_LABEL}="' in series["series"], (path.name, series)
+            for case in test.get("alert_rule_test", []):
+                for alert in case["exp_alerts"]:
+                    assert FLEET_LABEL in alert["exp_labels"], (path.name, case)
+            for case in test.get("promql_expr_test", []):
+                for sample in case["exp_samples"]:
+                    assert f'{FLEET_LABEL}="' in sample["labels"], (path.name, case)
+
+
+def test_every_aggregation_and_vector_match_keeps_the_fleet_label() -> None:
+    expressions = [rule["expr"] for rule in rules_of(RULES_FILE.read_text()) + alert_rules()]
+    found = [grouping for expression in expressions for grouping in groupings(expression)]
+    assert {g.operator for g in found} >= {"sum", "max", "count", "on"}
+    for expression in expressions:
+        for grouping in groupings(expression):
+            assert grouping.keeps(FLEET_LABEL), (grouping, expression)
+
+
+def test_the_fleet_label_is_configurable() -> None:
+    """Rendered with another fleetLabel, every aggregation and vector match keeps that one."""
+    for source in GENERATED:
+        for rule in rules_of(jsonnet(source, {"fleetLabel": "cluster"})):
+            for grouping in groupings(rule["expr"]):
+                assert grouping.keeps("cluster") and FLEET_LABEL not in grouping.labels, rule["expr"]
+
+
 def test_the_alertmanager_example_is_valid() -> None:
-    result = tool("amtool", "check-config", "alerts/alertmanager.yml")
+    result = tool("amtool", "check-config", str(ALERTMANAGER))
     assert result.returncode == 0, result.stdout + result.stderr
+    route = yaml.safe_load(ALERTMANAGER.read_text())
+    # two fleets' alerts of hypervisors with the same name are two notifications, and a failing
+    # audit in one fleet inhibits nothing in another
+    assert FLEET_LABEL in route["route"]["group_by"]
+    assert all(FLEET_LABEL in rule["equal"] for rule in route["inhibit_rules"])
 
 
 def _github_anchors(markdown: str) -> set[str]:
@@ -63,7 +135,7 @@ def _github_anchors(markdown: str) -> set[str]:
 
 
 def test_alerts_follow_the_mixin_conventions() -> None:
-    anchors = _github_anchors((ALERTS / "RUNBOOK.md").read_text())
+    anchors = _github_anchors((MIXIN / "runbook.md").read_text())
     rules = alert_rules()
     assert len(rules) == 13
     for rule in rules:
@@ -79,7 +151,7 @@ def test_alerts_follow_the_mixin_conventions() -> None:
 
 
 def test_recording_rules_are_named_level_metric_operations() -> None:
-    document = yaml.safe_load((ALERTS / "virtcap-rules.yaml").read_text())
+    document = yaml.safe_load(RULES_FILE.read_text())
     for group in document["groups"]:
         for rule in group["rules"]:
             assert re.fullmatch(r"[a-z_]*:[a-z_]+:[a-z_]+", rule["record"]), rule["record"]
@@ -136,6 +208,7 @@ def test_the_demo_trips_exactly_the_alerts_it_is_meant_to(tmp_path: Path) -> Non
             assert overcommitted[0]["labels"] == {
                 "alertname": "HypervisorResourceOvercommitted",
                 "hypervisor": "compute-02",
+                "fleet": FLEET,
                 "instance": target,
                 "job": "virtcap",
                 "resource": "vcpu",

@@ -1,5 +1,6 @@
-"""The Grafana dashboards: generated from Jsonnet, linted like Grafana's dashboard-linter, and every
-panel's query proven against a real Prometheus that scraped the demo."""
+"""The Grafana dashboards of the mixin: generated from Jsonnet, linted like Grafana's dashboard-linter
+(and held to the fleet variable), and every panel's query proven against a real Prometheus that
+scraped the demo."""
 
 from __future__ import annotations
 
@@ -14,12 +15,21 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.prometheus import Prometheus, running_prometheus, scrape_config
+from tests.mixin import (
+    ALERTS_FILE,
+    DASHBOARDS_DIRECTORY,
+    FLEET_LABEL,
+    ROOT,
+    RULES_FILE,
+    groupings,
+    jsonnet_dashboards,
+    vector_selectors,
+)
+from tests.prometheus import FLEET, Prometheus, running_prometheus, scrape_config
 from tests.serving import running_server, wait_for
 
-ROOT = Path(__file__).resolve().parent.parent
-DASHBOARDS = ROOT / "dashboards"
-GENERATED = DASHBOARDS / "generated"
+GENERATED = DASHBOARDS_DIRECTORY
+PROVISIONING = ROOT / "deploy/grafana/provisioning"
 UIDS = {
     "virtcap-fleet.json": "virtcap-fleet",
     "virtcap-hypervisor.json": "virtcap-hypervisor",
@@ -27,9 +37,11 @@ UIDS = {
     "virtcap-exporter.json": "virtcap-exporter",
 }
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
-# What the query proof substitutes for Grafana's variables: every hypervisor and flavor, and a rate
-# window of several scrapes (the test scrapes every second).
-SUBSTITUTIONS = {"$hypervisor": ".*", "$flavor": ".*", "$__rate_interval": "10s"}
+# What the query proof substitutes for Grafana's variables: the fleet its Prometheus labels the demo
+# with, every hypervisor and flavor, and a rate window of several scrapes (the test scrapes every
+# second).
+SUBSTITUTIONS = {"$fleet": FLEET, "$hypervisor": ".*", "$flavor": ".*", "$__rate_interval": "10s"}
+FLEET_MATCHER = f'{FLEET_LABEL}="$fleet"'
 # Targets (dashboard, panel, query) allowed to return nothing on the healthy demo, each with why.
 # Only the query named is excused, never its whole panel: the panel's other queries must still
 # return data. Each one must be empty on the demo (else it has no business here) and is proven to
@@ -38,9 +50,10 @@ BUSY_CPUS_UNKNOWN = (
     "busy host CPUs are unknown, no series, where the driver measures no host CPU time: "
     "libvirt's test driver, which the demo runs on"
 )
-FLEET_BUSY_CPUS = 'resource:hypervisor_resource_actual_usage:sum{resource="vcpu"}'
+FLEET_BUSY_CPUS = 'resource:hypervisor_resource_actual_usage:sum{fleet="$fleet", resource="vcpu"}'
 HYPERVISOR_BUSY_CPUS = (
-    'hypervisor_resource_actual_usage{job="virtcap", hypervisor=~"$hypervisor", resource="vcpu"}'
+    'hypervisor_resource_actual_usage{job="virtcap", fleet="$fleet", hypervisor=~"$hypervisor", '
+    'resource="vcpu"}'
 )
 MAY_BE_EMPTY: dict[tuple[str, str, str], str] = {
     ("virtcap-fleet.json", "vcpu: limit, used and actual usage", FLEET_BUSY_CPUS): BUSY_CPUS_UNKNOWN,
@@ -51,18 +64,22 @@ MAY_BE_EMPTY: dict[tuple[str, str, str], str] = {
     ): BUSY_CPUS_UNKNOWN,
 }
 # The synthetic fleet: two KVM hosts whose driver measures CPU time, as their /metrics would expose
-# them once scraped (job and instance added), with the memory series a vCPU query must not pick.
-_MEASURED = 'job="virtcap",instance="virtcap:10463",hypervisor="%s",resource="%s",unit="%s"'
+# them once scraped (job, instance and fleet added), with the memory series a vCPU query must not
+# pick; and the same hosts in another fleet, which no query of the demo's fleet may pick.
+_MEASURED = 'job="virtcap",instance="virtcap:10463",fleet="%s",hypervisor="%s",resource="%s",unit="%s"'
 MEASURED_SERIES = {
-    "hypervisor_resource_actual_usage{%s}" % (_MEASURED % ("kvm-01", "vcpu", "cpus")): 3.5,
-    "hypervisor_resource_actual_usage{%s}" % (_MEASURED % ("kvm-02", "vcpu", "cpus")): 6,
-    "hypervisor_resource_actual_usage{%s}" % (_MEASURED % ("kvm-01", "memory", "bytes")): 2**30,
+    "hypervisor_resource_actual_usage{%s}" % (_MEASURED % (FLEET, "kvm-01", "vcpu", "cpus")): 3.5,
+    "hypervisor_resource_actual_usage{%s}" % (_MEASURED % (FLEET, "kvm-02", "vcpu", "cpus")): 6,
+    "hypervisor_resource_actual_usage{%s}" % (_MEASURED % (FLEET, "kvm-01", "memory", "bytes")): 2**30,
+    "hypervisor_resource_actual_usage{%s}" % (_MEASURED % ("other", "kvm-01", "vcpu", "cpus")): 40,
 }
 EXPECTED_WHERE_MEASURED: dict[str, dict[str, float]] = {
-    FLEET_BUSY_CPUS: {'resource:hypervisor_resource_actual_usage:sum{resource="vcpu",unit="cpus"}': 9.5},
+    FLEET_BUSY_CPUS: {
+        f'resource:hypervisor_resource_actual_usage:sum{{fleet="{FLEET}",resource="vcpu",unit="cpus"}}': 9.5
+    },
     HYPERVISOR_BUSY_CPUS: {
-        "hypervisor_resource_actual_usage{%s}" % (_MEASURED % ("kvm-01", "vcpu", "cpus")): 3.5,
-        "hypervisor_resource_actual_usage{%s}" % (_MEASURED % ("kvm-02", "vcpu", "cpus")): 6,
+        "hypervisor_resource_actual_usage{%s}" % (_MEASURED % (FLEET, "kvm-01", "vcpu", "cpus")): 3.5,
+        "hypervisor_resource_actual_usage{%s}" % (_MEASURED % (FLEET, "kvm-02", "vcpu", "cpus")): 6,
     },
 }
 
@@ -72,23 +89,10 @@ def dashboards() -> dict[str, dict[str, Any]]:
 
 
 def test_committed_dashboards_are_what_the_jsonnet_generates(tmp_path: Path) -> None:
-    subprocess.run(
-        [
-            "jsonnet",
-            "-J",
-            str(DASHBOARDS),
-            "-J",
-            str(ROOT / "alerts"),
-            "-m",
-            str(tmp_path),
-            str(DASHBOARDS / "dashboards.jsonnet"),
-        ],
-        check=True,
-        capture_output=True,
-    )
+    jsonnet_dashboards(tmp_path)
     generated = {path.name: path.read_text() for path in tmp_path.glob("*.json")}
     committed = {path.name: path.read_text() for path in GENERATED.glob("*.json")}
-    assert generated == committed, "dashboards/generated is out of date: run `make generate`"
+    assert generated == committed, "mixin/generated/dashboards is out of date: run `make generate`"
 
 
 def _overlaps(a: dict[str, int], b: dict[str, int]) -> bool:
@@ -116,9 +120,15 @@ def test_dashboard_lint(name: str) -> None:
     )
     if "hypervisor" in variables:
         assert variables["hypervisor"]["multi"] and variables["hypervisor"]["includeAll"]
+    # one fleet at a time, from a series every audited hypervisor has
+    fleet = variables["fleet"]
+    assert fleet["query"]["query"] == f'label_values(hypervisor_up{{job="virtcap"}}, {FLEET_LABEL})'
+    assert not fleet["multi"] and not fleet["includeAll"]
     for variable in variables.values():
         if variable["type"] == "query":
             assert variable["datasource"] == DATASOURCE
+            if variable is not fleet:
+                assert FLEET_MATCHER in variable["query"]["query"], variable["name"]
     panels = dashboard["panels"]
     ids = [panel["id"] for panel in panels]
     assert len(ids) == len(set(ids))
@@ -138,17 +148,41 @@ def test_dashboard_lint(name: str) -> None:
             assert target["datasource"] == DATASOURCE, where
             for function in re.findall(r"\b(rate|irate|increase)\(", target["expr"]):
                 assert "[$__rate_interval]" in target["expr"], (where, function)
+            assert_keeps_the_fleet(target["expr"], FLEET_LABEL, where)
+
+
+def assert_keeps_the_fleet(expression: str, label: str, where: str) -> None:
+    """Every series the query reads is of the selected fleet, and every aggregation keeps the
+    fleet label: two fleets federated into one Prometheus are never summed together."""
+    selectors = vector_selectors(expression)
+    assert selectors, (where, expression)
+    for selector in selectors:
+        assert f'{label}="$fleet"' in selector, (where, selector)
+    for grouping in groupings(expression):
+        assert grouping.keeps(label), (where, grouping, expression)
+
+
+def test_the_fleet_label_of_the_dashboards_is_configurable(tmp_path: Path) -> None:
+    jsonnet_dashboards(tmp_path, {"fleetLabel": "cluster"})
+    for path in sorted(tmp_path.glob("*.json")):
+        dashboard = json.loads(path.read_text())
+        variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+        assert variables["fleet"]["query"]["query"].endswith(", cluster)")
+        for panel in dashboard["panels"]:
+            for target in panel.get("targets", []):
+                assert_keeps_the_fleet(target["expr"], "cluster", f"{path.name} {panel['title']}")
+                assert f'{FLEET_LABEL}="' not in target["expr"], target["expr"]
 
 
 def test_the_provisioning_points_at_the_dashboards_and_the_datasource_they_use() -> None:
-    datasources = yaml.safe_load((DASHBOARDS / "provisioning/datasources/virtcap.yaml").read_text())
+    datasources = yaml.safe_load((PROVISIONING / "datasources/virtcap.yaml").read_text())
     assert datasources["apiVersion"] == 1
     (prometheus,) = datasources["datasources"]
     assert prometheus["type"] == "prometheus"
     for dashboard in dashboards().values():
         default = next(v for v in dashboard["templating"]["list"] if v["name"] == "datasource")["current"]
         assert default["value"] == prometheus["uid"]
-    providers = yaml.safe_load((DASHBOARDS / "provisioning/dashboards/virtcap.yaml").read_text())
+    providers = yaml.safe_load((PROVISIONING / "dashboards/virtcap.yaml").read_text())
     assert providers["apiVersion"] == 1
     (provider,) = providers["providers"]
     assert provider["type"] == "file" and provider["options"]["path"].startswith(
@@ -167,7 +201,7 @@ def substitute(expression: str) -> str:
 def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
     """A real Prometheus with the project's rules, scraping `virtcap serve --demo` every second."""
     directory = tmp_path_factory.mktemp("query-proof")
-    rules = [ROOT / "alerts/virtcap-rules.yaml", ROOT / "alerts/virtcap-alerts.yaml"]
+    rules = [RULES_FILE, ALERTS_FILE]
     with running_server(["--demo"], directory) as server:
         target = server.base_url.removeprefix("http://")
         with running_prometheus(scrape_config(target, rule_files=rules), directory) as running:
@@ -214,7 +248,7 @@ def test_queries_excused_on_the_demo_return_data_where_busy_cpus_are_measured(tm
     ]
     assert all(case["exp_samples"] for case in cases)
     unit_test = {
-        "rule_files": [str(ROOT / "alerts/virtcap-rules.yaml")],
+        "rule_files": [str(RULES_FILE)],
         "evaluation_interval": "1m",
         "tests": [
             {
@@ -241,5 +275,7 @@ def test_every_variable_query_has_values_on_the_demo(prometheus: Prometheus, nam
             continue
         match = re.fullmatch(r"label_values\((.+), (\w+)\)", variable["query"]["query"])
         assert match, variable["query"]
-        values = prometheus.api(f"label/{match.group(2)}/values", **{"match[]": match.group(1)})
+        values = prometheus.api(f"label/{match.group(2)}/values", **{"match[]": substitute(match.group(1))})
         assert values, variable["name"]
+        if variable["name"] == "fleet":
+            assert values == [FLEET]

@@ -16,13 +16,15 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.mixin import FOR_KEYS, jsonnet
+from tests.mixin import DASHBOARDS_DIRECTORY, FLEET_LABEL, FOR_KEYS, jsonnet
 from tests.prometheus import running_prometheus
 from tests.serving import DIES_WITH_THE_TESTS, free_port, running_server, stop_process, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE = ROOT / "docker-compose.yml"
 OVERRIDE = ROOT / "docker-compose.libvirt.yml"
+PROMETHEUS_CONFIG = ROOT / "deploy/prometheus/prometheus.yml"
+ALERTMANAGER_CONFIG = ROOT / "deploy/alertmanager/alertmanager.yml"
 
 
 def compose(*files: Path) -> subprocess.CompletedProcess[str]:
@@ -82,7 +84,7 @@ def test_grafana_is_provisioned_with_the_dashboards_and_their_datasource() -> No
     mounts = bind_mounts(grafana)
     provider = yaml.safe_load((mounts["/etc/grafana/provisioning"] / "dashboards/virtcap.yaml").read_text())
     path = provider["providers"][0]["options"]["path"]
-    assert mounts[path] == ROOT / "dashboards/generated" and list(mounts[path].glob("*.json"))
+    assert mounts[path] == DASHBOARDS_DIRECTORY and list(mounts[path].glob("*.json"))
     datasource = yaml.safe_load(
         (mounts["/etc/grafana/provisioning"] / "datasources/virtcap.yaml").read_text()
     )
@@ -116,7 +118,7 @@ def _alertmanager_alerts(url: str) -> list[dict[str, Any]]:
 def test_the_stack_end_to_end_with_the_debian_binaries() -> None:
     """virtcap serve --demo, prometheus with deploy/prometheus/prometheus.yml (targets and rule
     paths rewritten to this machine; `for` shortened through the mixin's _config so the test does
-    not wait 15 minutes), and prometheus-alertmanager with alerts/alertmanager.yml."""
+    not wait 15 minutes), and prometheus-alertmanager with deploy/alertmanager/alertmanager.yml."""
     alertmanager_binary = shutil.which("prometheus-alertmanager")
     if alertmanager_binary is None:
         pytest.fail("the Debian package prometheus-alertmanager is needed (`make test` installs it)")
@@ -124,8 +126,8 @@ def test_the_stack_end_to_end_with_the_debian_binaries() -> None:
     processes: list[subprocess.Popen[bytes]] = []
     try:
         short = {"for": dict.fromkeys(FOR_KEYS, "0s")}
-        (scratch / "virtcap-rules.yaml").write_text(jsonnet("rules.jsonnet", short))
-        (scratch / "virtcap-alerts.yaml").write_text(jsonnet("alerts.jsonnet", short))
+        (scratch / "prometheus_rules.yaml").write_text(jsonnet("rules.jsonnet", short))
+        (scratch / "prometheus_alerts.yaml").write_text(jsonnet("alerts.jsonnet", short))
 
         alertmanager_port = free_port()
         alertmanager_url = f"http://127.0.0.1:{alertmanager_port}"
@@ -134,7 +136,7 @@ def test_the_stack_end_to_end_with_the_debian_binaries() -> None:
                 [
                     *DIES_WITH_THE_TESTS,
                     alertmanager_binary,
-                    f"--config.file={ROOT / 'alerts/alertmanager.yml'}",
+                    f"--config.file={ALERTMANAGER_CONFIG}",
                     f"--storage.path={scratch / 'alertmanager'}",
                     f"--web.listen-address=127.0.0.1:{alertmanager_port}",
                     "--cluster.listen-address=",
@@ -147,7 +149,10 @@ def test_the_stack_end_to_end_with_the_debian_binaries() -> None:
 
         with running_server(["--demo"], scratch) as server:
             prometheus_port = free_port()
-            config = (ROOT / "deploy/prometheus/prometheus.yml").read_text()
+            config = PROMETHEUS_CONFIG.read_text()
+            # the fleet label the stack's Prometheus gives virtcap's target (virtcap has none)
+            jobs = {job["job_name"]: job for job in yaml.safe_load(config)["scrape_configs"]}
+            fleet = jobs["virtcap"]["static_configs"][0]["labels"][FLEET_LABEL]
             rewritten = (
                 config.replace("virtcap:10463", server.base_url.removeprefix("http://"))
                 .replace("alertmanager:9093", f"127.0.0.1:{alertmanager_port}")
@@ -172,9 +177,9 @@ def test_the_stack_end_to_end_with_the_debian_binaries() -> None:
                     20,
                     what="recording rules",
                 )
-                assert {
-                    r["metric"]["resource"] for r in prometheus.query("resource:hypervisor_resource_used:sum")
-                } == {
+                used = prometheus.query("resource:hypervisor_resource_used:sum")
+                assert {r["metric"][FLEET_LABEL] for r in used} == {fleet}
+                assert {r["metric"]["resource"] for r in used} == {
                     "vcpu",
                     "pcpu",
                     "memory",
@@ -196,6 +201,7 @@ def test_the_stack_end_to_end_with_the_debian_binaries() -> None:
                 (alert,) = overcommit_in_alertmanager()
                 assert alert["labels"] == {
                     "alertname": "HypervisorResourceOvercommitted",
+                    FLEET_LABEL: fleet,
                     "hypervisor": "compute-02",
                     "instance": server.base_url.removeprefix("http://"),
                     "job": "virtcap",

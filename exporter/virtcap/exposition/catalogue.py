@@ -100,14 +100,14 @@ _AMOUNT = ("hypervisor", "resource", "unit")
 HYPERVISOR_UP = MetricFamily(
     "hypervisor_up",
     "gauge",
-    "1 if the last audit of the hypervisor succeeded.",
+    "1 if the last background audit of the hypervisor succeeded.",
     _HYPERVISOR,
     meaning="1 if the last audit succeeded",
 )
 RESOURCE_TOTAL = MetricFamily(
     "hypervisor_resource_total",
     "gauge",
-    "Physical amount of the resource.",
+    "Physical amount of the resource, as of the last successful background audit.",
     _AMOUNT,
     UNIT_LABEL,
     meaning="physical amount; of a custom class, its declared inventory (0 where a domain or claim uses "
@@ -116,7 +116,7 @@ RESOURCE_TOTAL = MetricFamily(
 RESOURCE_RESERVED = MetricFamily(
     "hypervisor_resource_reserved",
     "gauge",
-    "Amount kept for the host itself, taken out of the limit.",
+    "Amount kept for the host itself, taken out of the limit, as of the last successful background audit.",
     _AMOUNT,
     UNIT_LABEL,
     meaning="kept for the host, out of the limit",
@@ -124,7 +124,8 @@ RESOURCE_RESERVED = MetricFamily(
 RESOURCE_LIMIT = MetricFamily(
     "hypervisor_resource_limit",
     "gauge",
-    "(total - reserved) x allocation_ratio, truncated: what may be allocated (Placement capacity).",
+    "(total - reserved) x allocation_ratio, truncated: what may be allocated (Placement capacity), as of "
+    "the last successful background audit.",
     _AMOUNT,
     UNIT_LABEL,
     meaning="`(total - reserved) x ratio` (Placement capacity)",
@@ -132,7 +133,8 @@ RESOURCE_LIMIT = MetricFamily(
 RESOURCE_USED = MetricFamily(
     "hypervisor_resource_used",
     "gauge",
-    "Allocated to counted domains plus held by pending claims; reserved is not included.",
+    "Allocated to counted domains (as of the last successful background audit) plus held by pending claims; "
+    "reserved is not included.",
     _AMOUNT,
     UNIT_LABEL,
     meaning="allocated to counted domains + claimed (Placement usage; reserved not included)",
@@ -140,7 +142,8 @@ RESOURCE_USED = MetricFamily(
 RESOURCE_FREE = MetricFamily(
     "hypervisor_resource_free",
     "gauge",
-    "limit - used; negative when allocations exceed the allocation-ratio policy.",
+    "limit - used, from the last successful background audit and pending claims; negative when allocations "
+    "exceed the allocation-ratio policy.",
     _AMOUNT,
     UNIT_LABEL,
     meaning="`limit - used`, negative past the policy",
@@ -148,7 +151,8 @@ RESOURCE_FREE = MetricFamily(
 RESOURCE_ACTUAL_USAGE = MetricFamily(
     "hypervisor_resource_actual_usage",
     "gauge",
-    "What the host really uses: busy CPUs, memory in use (Nova's formula), storage used.",
+    "What the host really uses: busy CPUs, memory in use (Nova's formula), storage used, as of the last "
+    "successful background audit.",
     _AMOUNT,
     UNIT_LABEL,
     meaning="busy CPUs, memory in use, storage used (no series where unknown: busy CPUs need two "
@@ -166,7 +170,8 @@ RESOURCE_ALLOCATION_RATIO = MetricFamily(
 RESOURCE_ALLOCATED = MetricFamily(
     "hypervisor_resource_allocated",
     "gauge",
-    "Allocated to domains, by domain state (shut off domains count unless configured otherwise).",
+    "Allocated to domains, by domain state (shut off domains count unless configured otherwise), as of the "
+    "last successful background audit.",
     (*_AMOUNT, "state"),
     UNIT_LABEL,
     meaning="allocations by domain state (shut off ones shown even when not counted)",
@@ -182,37 +187,39 @@ RESOURCE_CLAIMED = MetricFamily(
 SCHEDULABLE_INSTANCES = MetricFamily(
     "hypervisor_schedulable_instances",
     "gauge",
-    "How many more instances of the flavor fit on the hypervisor.",
+    "How many more instances of the flavor fit on the hypervisor, from the last successful background audit "
+    "and pending claims.",
     ("hypervisor", "flavor"),
     meaning="how many more instances of the flavor fit",
 )
 FLAVOR_BOTTLENECK = MetricFamily(
     "hypervisor_flavor_bottleneck",
     "gauge",
-    "1 for the resource that limits how many more instances of the flavor fit on the hypervisor.",
+    "1 for the resource that limits how many more instances of the flavor fit on the hypervisor, from the "
+    "last successful background audit and pending claims.",
     ("hypervisor", "flavor", "resource"),
     meaning="value 1 for the resource that runs out first for the flavor (never one without a limit)",
 )
 DOMAINS = MetricFamily(
     "hypervisor_domains",
     "gauge",
-    "Defined domains by state.",
+    "Defined domains by state, as of the last successful background audit.",
     ("hypervisor", "state"),
     meaning="defined domains",
 )
 AUDIT_PROBLEMS = MetricFamily(
     "hypervisor_audit_problems",
     "gauge",
-    "Problems the last audit reported (unreadable domains or disks, missing storage, a "
-    "configuration the hypervisor's inventory is refused for).",
+    "Problems the last successful background audit reported (unreadable domains or disks, missing storage, "
+    "a configuration the hypervisor's inventory is refused for).",
     _HYPERVISOR,
     meaning="problems the last audit reported (unreadable domains, missing storage)",
 )
 INVENTORY_REFUSED = MetricFamily(
     "hypervisor_resource_inventory_refused",
     "gauge",
-    "1 where Placement would hold no inventory of the resource (reserved above total, a CPU set "
-    "naming offline CPUs): the hypervisor offers none of it.",
+    "1 where Placement would hold no inventory of the resource (reserved above total, a CPU set naming "
+    "offline CPUs): the hypervisor offers none of it; as of the last successful background audit.",
     _RESOURCE,
     meaning="1 where Placement would hold no inventory of the resource (reserved above total, a CPU "
     "set naming offline CPUs), else 0",
@@ -220,7 +227,7 @@ INVENTORY_REFUSED = MetricFamily(
 AUDIT_DURATION = MetricFamily(
     "hypervisor_audit_duration_seconds",
     "gauge",
-    "Duration of the last successful audit.",
+    "Duration of the last successful background audit.",
     _HYPERVISOR,
     "seconds",
     meaning="duration of the last successful audit",
@@ -228,7 +235,7 @@ AUDIT_DURATION = MetricFamily(
 AUDIT_TIMESTAMP = MetricFamily(
     "hypervisor_audit_timestamp_seconds",
     "gauge",
-    "Unix time of the last successful audit.",
+    "Unix time of the last successful background audit.",
     _HYPERVISOR,
     "seconds",
     meaning="Unix time of the last successful audit",
@@ -236,7 +243,7 @@ AUDIT_TIMESTAMP = MetricFamily(
 AUDITS = MetricFamily(
     "virtcap_audits_total",
     "counter",
-    "Finished audits by outcome (success, failure, timeout).",
+    "Finished background audits by outcome (success, failure, timeout).",
     ("hypervisor", "outcome"),
     label_values={"outcome": AUDIT_OUTCOMES},
     meaning="finished audits",
@@ -251,7 +258,7 @@ CLAIMS_PENDING = MetricFamily(
 HYPERVISOR_INFO = MetricFamily(
     "hypervisor_info",
     "info",
-    "Identity of the hypervisor, value 1.",
+    "Identity of the hypervisor as of the last successful background audit, value 1.",
     _HYPERVISOR,
     info_labels=("hostname", "hypervisor_type", "hypervisor_version", "libvirt_version", "cpu_model", "arch"),
     meaning="value 1",
@@ -297,8 +304,8 @@ _CELL_RESOURCES = {"resource": ("vcpu", "pcpu", "memory")}
 NUMA_CELL_SIZE = MetricFamily(
     "hypervisor_numa_cell_size",
     "gauge",
-    "What one NUMA cell has, as Nova's NUMA accounting splits it: CPUs of the shared set (vcpu) and "
-    "of the dedicated set (pcpu), memory.",
+    "What one NUMA cell has, as Nova's NUMA accounting splits it: CPUs of the shared set (vcpu) and of the "
+    "dedicated set (pcpu), memory; as of the last successful background audit.",
     _CELL_AMOUNT,
     UNIT_LABEL,
     label_values=_CELL_RESOURCES,
@@ -308,8 +315,8 @@ NUMA_CELL_SIZE = MetricFamily(
 NUMA_CELL_LIMIT = MetricFamily(
     "hypervisor_numa_cell_limit",
     "gauge",
-    "What the cell may give guests: shared CPUs x cpu allocation ratio, dedicated CPUs, memory x "
-    "ram allocation ratio (Nova's NUMA limits).",
+    "What the cell may give guests: shared CPUs x cpu allocation ratio, dedicated CPUs, memory x ram "
+    "allocation ratio (Nova's NUMA limits); as of the last successful background audit.",
     _CELL_AMOUNT,
     UNIT_LABEL,
     label_values=_CELL_RESOURCES,
@@ -318,8 +325,8 @@ NUMA_CELL_LIMIT = MetricFamily(
 NUMA_CELL_USED = MetricFamily(
     "hypervisor_numa_cell_used",
     "gauge",
-    "What counted domains with a NUMA placement and pending claims take from the cell: floating "
-    "vCPUs, pinned dedicated CPUs, memory.",
+    "What counted domains with a NUMA placement (as of the last successful background audit) and pending "
+    "claims take from the cell: floating vCPUs, pinned dedicated CPUs, memory.",
     _CELL_AMOUNT,
     UNIT_LABEL,
     label_values=_CELL_RESOURCES,
@@ -330,7 +337,8 @@ NUMA_CELL_USED = MetricFamily(
 NUMA_CELL_FREE = MetricFamily(
     "hypervisor_numa_cell_free",
     "gauge",
-    "limit - used in the cell; negative past the policy.",
+    "limit - used in the cell, from the last successful background audit and pending claims; negative past "
+    "the policy.",
     _CELL_AMOUNT,
     UNIT_LABEL,
     label_values=_CELL_RESOURCES,
@@ -339,36 +347,39 @@ NUMA_CELL_FREE = MetricFamily(
 HUGEPAGES = MetricFamily(
     "hypervisor_numa_cell_hugepages",
     "gauge",
-    "Hugepages of the size in the cell.",
+    "Hugepages of the size in the cell, as of the last successful background audit.",
     _CELL_PAGES,
     meaning="hugepages of the size in the cell (small pages are not shown: their free count is not capacity)",
 )
 HUGEPAGES_RESERVED = MetricFamily(
     "hypervisor_numa_cell_hugepages_reserved",
     "gauge",
-    "Hugepages of the size kept for the host (Nova's reserved_huge_pages).",
+    "Hugepages of the size kept for the host (Nova's reserved_huge_pages), as of the last successful "
+    "background audit.",
     _CELL_PAGES,
     meaning="kept for the host (`reserved_huge_pages`)",
 )
 HUGEPAGES_USED = MetricFamily(
     "hypervisor_numa_cell_hugepages_used",
     "gauge",
-    "Hugepages of the size held by counted domains whose memory they back, and by pending claims.",
+    "Hugepages of the size held by counted domains whose memory they back (as of the last successful "
+    "background audit), and by pending claims.",
     _CELL_PAGES,
     meaning="held by counted domains and pending claims",
 )
 HUGEPAGES_FREE = MetricFamily(
     "hypervisor_numa_cell_hugepages_free",
     "gauge",
-    "total - reserved - used: what the next guest can get, as Nova counts it.",
+    "total - reserved - used: what the next guest can get, as Nova counts it, from the last successful "
+    "background audit and pending claims.",
     _CELL_PAGES,
     meaning="`total - reserved - used`, as Nova counts what the next guest can get",
 )
 HUGEPAGES_KERNEL_FREE = MetricFamily(
     "hypervisor_numa_cell_hugepages_kernel_free",
     "gauge",
-    "Free hugepages of the size in the cell as the kernel reports them (virNodeGetFreePages), as of "
-    "the last background audit.",
+    "Free hugepages of the size in the cell as the kernel reports them (virNodeGetFreePages), as of the "
+    "last successful background audit.",
     _CELL_PAGES,
     meaning="free as the kernel says (`virNodeGetFreePages`): below Nova's free count when "
     "something beside the counted domains holds pages, above it while pending claims hold pages "
@@ -377,8 +388,8 @@ HUGEPAGES_KERNEL_FREE = MetricFamily(
 PCI_POOL_DEVICES = MetricFamily(
     "hypervisor_pci_pool_devices",
     "gauge",
-    "Passthrough devices of the PCI pool (devices Nova pools together: same ids, NUMA node, type, "
-    "tags and physical function).",
+    "Passthrough devices of the PCI pool (devices Nova pools together: same ids, NUMA node, type, tags and "
+    "physical function), as of the last successful background audit.",
     _PCI_POOL,
     label_values={"device_type": ("type-PCI", "type-PF", "type-VF")},
     meaning="devices of a pool as Nova pools them (`pool`: the physical function's address for "
@@ -388,7 +399,7 @@ PCI_POOL_DEVICES_FREE = MetricFamily(
     "hypervisor_pci_pool_devices_free",
     "gauge",
     "Devices of the pool no domain or pending claim holds (nor one holding their physical or virtual "
-    "functions).",
+    "functions), from the last successful background audit and pending claims.",
     _PCI_POOL,
     label_values={"device_type": ("type-PCI", "type-PF", "type-VF")},
     meaning="devices of the pool still free",
@@ -396,7 +407,8 @@ PCI_POOL_DEVICES_FREE = MetricFamily(
 PCI_ALIAS_DEVICES = MetricFamily(
     "hypervisor_pci_alias_devices",
     "gauge",
-    "Passthrough devices a flavor asking for the PCI alias could get on the hypervisor.",
+    "Passthrough devices a flavor asking for the PCI alias could get on the hypervisor, as of the last "
+    "successful background audit.",
     ("hypervisor", "alias"),
     meaning="devices a `pci_passthrough:alias` of the alias could be given (a device matching two "
     "aliases counts for each: sum per alias, not over aliases)",
@@ -404,37 +416,39 @@ PCI_ALIAS_DEVICES = MetricFamily(
 PCI_ALIAS_DEVICES_FREE = MetricFamily(
     "hypervisor_pci_alias_devices_free",
     "gauge",
-    "Of those, the free ones (without regard to NUMA affinity).",
+    "Of those, the free ones (without regard to NUMA affinity), from the last successful background audit "
+    "and pending claims.",
     ("hypervisor", "alias"),
     meaning="of those, the free ones (NUMA affinity aside)",
 )
 GPU_VGPUS = MetricFamily(
     "hypervisor_gpu_vgpus",
     "gauge",
-    "VGPU inventory of the physical GPU for its enabled mediated device type, as Nova reports it.",
+    "VGPU inventory of the physical GPU for its enabled mediated device type, as Nova reports it, as of the "
+    "last successful background audit.",
     ("hypervisor", "gpu", "mdev_type"),
     meaning="a physical GPU's VGPU inventory (`gpu`: its PCI address), one Placement provider each",
 )
 GPU_VGPUS_USED = MetricFamily(
     "hypervisor_gpu_vgpus_used",
     "gauge",
-    "Mediated devices of the GPU held by counted domains (pending claims name no GPU: they count in "
-    "hypervisor_resource_claimed).",
+    "Mediated devices of the GPU held by counted domains, as of the last successful background audit "
+    "(pending claims name no GPU: they count in hypervisor_resource_claimed).",
     ("hypervisor", "gpu", "mdev_type"),
     meaning="held by counted domains",
 )
 GPU_VGPUS_FREE = MetricFamily(
     "hypervisor_gpu_vgpus_free",
     "gauge",
-    "VGPUs of the GPU still free.",
+    "VGPUs of the GPU still free, as of the last successful background audit.",
     ("hypervisor", "gpu", "mdev_type"),
     meaning="`inventory - used`",
 )
 FLAVOR_PLACEMENT_LIMITED = MetricFamily(
     "hypervisor_flavor_placement_limited",
     "gauge",
-    "1 where NUMA cells or PCI devices let fewer instances of the flavor fit than the whole-host "
-    "amounts would.",
+    "1 where NUMA cells or PCI devices let fewer instances of the flavor fit than the whole-host amounts "
+    "would, from the last successful background audit and pending claims.",
     ("hypervisor", "flavor", "constraint"),
     label_values={"constraint": ("numa", "pci")},
     meaning="value 1 where the flavor's NUMA fit (`numa`: cells, pinned CPUs, hugepages) or its "
@@ -497,8 +511,9 @@ HYPERVISOR_FAMILIES: tuple[MetricFamily, ...] = (
 EVACUATION_FEASIBLE = MetricFamily(
     "hypervisor_evacuation_feasible",
     "gauge",
-    "1 if, were the hypervisor lost, every domain it holds could be scheduled again on the others "
-    "(one by one, largest first, through the simulated Nova scheduler).",
+    "1 if, were the hypervisor lost, every domain it holds could be scheduled again on the others (one by "
+    "one, largest first, through the simulated Nova scheduler), as of the last background computation of "
+    "the failure tolerance.",
     _HYPERVISOR,
     meaning="1 if every counted domain of the hypervisor could be scheduled again, one by one and "
     "largest first (memory, vCPUs, disk, name), on the other up hypervisors through the simulated "
@@ -508,15 +523,17 @@ EVACUATION_FEASIBLE = MetricFamily(
 EVACUATION_UNPLACED = MetricFamily(
     "hypervisor_evacuation_unplaced_domains",
     "gauge",
-    "Domains of the hypervisor that would find no other hypervisor were it lost.",
+    "Domains of the hypervisor that would find no other hypervisor were it lost, as of the last background "
+    "computation of the failure tolerance.",
     _HYPERVISOR,
     meaning="how many of those domains would find no host (0 when feasible)",
 )
 HOST_FAILURES_TOLERATED = MetricFamily(
     "virtcap_fleet_host_failures_tolerated",
     "gauge",
-    "How many hypervisors the fleet can lose together, those with the most allocated memory first, "
-    "with every domain scheduled again on the others; at most virtcap_fleet_host_failures_bound.",
+    "How many hypervisors the fleet can lose together, those with the most allocated memory first, with "
+    "every domain scheduled again on the others, as of the last background computation of the failure "
+    "tolerance; at most virtcap_fleet_host_failures_bound.",
     (),
     meaning="how many hypervisors the fleet can lose together (the most allocated memory first) "
     "with every domain re-homed, up to the bound",
@@ -531,7 +548,7 @@ HOST_FAILURES_BOUND = MetricFamily(
 TOLERANCE_TIMESTAMP = MetricFamily(
     "virtcap_failure_tolerance_timestamp_seconds",
     "gauge",
-    "When the failure tolerance shown was computed, from the audits as they were then.",
+    "When the failure tolerance shown was computed in the background, from the audits as they were then.",
     (),
     "seconds",
     meaning="when the failure tolerance shown was computed (Unix time)",
@@ -547,7 +564,7 @@ TOLERANCE_DURATION = MetricFamily(
 TOLERANCE_COMPUTATIONS = MetricFamily(
     "virtcap_failure_tolerance_computations_total",
     "counter",
-    "Computations of the failure tolerance: full (the whole fleet) or incremental (only what the "
+    "Background computations of the failure tolerance: full (the whole fleet) or incremental (only what the "
     "hypervisors that changed can affect).",
     ("kind",),
     label_values={"kind": ("full", "incremental")},

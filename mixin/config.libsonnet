@@ -1,0 +1,71 @@
+// The mixin's settings. Override any of them where you import the mixin:
+//   (import 'mixin.libsonnet') + { _config+:: { selector: 'job="libvirt-capacity"', fleetLabel: 'cluster' } }
+{
+  _config+:: {
+    // Which series are virtcap's.
+    selector: 'job="virtcap"',
+
+    // The label that tells fleets apart where several are federated into one Prometheus (as
+    // kubernetes-mixin's clusterLabel tells clusters apart). virtcap does not export it: it is a
+    // target label of the scrape configuration, or an external label of the Prometheus that
+    // scrapes one fleet. Every aggregation of the rules, alerts and dashboards keeps it, so two
+    // fleets whose hypervisors have the same names never merge; without the label they are one.
+    fleetLabel: 'fleet',
+
+    // A hypervisor is nearly exhausted above this share of its limit (used / limit).
+    nearlyExhaustedRatio: 0.90,
+    // The host really uses this share of its memory: the danger of memory overcommit.
+    memoryPressureRatio: 0.95,
+    // Fewer schedulable instances of a flavor in the whole fleet than this is low headroom.
+    flavorHeadroomMinimum: 5,
+    // Fewer free passthrough devices of a PCI alias than this, in the whole fleet, is low headroom.
+    pciDeviceHeadroomMinimum: 2,
+    // Fewer free VGPUs of a mediated device type than this, in the whole fleet, is low headroom.
+    vgpuHeadroomMinimum: 4,
+    // Forecast: free capacity below this share of the limit and trending to 0 within the horizon.
+    forecastFreeRatio: 0.20,
+    forecastWindow: '6h',
+    forecastHorizonSeconds: 7 * 24 * 3600,
+    // An audit older than this is stale (keep it above a few audit intervals).
+    auditStaleSeconds: 600,
+
+    // How long each condition must hold before the alert fires.
+    'for': {
+      overcommitted: '15m',
+      nearlyExhausted: '30m',
+      memoryPressure: '10m',
+      fleetHostFailure: '30m',
+      flavorHeadroom: '30m',
+      hugepagesExhausted: '30m',
+      pciDeviceHeadroom: '30m',
+      vgpuHeadroom: '30m',
+      forecast: '1h',
+      auditFailing: '10m',
+      auditStale: '10m',
+      inventoryRefused: '10m',
+      exporterDown: '5m',
+    },
+    severity: {
+      overcommitted: 'warning',
+      nearlyExhausted: 'warning',
+      memoryPressure: 'critical',
+      fleetHostFailure: 'warning',
+      flavorHeadroom: 'warning',
+      hugepagesExhausted: 'warning',
+      pciDeviceHeadroom: 'warning',
+      vgpuHeadroom: 'warning',
+      forecast: 'warning',
+      auditFailing: 'warning',
+      auditStale: 'warning',
+      inventoryRefused: 'warning',
+      exporterDown: 'critical',
+    },
+    // Each alert's runbook_url is this, '#', and the alert's name in lower case (its section).
+    runbookURL: 'https://github.com/virtcap/virtcap/blob/main/mixin/runbook.md',
+
+    // Dashboards: the tag that links them to each other, and the uid of the data source their
+    // `datasource` variable selects by default (the compose stack's provisioned Prometheus).
+    dashboardTag: 'virtcap',
+    datasourceUID: 'virtcap-prometheus',
+  },
+}

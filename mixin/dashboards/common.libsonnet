@@ -1,0 +1,30 @@
+// What the dashboards share: the selectors of their queries, with the fleet and hypervisor
+// variables, and the variables themselves. A dashboard shows one fleet at a time (as
+// kubernetes-mixin's show one cluster): its totals are that fleet's, never several summed.
+local g = import '../lib/grafana.libsonnet';
+
+function(config) config {
+  // a recording rule's series: its aggregation kept only the fleet label of the target's labels
+  f: '%(fleetLabel)s="$fleet"' % config,
+  // virtcap's own series, of the selected fleet
+  s: '%(selector)s, %(f)s' % self,
+  // ... of the selected hypervisors
+  h: '%(s)s, hypervisor=~"$hypervisor"' % self,
+
+  fleetVariable:: g.queryVariable('fleet', 'Fleet', 'label_values(hypervisor_up{%(selector)s}, %(fleetLabel)s)' % config, multi=false),
+  hypervisorVariable:: g.queryVariable('hypervisor', 'Hypervisor', 'label_values(hypervisor_up{%(s)s}, hypervisor)' % self),
+  flavorVariable:: g.queryVariable('flavor', 'Flavor', 'label_values(hypervisor_schedulable_instances{%(s)s}, flavor)' % self),
+
+  // Table columns that say nothing on a dashboard of one fleet.
+  hidden:: { Time: true, job: true, instance: true, __name__: true, [config.fleetLabel]: true },
+
+  dashboard(uid, title, description, panels, variables=[]):: g.dashboard(
+    uid,
+    title,
+    description,
+    panels,
+    [self.fleetVariable] + variables,
+    tag=config.dashboardTag,
+    datasourceUID=config.datasourceUID,
+  ),
+}

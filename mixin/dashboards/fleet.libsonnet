@@ -1,0 +1,196 @@
+// The fleet: how full it is, where the next VM fits, whether it is overcommitted past its policy, and
+// whether it can lose a hypervisor.
+local g = import '../lib/grafana.libsonnet';
+local common = import 'common.libsonnet';
+
+local fleetDashboard(config) =
+  local c = common(config);
+  local t = g.target;
+  local s = c.s;
+  local f = c.f;
+  local cpus = 'short';
+  local bytes = 'bytes';
+
+  local resourceOverTime(resource, unit, measured=true) = g.timeseries(
+    '%s: limit, used%s' % [resource, if measured then ' and actual usage' else ''],
+    'Fleet totals for %s: the limit ((total - reserved) x allocation ratio), what domains and claims use on the hypervisors that have a limit%s, and the physical total.' % [
+      resource,
+      if measured then ', what the hosts really use (where it is measured)' else '',
+    ],
+    unit,
+    [
+      t('resource:hypervisor_resource_limit:sum{%s, resource="%s"}' % [f, resource], 'limit'),
+      t('resource:hypervisor_resource_used:sum{%s, resource="%s"}' % [f, resource], 'used'),
+      t('resource:hypervisor_resource_total:sum{%s, resource="%s"}' % [f, resource], 'physical total'),
+    ] + (if measured then [t('resource:hypervisor_resource_actual_usage:sum{%s, resource="%s"}' % [f, resource], 'actual usage')] else []),
+    width=12,
+  );
+
+  local failoverShortfall(what, unit, matcher) = g.timeseries(
+    'Sum-based shortfall without the largest hypervisor: %s' % what,
+    'For comparison with the simulated evacuations: per resource, used - (limit - the largest limit) over the fleet (resource:hypervisor_failover_shortfall:sum), where two or more hypervisors offer the resource. Above 0 the sums say the fleet cannot lose its largest hypervisor; below 0 it is the margin. The sums ignore that a domain lands whole on one host (fragmentation, NUMA cells, devices, the other resources it needs), so an evacuation can fail while this is below 0; and they count an overcommitted hypervisor\'s negative free against the others, so it can be above 0 while every evacuation succeeds.',
+    unit,
+    [t('resource:hypervisor_failover_shortfall:sum{%s, %s}' % [f, matcher], '{{resource}}')],
+    width=8,
+  );
+
+  c.dashboard(
+    'virtcap-fleet',
+    'virtcap / Fleet capacity',
+    'How full is the fleet, where does the next VM fit, is it overcommitted past its policy, and can it lose a hypervisor?',
+    [
+      g.stat('Hypervisors up', 'Hypervisors whose last audit succeeded.', 'short', [t(':hypervisor_up:sum{%(f)s}' % c)], thresholds=[{ color: 'green', value: null }]),
+      g.stat('Hypervisors down', 'Hypervisors virtcap cannot audit (HypervisorAuditFailing).', 'short', [t(':hypervisor_up:count{%(f)s} - :hypervisor_up:sum{%(f)s}' % c)], thresholds=g.usedSteps(1, 1)),
+      g.stat(
+        'Hypervisors with stale data',
+        'Hypervisors whose last successful audit is older than %ds (HypervisorAuditStale).' % config.auditStaleSeconds,
+        'short',
+        [t('count by (%(fleetLabel)s) (time() - hypervisor_audit_timestamp_seconds{%(s)s} > %(auditStaleSeconds)d) or vector(0)' % c)],
+        thresholds=g.usedSteps(1, 1),
+      ),
+      g.stat(
+        'virtcap alerts',
+        'virtcap alerts pending or firing now (see the table below).',
+        'short',
+        [t('count by (%(fleetLabel)s) (ALERTS{%(f)s, alertname=~"Hypervisor.*|Virtcap.*"}) or vector(0)' % c)],
+        thresholds=g.usedSteps(1, 5),
+      ),
+      resourceOverTime('vcpu', cpus),
+      resourceOverTime('memory', bytes),
+      resourceOverTime('disk', bytes),
+      // nothing measures how busy dedicated CPUs are
+      resourceOverTime('pcpu', cpus, measured=false),
+      g.bargauge(
+        'Utilization (used / limit)',
+        'Share of the allocation limit in use, fleet-wide per resource. Above 100% the fleet is allocated beyond its policy.',
+        'percentunit',
+        [t('resource:hypervisor_resource_utilization:ratio{%(f)s}' % c, '{{resource}}')],
+        thresholds=g.usedSteps(config.nearlyExhaustedRatio, 1),
+        max=1.2,
+      ),
+      g.timeseries(
+        'Effective overcommit against the configured ratio',
+        'used / (total - reserved) per resource, next to the average configured allocation ratio: the first approaching the second means the policy is nearly used up.',
+        'short',
+        [
+          t('resource:hypervisor_resource_effective_overcommit:ratio{%(f)s}' % c, '{{resource}} effective'),
+          t('avg by (%(fleetLabel)s, resource) (hypervisor_resource_allocation_ratio{%(s)s})' % c, '{{resource}} configured'),
+        ],
+      ),
+      g.table(
+        'Hypervisors by free capacity',
+        'Every hypervisor with what is still free per resource, fewest free vCPUs first. Red: allocated beyond the policy; orange: nearly exhausted.',
+        'short',
+        [
+          t('hypervisor_resource_free{%s, resource="vcpu"}' % s, instant=true, format='table'),
+          t('hypervisor_resource_free{%s, resource="memory"}' % s, instant=true, format='table'),
+          t('hypervisor_resource_free{%s, resource="disk"}' % s, instant=true, format='table'),
+          t('hypervisor_resource:hypervisor_resource_utilization:ratio{%s, resource="memory"}' % s, instant=true, format='table'),
+        ],
+        overrides=[
+          g.column('Value #A', cpus, g.freeSteps(0, 4), 'free vCPUs'),
+          g.column('Value #B', bytes, g.freeSteps(0, 8 * 1024 * 1024 * 1024), 'free memory'),
+          g.column('Value #C', bytes, g.freeSteps(0, 50 * 1024 * 1024 * 1024), 'free disk'),
+          g.column('Value #D', 'percentunit', g.usedSteps(config.nearlyExhaustedRatio, 1), 'memory utilization'),
+        ],
+        sortBy='free vCPUs',
+        organize={ excludeByName: c.hidden { resource: true, unit: true } },
+        height=10,
+      ),
+      g.table(
+        'virtcap alerts',
+        'virtcap alerts pending or firing now, from Prometheus ALERTS series; see mixin/runbook.md for each.',
+        'short',
+        [t('ALERTS{%(f)s, alertname=~"Hypervisor.*|Virtcap.*"}' % c, instant=true, format='table')],
+        organize={ excludeByName: c.hidden { Value: true } },
+      ),
+      g.row('Failure tolerance'),
+      g.stat(
+        'Host failures tolerated',
+        'How many hypervisors the fleet can lose together, those with the most allocated memory first, every domain of theirs re-homed on the others through the simulated Nova scheduler (virtcap_fleet_host_failures_tolerated), and the bound virtcap counts up to (virtcap_fleet_host_failures_bound): at the bound, at least that many. 0 (red): the hypervisor with the most allocated memory cannot fail without leaving domains without a host. With several exporters, the fewest of their fleets and the smallest bound.',
+        'short',
+        [
+          t('min by (%(fleetLabel)s) (virtcap_fleet_host_failures_tolerated{%(s)s})' % c, 'tolerated'),
+          t('min by (%(fleetLabel)s) (virtcap_fleet_host_failures_bound{%(s)s})' % c, 'bound'),
+        ],
+        height=8,
+        thresholds=[{ color: 'red', value: null }, { color: 'green', value: 1 }],
+        overrides=[g.fixedColor('B', 'blue')],
+      ),
+      g.stat(
+        'Hypervisors that cannot be evacuated',
+        'Hypervisors whose domains would not all find a host on the others if it failed (hypervisor_evacuation_feasible is 0: HypervisorFleetCannotTolerateHostFailure).',
+        'short',
+        [t('count by (%(fleetLabel)s) (hypervisor_evacuation_feasible{%(s)s} == 0) or vector(0)' % c)],
+        height=8,
+        thresholds=g.usedSteps(1, 1),
+      ),
+      g.table(
+        'Evacuation per hypervisor',
+        'For every hypervisor with a fresh audit (a down one too, until its data is stale): whether each domain it holds (those its policy counts) would find a host on the other hypervisors that are up, scheduled one by one, largest first, through the simulated Nova scheduler; and how many would not. Those that cannot be evacuated first. `virtcap place --ignore-host <hypervisor>` shows why a flavor finds no host (mixin/runbook.md).',
+        'short',
+        [
+          t('hypervisor_evacuation_feasible{%s}' % s, instant=true, format='table'),
+          t('hypervisor_evacuation_unplaced_domains{%s}' % s, instant=true, format='table'),
+        ],
+        overrides=[
+          g.column('Value #A', 'short', g.freeSteps(1, 1), 'evacuation feasible', g.valueTexts({ '0': 'no', '1': 'yes' })),
+          g.column('Value #B', 'short', g.usedSteps(1, 1), 'domains without a host'),
+        ],
+        sortBy='evacuation feasible',
+        organize={ excludeByName: c.hidden },
+        width=12,
+      ),
+      g.timeseries(
+        'Failure tolerance over time',
+        'The host failures the fleet tolerates (the fewest, with several exporters), the hypervisors that cannot be evacuated, and their domains that would find no host, over time.',
+        'short',
+        [
+          t('min by (%(fleetLabel)s) (virtcap_fleet_host_failures_tolerated{%(s)s})' % c, 'host failures tolerated'),
+          t('count by (%(fleetLabel)s) (hypervisor_evacuation_feasible{%(s)s} == 0) or vector(0)' % c, 'hypervisors that cannot be evacuated'),
+          t('sum by (%(fleetLabel)s) (hypervisor_evacuation_unplaced_domains{%(s)s})' % c, 'domains without a host'),
+        ],
+        width=8,
+      ),
+      failoverShortfall('CPUs and other counts', 'short', 'unit!="bytes"'),
+      failoverShortfall('memory and disk', bytes, 'unit="bytes"'),
+      g.row('Device and hugepage headroom'),
+      g.timeseries(
+        'Free hugepages by page size',
+        'Hugepages of each size (in bytes) that guests can still get, all NUMA cells of the fleet together, as Nova counts them (total - reserved - used). A guest takes its pages from one cell: a large fleet total can still leave a flavor without a cell that fits (HypervisorHugepagesExhausted, and the flavors limited by NUMA below).',
+        'short',
+        [t('page_size_bytes:hypervisor_numa_cell_hugepages_free:sum{%(f)s}' % c, '{{page_size_bytes}}-byte pages')],
+        width=8,
+      ),
+      g.bargauge(
+        'Free passthrough devices per PCI alias',
+        'Devices a flavor asking for the PCI alias could still be given, fleet-wide, for the aliases the fleet has devices of; NUMA affinity aside. Red below %d (HypervisorPciDeviceHeadroomLow).' % config.pciDeviceHeadroomMinimum,
+        'short',
+        [t('alias:hypervisor_pci_alias_devices_free:sum{%(f)s} and alias:hypervisor_pci_alias_devices:sum{%(f)s} > 0' % c, '{{alias}}')],
+        width=8,
+        thresholds=g.freeSteps(config.pciDeviceHeadroomMinimum, 2 * config.pciDeviceHeadroomMinimum),
+      ),
+      g.bargauge(
+        'Free VGPUs per mediated device type',
+        'VGPUs still free, fleet-wide, per mediated device type with VGPU inventory. Red below %d (HypervisorVgpuHeadroomLow).' % config.vgpuHeadroomMinimum,
+        'short',
+        [t('mdev_type:hypervisor_gpu_vgpus_free:sum{%(f)s} and mdev_type:hypervisor_gpu_vgpus:sum{%(f)s} > 0' % c, '{{mdev_type}}')],
+        width=8,
+        thresholds=g.freeSteps(config.vgpuHeadroomMinimum, 2 * config.vgpuHeadroomMinimum),
+      ),
+      g.table(
+        'Flavors limited by NUMA cells or devices',
+        'For each flavor, on how many hypervisors its NUMA fit (numa: cells, pinned CPUs, hugepages) or its PCI devices (pci) let fewer instances fit than the whole-host amounts would (hypervisor_flavor_placement_limited, 1 there).',
+        'short',
+        [t('sum by (%(fleetLabel)s, flavor, constraint) (hypervisor_flavor_placement_limited{%(s)s})' % c, instant=true, format='table')],
+        overrides=[g.column('Value', 'short', display='hypervisors')],
+        organize={ excludeByName: { Time: true, [c.fleetLabel]: true } },
+      ),
+    ],
+  );
+
+{
+  grafanaDashboards+:: {
+    'virtcap-fleet.json': fleetDashboard($._config),
+  },
+}

@@ -1,0 +1,77 @@
+// Fleet totals and ratios per resource, the sum-based bound of the loss of the largest hypervisor,
+// and the same ratios per hypervisor. Every aggregation keeps the fleet label (config.libsonnet):
+// the totals of two fleets federated into one Prometheus stay two totals. The rules after the sums
+// read them, so they stay in this one group, evaluated in order.
+{
+  prometheusRules+:: {
+    groups+: [
+      {
+        name: 'virtcap-resources.rules',
+        rules: [
+          {
+            record: 'resource:hypervisor_resource_%s:sum' % quantity,
+            expr: 'sum by (%(fleetLabel)s, resource, unit) (%(series)s)' % $._config {
+              series:
+                // Used only where there is a limit: a resource whose total is unknown (disk
+                // without its storage found) still exports used, and counting it would inflate
+                // every comparison with the limit and total sums (utilization, overcommit, N+1).
+                if quantity == 'used'
+                then 'hypervisor_resource_used{%(selector)s} and hypervisor_resource_limit{%(selector)s}' % $._config
+                else 'hypervisor_resource_%s{%s}' % [quantity, $._config.selector],
+            },
+          }
+          for quantity in ['total', 'reserved', 'limit', 'used', 'free', 'claimed', 'actual_usage']
+        ] + [
+          {
+            record: 'resource:hypervisor_resource_limit:max',
+            expr: 'max by (%(fleetLabel)s, resource, unit) (hypervisor_resource_limit{%(selector)s})' % $._config,
+          },
+          {
+            // hypervisors that offer the resource at all: the N+1 test is meaningless below two
+            record: 'resource:hypervisor_resource_offered:count',
+            expr: 'count by (%(fleetLabel)s, resource, unit) (hypervisor_resource_limit{%(selector)s} > 0)' % $._config,
+          },
+          {
+            // The sum-based bound of the loss of one host (kubernetes-mixin's KubeCPUOvercommit):
+            // used - (limit - the largest limit), per fleet and resource, where two or more
+            // hypervisors offer it. Above 0 the sums say the fleet cannot lose its largest
+            // hypervisor; below 0 it is the margin. Kept to compare with the simulated evacuations,
+            // which the alert uses: the sums ignore that a domain lands whole on one host
+            // (fragmentation, NUMA, devices) and count an overcommitted host's negative free
+            // against the others.
+            record: 'resource:hypervisor_failover_shortfall:sum',
+            expr: |||
+              (
+                resource:hypervisor_resource_used:sum
+                  - (resource:hypervisor_resource_limit:sum - resource:hypervisor_resource_limit:max)
+              )
+              and resource:hypervisor_resource_offered:count > 1
+            |||,
+          },
+          {
+            record: 'resource:hypervisor_resource_utilization:ratio',
+            expr: 'resource:hypervisor_resource_used:sum / resource:hypervisor_resource_limit:sum',
+          },
+          {
+            record: 'resource:hypervisor_resource_effective_overcommit:ratio',
+            expr: |||
+              resource:hypervisor_resource_used:sum
+                / (resource:hypervisor_resource_total:sum - resource:hypervisor_resource_reserved:sum)
+            |||,
+          },
+          {
+            record: 'hypervisor_resource:hypervisor_resource_utilization:ratio',
+            expr: 'hypervisor_resource_used{%(selector)s} / hypervisor_resource_limit{%(selector)s}' % $._config,
+          },
+          {
+            record: 'hypervisor_resource:hypervisor_resource_effective_overcommit:ratio',
+            expr: |||
+              hypervisor_resource_used{%(selector)s}
+                / (hypervisor_resource_total{%(selector)s} - hypervisor_resource_reserved{%(selector)s})
+            ||| % $._config,
+          },
+        ],
+      },
+    ],
+  },
+}
