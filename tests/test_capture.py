@@ -33,7 +33,7 @@ from virtcap.audit.replay import (
 from virtcap.cli import main
 from virtcap.config import DiskSource
 from virtcap.demo import DEMO_CONFIG, DEMO_DIR, PLACEHOLDER, demo_config
-from virtcap.model.facts import DomainState, HostFacts
+from virtcap.model.facts import DomainState, HostFacts, VcpuWait
 
 FIXTURES = Path(__file__).parent / "fixtures"
 MIXED = FIXTURES / "mixed-node.xml"
@@ -475,7 +475,7 @@ def test_a_real_libvirtd_replays_as_audited(real_host: RealHost, tmp_path: Path)
     replayed = audit(replay_uri(path), disk)
 
     def unmeasured(facts: HostFacts) -> HostFacts:
-        return replace(timeless(facts), memory_in_use_bytes=None, cpu_times=None)
+        return replace(timeless(facts), memory_in_use_bytes=None, cpu_times=None, vcpu_wait=None)
 
     assert unmeasured(replayed) == unmeasured(live)
     assert replayed.hypervisor_type == "QEMU" and replayed.storage is not None
@@ -489,6 +489,19 @@ def test_a_real_libvirtd_replays_as_audited(real_host: RealHost, tmp_path: Path)
     # CPU counters frozen in a file tell no rate: busy CPUs are unknown, never 0
     assert document.node.cpu_stats.get()["kernel"] > 0
     assert replayed.cpu_times is None and replayed.busy_cpus is None
+    # The vCPU delays as captured: the replay's first audit takes them as its baseline.
+    vcpu_stats = document.domains.vcpu_stats
+    assert vcpu_stats is not None
+    captured = {
+        (entry.uuid, int(key.split(".")[1])): int(delay)
+        for entry in vcpu_stats.get()
+        for key, delay in entry.stats.items()
+        if key.startswith("vcpu.") and key.endswith(".delay")
+    }
+    assert {uuid for uuid, _vcpu in captured} == {
+        d.uuid for d in replayed.domains if d.state in (DomainState.RUNNING, DomainState.PAUSED)
+    }
+    assert replayed.vcpu_wait == VcpuWait(0, captured)
 
     # What the next audits need: free pages in every cell of the topology, the node devices.
     free_pages = document.node.free_pages

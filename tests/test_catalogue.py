@@ -23,6 +23,16 @@ from virtcap.service.store import SnapshotStore
 from virtcap.service.tolerance import one_shot_tolerance
 
 README = Path(__file__).parent.parent / "README.md"
+NOT_IN_THE_DEMO_YET = frozenset(
+    {
+        # No demo host reports vCPU delays (test-driver hosts cannot, the demo's captures were made
+        # without them), and none has a shared storage pool: issue 16 adds both to the demo, which
+        # then renders these too (tests/test_contention_libvirtd.py and tests/test_shared_storage.py
+        # render them meanwhile).
+        catalogue.VCPU_WAIT.name,
+        *(family.name for family in catalogue.STORAGE_FAMILIES),
+    }
+)
 UNITS = {"cpus", "bytes", "integer"}
 
 
@@ -88,7 +98,9 @@ def test_the_rendered_demo_fleet_holds_to_the_catalogue(demo: Demo) -> None:
     for family, entry in zip(rendered, CATALOGUE, strict=True):
         assert family.type == entry.text_type, family.name
         assert family.help == entry.help, family.name
-        assert family.samples, f"the demo fleet renders no series of {family.name}"
+        assert family.samples or family.name in NOT_IN_THE_DEMO_YET, (
+            f"the demo fleet renders no series of {family.name}"
+        )
         for sample_name, labels in family.samples:
             assert sample_name == entry.name  # no _created or other extra series
             assert set(labels) == set(entry.all_labels), (entry.name, labels)

@@ -32,7 +32,7 @@ from pydantic import ValidationError
 
 from virtcap import __version__
 from virtcap.audit.domain_xml import NON_LOCAL_DEVICES, DiskReference, DomainXMLError, parse_domain_xml
-from virtcap.audit.hypervisor import AuditError, open_read_only, redact_uri
+from virtcap.audit.hypervisor import TEST_DRIVER, AuditError, open_read_only, redact_uri
 from virtcap.audit.libvirt_api import (
     BlockInfo,
     CPUMap,
@@ -49,6 +49,7 @@ from virtcap.audit.libvirt_api import (
 from virtcap.audit.replay import (
     FORMAT,
     MAX_FILE_BYTES,
+    VCPU_STATS,
     VERSION,
     Answer,
     CaptureDocument,
@@ -217,7 +218,7 @@ def capture_host(conn: VirConnect, uri: str, max_bytes: int = DEFAULT_MAX_BYTES)
                 virtcap_version=__version__,
             ),
             node=node,
-            domains=_domains(conn, budget),
+            domains=_domains(conn, budget, vcpu_stats=node_type != TEST_DRIVER),
             storage_pools=_storage_pools(conn, budget),
             node_devices=ask(
                 Answer[list[NodeDevice]], lambda: [_device(d, budget) for d in conn.listAllDevices(0)]
@@ -300,7 +301,7 @@ def _page_sizes_and_cells(capabilities: str | None) -> tuple[list[int], list[int
     return sorted(set(sizes)), sorted(set(cells))
 
 
-def _domains(conn: VirConnect, budget: _Budget) -> Domains:
+def _domains(conn: VirConnect, budget: _Budget, *, vcpu_stats: bool) -> Domains:
     seen: dict[str, VirDomain] = {}
 
     def known(domain: VirDomain) -> str:
@@ -314,9 +315,19 @@ def _domains(conn: VirConnect, budget: _Budget) -> Domains:
             for domain, stats in conn.getAllDomainStats(libvirt.VIR_DOMAIN_STATS_STATE, 0)
         ],
     )
+    vcpus = None
+    if vcpu_stats:  # the audit reads none on libvirt's test driver: its numbers are made up
+        vcpus = ask(
+            Answer[list[DomainStats]],
+            lambda: [
+                DomainStats(uuid=known(domain), stats=dict(stats))
+                for domain, stats in conn.getAllDomainStats(*VCPU_STATS)
+            ],
+        )
     return Domains(
         listed=listed,
         state_stats=state_stats,
+        vcpu_stats=vcpus,
         definitions=[_domain(uuid, domain, budget) for uuid, domain in seen.items()],
     )
 

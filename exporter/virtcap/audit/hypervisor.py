@@ -30,10 +30,12 @@ import libvirt
 from virtcap.audit.capabilities import CapabilitiesError, numa_cells, parse_capabilities
 from virtcap.audit.domain_states import ACTIVE_STATES, state_from_libvirt
 from virtcap.audit.domain_xml import NON_LOCAL_DEVICES, DiskReference, DomainXMLError, parse_domain_xml
-from virtcap.audit.libvirt_api import VirConnect, VirDomain, VirNodeDevice
+from virtcap.audit.libvirt_api import VirConnect, VirDomain, VirNodeDevice, VirStoragePool
 from virtcap.audit.node_devices import NodeDeviceError, mediated_device, pci_device, pci_name_address
-from virtcap.audit.replay import CaptureFileError, ReplayConnection, is_replay_uri, open_replay
+from virtcap.audit.replay import VCPU_STATS, CaptureFileError, ReplayConnection, is_replay_uri, open_replay
+from virtcap.audit.storage_pools import SHARED_POOL_TYPES, pool_type, shared_pool_source
 from virtcap.config import DiskSource
+from virtcap.model.contention import VcpuDelays, advance_vcpu_wait
 from virtcap.model.facts import (
     CpuIdentity,
     CpuTimes,
@@ -43,7 +45,9 @@ from virtcap.model.facts import (
     MediatedDevice,
     NumaCell,
     PciDevice,
+    SharedPoolFacts,
     StorageFacts,
+    VcpuWait,
 )
 
 MIB = 1024**2
@@ -55,8 +59,11 @@ MEMINFO = Path("/proc/meminfo")
 # info are made-up constants, not measurements.
 TEST_DRIVER = "TEST"
 
-# Storage pools whose volumes live on the network or on storage shared between hosts.
-SHARED_POOL_TYPES = frozenset({"netfs", "iscsi", "iscsi-direct", "rbd", "gluster", "sheepdog", "vstorage"})
+_NOT_REPORTED = (
+    libvirt.VIR_ERR_NO_SUPPORT,
+    libvirt.VIR_ERR_ARGUMENT_UNSUPPORTED,
+    libvirt.VIR_ERR_INVALID_ARG,
+)
 
 
 def _silence_libvirt(_context: object, _error: object) -> None:
@@ -128,12 +135,14 @@ def audit_host(
     cpu_window: float = 0.0,
     *,
     layout: HostLayout | None = None,
+    previous_vcpu_wait: VcpuWait | None = None,
 ) -> HostFacts:
     """Read everything capacity accounting needs from one hypervisor.
 
     Host CPU busy time is a rate: it needs a previous sample (`previous_cpu`, from the last
     audit) or, for a one-shot audit, a second sample taken `cpu_window` seconds after the first.
-    `layout` is the connection's (read_host_layout), read here when not given.
+    `layout` is the connection's (read_host_layout), read here when not given. The vCPU wait
+    counter goes on from `previous_vcpu_wait`, the last audit's (virtcap.model.contention).
     """
     started = time.monotonic()
     problems: list[str] = []
@@ -169,6 +178,12 @@ def audit_host(
     cells = _with_free_hugepages(conn, layout.numa_cells, problems)
     pci_devices, mediated_devices = _with_mediated_devices(conn, layout.pci_devices, problems)
     cpu_times = read_cpu_times(conn)
+    vcpu_wait = advance_vcpu_wait(
+        previous_vcpu_wait,
+        None if hypervisor_type == TEST_DRIVER else read_vcpu_delays(conn, problems),
+        {d.uuid for d in domains},
+    )
+    shared_pools = volumes.shared_pools()
     return HostFacts(
         hostname=_hostname(conn),
         hypervisor_type=hypervisor_type,
@@ -194,7 +209,43 @@ def audit_host(
         numa_cells=cells,
         pci_devices=pci_devices,
         mediated_devices=mediated_devices,
+        vcpu_wait=vcpu_wait,
+        shared_pools=shared_pools,
     )
+
+
+def read_vcpu_delays(conn: VirConnect, problems: list[str]) -> VcpuDelays | None:
+    """Per (domain UUID, vCPU) of the running domains, how long the vCPU waited for a physical CPU
+    (libvirt's `vcpu.<n>.delay`, nanoseconds), in one call for every domain; None where the
+    hypervisor does not report it.
+
+    libvirt reads the delay from the kernel's schedstat of each vCPU thread (libvirt 7.2 and later
+    on QEMU). `vcpu.<n>.wait` is not used: it is the same run-queue wait read from the kernel's
+    scheduler statistics, which most kernels leave off (`kernel.sched_schedstats`), and libvirt then
+    reports 0, which cannot be told from a host without contention. A reading where running domains
+    report no delay at all is None: the hypervisor cannot tell, which is not "no wait".
+    """
+    try:
+        listed = conn.getAllDomainStats(*VCPU_STATS)
+    except libvirt.libvirtError as error:
+        if error.get_error_code() not in _NOT_REPORTED:
+            problems.append(
+                f"cannot read the vCPU statistics: {error.get_error_message()}; vCPU wait not counted"
+            )
+        return None
+    delays: dict[tuple[str, int], int] = {}
+    for domain, stats in listed:
+        try:
+            uuid = domain.UUIDString()
+        except libvirt.libvirtError:
+            continue
+        for key, value in stats.items():
+            number, _, suffix = key.removeprefix("vcpu.").partition(".")
+            if key.startswith("vcpu.") and suffix == "delay" and number.isdigit():
+                delays[(uuid, int(number))] = int(value)
+    if listed and not delays:
+        return None
+    return delays
 
 
 def read_host_layout(conn: VirConnect) -> HostLayout:
@@ -647,6 +698,14 @@ class _VolumeIndex:
     problems: list[str] = field(default_factory=list)
     _paths: dict[str, _Volume] | None = None
     _names: dict[tuple[str, str], _Volume] = field(default_factory=dict)
+    _shared: list[SharedPoolFacts] = field(default_factory=list)
+
+    def shared_pools(self) -> tuple[SharedPoolFacts, ...]:
+        """The active pools of shared types with their sizes, by name. Called after the domains'
+        disks were looked up: where none needed the pools, a driver without storage pools at all
+        is no problem of the host."""
+        self._load(disks=False)
+        return tuple(sorted(self._shared, key=lambda pool: pool.name))
 
     def by_path(self, path: str) -> _Volume | None:
         return self._load().get(path)
@@ -655,23 +714,56 @@ class _VolumeIndex:
         self._load()
         return self._names.get((pool, volume))
 
-    def _load(self) -> dict[str, _Volume]:
+    def _load(self, *, disks: bool = True) -> dict[str, _Volume]:
         if self._paths is not None:
             return self._paths
         self._paths = {}
         try:
             pools = self.conn.listAllStoragePools(libvirt.VIR_CONNECT_LIST_STORAGE_POOLS_ACTIVE)
         except libvirt.libvirtError as error:
-            self.problems.append(f"cannot list storage pools: {error.get_error_message()}")
+            if disks or error.get_error_code() != libvirt.VIR_ERR_NO_SUPPORT:
+                self.problems.append(f"cannot list storage pools: {error.get_error_message()}")
             return self._paths
         for pool in pools:
             try:
                 pool_name = pool.name()
-                shared = ET.fromstring(pool.XMLDesc(0)).get("type", "") in SHARED_POOL_TYPES
-                for volume in pool.listAllVolumes(0):
+                xml = pool.XMLDesc(0)
+                shared = pool_type(xml) in SHARED_POOL_TYPES
+                provisioned = 0
+                listed = pool.listAllVolumes(0)
+                for volume in listed:
                     entry = _Volume(capacity=int(volume.info()[1]), shared=shared)
+                    provisioned += entry.capacity
                     self._paths[volume.path()] = entry
                     self._names[(pool_name, volume.name())] = entry
+                if shared:
+                    self._add_shared(pool, pool_name, xml, provisioned, len(listed))
             except libvirt.libvirtError as error:
                 self.problems.append(f"storage pool {pool.name()}: {error.get_error_message()}")
         return self._paths
+
+    def _add_shared(self, pool: VirStoragePool, name: str, xml: str, provisioned: int, volumes: int) -> None:
+        """A shared pool's source and sizes, once every volume of it was read: a partial sum of
+        its volumes would understate what it promised."""
+        try:
+            source = shared_pool_source(xml)
+        except ET.ParseError as error:
+            self.problems.append(
+                f"storage pool {name}: its XML does not parse ({error}); left out of shared pools"
+            )
+            return
+        if source is None:
+            return
+        _state, capacity, used, _available = pool.info()
+        self._shared.append(
+            SharedPoolFacts(
+                name=name,
+                type=source.type,
+                hosts=source.hosts,
+                path=source.path,
+                capacity_bytes=int(capacity),
+                used_bytes=int(used),
+                provisioned_bytes=provisioned,
+                volumes=volumes,
+            )
+        )

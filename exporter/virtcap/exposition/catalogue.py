@@ -455,6 +455,21 @@ FLAVOR_PLACEMENT_LIMITED = MetricFamily(
     "devices (`pci`) hold its count below what the whole-host amounts allow",
 )
 
+VCPU_WAIT = MetricFamily(
+    "hypervisor_vcpu_wait_seconds_total",
+    "counter",
+    "Time the guests' vCPUs waited, runnable, for a physical CPU (libvirt's vcpu.<n>.delay, summed "
+    "over running domains), counted from the hypervisor's first audit by this exporter, as of the last "
+    "background audit; a domain that stops takes nothing back.",
+    _HYPERVISOR,
+    "seconds",
+    meaning="time the guests' vCPUs spent runnable in the host's run queue instead of running (their "
+    "steal time), summed over running domains; counted from the exporter's first audit of the "
+    "hypervisor, never decreasing when domains stop (see [CPU contention](#cpu-contention)); no series "
+    "where the hypervisor does not report it (libvirt's test driver, libvirt before 7.2, no running "
+    "domain yet)",
+)
+
 RESOURCE_AMOUNTS: tuple[MetricFamily, ...] = (
     RESOURCE_TOTAL,
     RESOURCE_RESERVED,
@@ -505,6 +520,7 @@ HYPERVISOR_FAMILIES: tuple[MetricFamily, ...] = (
     GPU_VGPUS,
     GPU_VGPUS_USED,
     GPU_VGPUS_FREE,
+    VCPU_WAIT,
 )
 """The families of the hypervisors, in the order they are rendered (/metrics and /probe)."""
 
@@ -584,10 +600,97 @@ FLEET_FAMILIES: tuple[MetricFamily, ...] = (
 rendered after the hypervisors' families and only on /metrics; absent while it is off or before
 its first computation."""
 
+_STORAGE_POOL = ("pool",)
+_SHARED = "as of the last background audit of the hypervisors that see it"
+
+STORAGE_POOL_INFO = MetricFamily(
+    "hypervisor_storage_pool_info",
+    "info",
+    "A hypervisor sees the shared storage pool (value 1), under the libvirt pool name `name`.",
+    ("hypervisor", "pool"),
+    info_labels=("name",),
+    meaning="membership: the hypervisor has the shared pool `pool` active, under the libvirt name "
+    "`name` (join on `pool` for the pool's families)",
+)
+STORAGE_POOL_SOURCE_INFO = MetricFamily(
+    "hypervisor_storage_pool_source_info",
+    "info",
+    "Where a shared storage pool's data lives: its libvirt type, the servers hypervisors list for "
+    "it, and what it is on them; value 1.",
+    _STORAGE_POOL,
+    info_labels=("type", "servers", "path"),
+    meaning="value 1: the pool's libvirt `type` (`netfs`, `rbd`, `iscsi`, `gluster`...), `servers` "
+    "(comma-separated) and `path` (the NFS export, the Ceph pool, the iSCSI target)",
+)
+STORAGE_POOL_HYPERVISORS = MetricFamily(
+    "hypervisor_storage_pool_hypervisors",
+    "gauge",
+    "Hypervisors that have the shared storage pool active, as of their last background audits.",
+    _STORAGE_POOL,
+    meaning="how many hypervisors have the pool active",
+)
+STORAGE_POOL_CAPACITY = MetricFamily(
+    "hypervisor_storage_pool_capacity_bytes",
+    "gauge",
+    f"Capacity of the shared storage pool, counted once for the fleet, {_SHARED}.",
+    _STORAGE_POOL,
+    "bytes",
+    meaning="the pool's capacity as libvirt reports it, once per pool however many hypervisors see it",
+)
+STORAGE_POOL_USED = MetricFamily(
+    "hypervisor_storage_pool_used_bytes",
+    "gauge",
+    f"Physically used in the shared storage pool (libvirt's pool allocation), {_SHARED}.",
+    _STORAGE_POOL,
+    "bytes",
+    meaning="physically used (libvirt's pool allocation)",
+)
+STORAGE_POOL_PROVISIONED = MetricFamily(
+    "hypervisor_storage_pool_provisioned_bytes",
+    "gauge",
+    f"Virtual capacities of the shared storage pool's volumes summed (what thin provisioning "
+    f"promised), {_SHARED}.",
+    _STORAGE_POOL,
+    "bytes",
+    meaning="the virtual capacities of its volumes summed: what thin provisioning promised",
+)
+STORAGE_POOL_PROVISIONED_RATIO = MetricFamily(
+    "hypervisor_storage_pool_provisioned_ratio",
+    "gauge",
+    "Provisioned / capacity of the shared storage pool (thin-provisioning ratio; above 1 the "
+    f"volumes were promised more than the pool holds), {_SHARED}.",
+    _STORAGE_POOL,
+    "ratio",
+    meaning="`provisioned / capacity`, the thin-provisioning ratio (no series for a pool of no capacity)",
+)
+STORAGE_POOL_VOLUMES = MetricFamily(
+    "hypervisor_storage_pool_volumes",
+    "gauge",
+    f"Volumes in the shared storage pool, {_SHARED}.",
+    _STORAGE_POOL,
+    meaning="volumes in the pool",
+)
+
+STORAGE_FAMILIES: tuple[MetricFamily, ...] = (
+    STORAGE_POOL_INFO,
+    STORAGE_POOL_SOURCE_INFO,
+    STORAGE_POOL_HYPERVISORS,
+    STORAGE_POOL_CAPACITY,
+    STORAGE_POOL_USED,
+    STORAGE_POOL_PROVISIONED,
+    STORAGE_POOL_PROVISIONED_RATIO,
+    STORAGE_POOL_VOLUMES,
+)
+"""Shared storage pools (netfs, rbd, iscsi...), once each for the fleet, matched across the
+hypervisors that see them (virtcap.model.storage): rendered after the fleet's failure tolerance
+and only on /metrics (a single target's /probe cannot tell which pools others share)."""
+
 EXPORTER_FAMILIES: tuple[MetricFamily, ...] = (BUILD_INFO, CLAIMS, TASK_FAILURES, TASKS_DEAD)
 """The exporter's own families, rendered after the hypervisors' and only on /metrics."""
 
-CATALOGUE: tuple[MetricFamily, ...] = HYPERVISOR_FAMILIES + FLEET_FAMILIES + EXPORTER_FAMILIES
+CATALOGUE: tuple[MetricFamily, ...] = (
+    HYPERVISOR_FAMILIES + FLEET_FAMILIES + STORAGE_FAMILIES + EXPORTER_FAMILIES
+)
 BY_NAME: Mapping[str, MetricFamily] = {family.name: family for family in CATALOGUE}
 if len(BY_NAME) != len(CATALOGUE):
     raise ValueError("a family is catalogued twice")

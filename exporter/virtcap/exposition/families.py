@@ -22,6 +22,7 @@ from virtcap.model.capacity import HostCapacity
 from virtcap.model.facts import CpuIdentity, DomainState, HostFacts
 from virtcap.model.placement import cell_amounts
 from virtcap.model.resources import display_order
+from virtcap.model.storage import shared_pools
 from virtcap.service.snapshot import HypervisorSnapshot
 from virtcap.service.store import SnapshotStore
 from virtcap.service.tolerance import ToleranceReport
@@ -103,6 +104,7 @@ def render(
     families = build_families(views)
     if claim_outcomes is not None:
         families += fleet_families(tolerance, views)
+        families += storage_families(views)
         families += exporter_families(claim_outcomes, tasks)
     return _generate(families)
 
@@ -146,7 +148,11 @@ class FragmentCache:
         body = "".join(parts).encode()
         if claim_outcomes is not None:
             shown = [view for view, _samples in fragments.values()]
-            body += _generate(fleet_families(tolerance, shown) + exporter_families(claim_outcomes, tasks))
+            body += _generate(
+                fleet_families(tolerance, shown)
+                + storage_families(shown)
+                + exporter_families(claim_outcomes, tasks)
+            )
         return body
 
 
@@ -199,6 +205,36 @@ def fleet_families(tolerance: ToleranceReport | None, hypervisors: Iterable[Hype
     return [built[family] for family in catalogue.FLEET_FAMILIES]
 
 
+def storage_families(hypervisors: Iterable[HypervisorView]) -> list[Metric]:
+    """The shared storage pools of the hypervisors whose data is shown, each once."""
+    seen = {
+        view.name: view.data.facts
+        for view in hypervisors
+        if view.data is not None and view.data.facts is not None and view.data.facts.shared_pools
+    }
+    gauges = {f: f.gauge() for f in catalogue.STORAGE_FAMILIES if f.type == "gauge"}
+    membership = catalogue.STORAGE_POOL_INFO.info()
+    source = catalogue.STORAGE_POOL_SOURCE_INFO.info()
+    for pool in shared_pools(seen):
+        labels = [pool.key]
+        source.add_metric(labels, {"type": pool.type, "servers": ",".join(pool.servers), "path": pool.path})
+        for hypervisor, name in pool.members:
+            membership.add_metric([hypervisor, pool.key], {"name": name})
+        gauges[catalogue.STORAGE_POOL_HYPERVISORS].add_metric(labels, len({h for h, _name in pool.members}))
+        gauges[catalogue.STORAGE_POOL_CAPACITY].add_metric(labels, pool.capacity_bytes)
+        gauges[catalogue.STORAGE_POOL_USED].add_metric(labels, pool.used_bytes)
+        gauges[catalogue.STORAGE_POOL_PROVISIONED].add_metric(labels, pool.provisioned_bytes)
+        if pool.provisioned_ratio is not None:
+            gauges[catalogue.STORAGE_POOL_PROVISIONED_RATIO].add_metric(labels, pool.provisioned_ratio)
+        gauges[catalogue.STORAGE_POOL_VOLUMES].add_metric(labels, pool.volumes)
+    built: dict[catalogue.MetricFamily, Metric] = {
+        **gauges,
+        catalogue.STORAGE_POOL_INFO: membership,
+        catalogue.STORAGE_POOL_SOURCE_INFO: source,
+    }
+    return [built[family] for family in catalogue.STORAGE_FAMILIES]
+
+
 def exporter_families(claim_outcomes: Mapping[str, int], tasks: TaskHealth | None = None) -> list[Metric]:
     info = catalogue.BUILD_INFO.gauge()
     info.add_metric([__version__], 1)
@@ -224,6 +260,7 @@ def build_families(hypervisors: Iterable[HypervisorView]) -> list[Metric]:
     """The hypervisors' families, in the catalogue's order, each built from its catalogue entry."""
     gauges = {f: f.gauge() for f in catalogue.HYPERVISOR_FAMILIES if f.type == "gauge"}
     audits = catalogue.AUDITS.counter()
+    vcpu_wait = catalogue.VCPU_WAIT.counter()
     info = catalogue.HYPERVISOR_INFO.info()
     up = gauges[catalogue.HYPERVISOR_UP]
     amounts = [gauges[family] for family in catalogue.RESOURCE_AMOUNTS]
@@ -250,6 +287,8 @@ def build_families(hypervisors: Iterable[HypervisorView]) -> list[Metric]:
         if snapshot is None or snapshot.capacity is None or snapshot.facts is None:
             continue
         facts, capacity = snapshot.facts, snapshot.capacity
+        if facts.vcpu_wait is not None:
+            vcpu_wait.add_metric([name], facts.vcpu_wait.total_ns / 1e9)
         identity = view.identity or CpuIdentity(model="", arch="")
         info.add_metric(
             [name],
@@ -287,6 +326,7 @@ def build_families(hypervisors: Iterable[HypervisorView]) -> list[Metric]:
     built: dict[catalogue.MetricFamily, Metric] = {
         **gauges,
         catalogue.AUDITS: audits,
+        catalogue.VCPU_WAIT: vcpu_wait,
         catalogue.HYPERVISOR_INFO: info,
     }
     return [built[family] for family in catalogue.HYPERVISOR_FAMILIES]

@@ -226,6 +226,47 @@ class MediatedDevice:
 
 
 @dataclass(frozen=True, slots=True)
+class VcpuWait:
+    """How long the guests' vCPUs waited for a physical CPU (runnable, queued behind other threads),
+    counted from the first audit that could tell: a counter that only grows (model/contention.py).
+
+    libvirt's `vcpu.<n>.delay` is per vCPU thread and starts again from 0 with each QEMU process;
+    summing the running domains' values would fall whenever a domain stops. Only what each vCPU
+    added since it was last seen is counted, so the sum never goes back."""
+
+    total_ns: int
+    """Waited since counting began, all domains together, departed ones included."""
+    last_ns: Mapping[tuple[str, int], int] = field(default_factory=dict)
+    """Per (domain UUID, vCPU number), the delay as last read: what the next reading is compared to."""
+
+
+@dataclass(frozen=True, slots=True)
+class SharedPoolFacts:
+    """An active storage pool of a network or shared type (netfs, rbd, iscsi, gluster...) as one
+    hypervisor sees it: where its data lives (its `<source>`) and its sizes.
+
+    Several hypervisors see the same pool under names of their own; its source says which it is
+    (model/storage.py)."""
+
+    name: str
+    """The pool's name on this hypervisor."""
+    type: str
+    """libvirt's pool type: `netfs`, `rbd`, `iscsi`, `gluster`..."""
+    hosts: tuple[str, ...]
+    """The servers its `<source>` names (NFS server, Ceph monitors, iSCSI portal), sorted, lower
+    case, without ports."""
+    path: str
+    """What it is on those servers: the NFS export (`<dir path>`), the Ceph pool or Gluster volume
+    (`<name>`, with a Gluster `<dir>` after it), the iSCSI target (`<device path>`)."""
+    capacity_bytes: int
+    used_bytes: int
+    """Physically used, as libvirt reports the pool's allocation."""
+    provisioned_bytes: int
+    """The virtual capacities of its volumes summed: what thin provisioning promised."""
+    volumes: int
+
+
+@dataclass(frozen=True, slots=True)
 class HostFacts:
     hostname: str
     hypervisor_type: str
@@ -255,3 +296,8 @@ class HostFacts:
     """Their mediated device types' available instances as of this audit."""
     mediated_devices: tuple[MediatedDevice, ...] = ()
     """As of this audit, by UUID; empty where no device offers mediated device types."""
+    vcpu_wait: VcpuWait | None = None
+    """None where the hypervisor does not report how long vCPUs waited (libvirt's test driver, a
+    libvirt without `vcpu.<n>.delay`), until a running domain reports it."""
+    shared_pools: tuple[SharedPoolFacts, ...] = ()
+    """The active pools of shared or network types, by name."""

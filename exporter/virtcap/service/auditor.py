@@ -38,7 +38,7 @@ from virtcap.audit.replay import is_replay_uri
 from virtcap.audit.threads import SerialCaller
 from virtcap.claims.ledger import ClaimLedger
 from virtcap.config import AuditSettings, Hypervisor
-from virtcap.model.facts import CpuIdentity, CpuTimes, HostFacts
+from virtcap.model.facts import CpuIdentity, CpuTimes, HostFacts, VcpuWait
 from virtcap.model.placement import Demand
 from virtcap.service.snapshot import HypervisorSnapshot
 from virtcap.service.store import SnapshotStore
@@ -82,6 +82,9 @@ class HypervisorAuditor:
         self._wake = asyncio.Event()
         self._calls = SerialCaller(name=f"audit-{hypervisor.name}")
         self._previous_cpu: CpuTimes | None = None
+        self._vcpu_wait: VcpuWait | None = None
+        """The vCPU wait counter as of the last successful audit, which the next one goes on from:
+        kept across reconnects (guests outlive a libvirtd restart), gone with the auditor."""
         self._retry_delay = 0.0
         self._layout: HostLayout | None = None
         """The current connection's, read by its first audit; only the audit thread touches it."""
@@ -164,6 +167,7 @@ class HypervisorAuditor:
                 self._record_failure(f"{error.get_error_message()} ({self.uri_for_humans})", "failure")
                 return False
         self._previous_cpu = facts.cpu_times
+        self._vcpu_wait = facts.vcpu_wait
         if identity != self._identity:  # a new connection may find another host (or CPU)
             self._identity = identity
             self.store.set_identity(self.name, identity)
@@ -207,6 +211,7 @@ class HypervisorAuditor:
                 self.hypervisor.disk,
                 previous_cpu=self._previous_cpu,
                 layout=layout,
+                previous_vcpu_wait=self._vcpu_wait,
             )
         except AuditError:
             self.connection.mark_broken()
