@@ -257,6 +257,8 @@ class FleetAuditor:
             self._settings = settings
             self._slots = asyncio.Semaphore(settings.concurrency)
         wanted = {h.name: h for h in hypervisors}
+        if self.claims is not None:  # the names the maintenance API knows, and their configuration's
+            self.claims.configure(hypervisors)
         for name, auditor in list(self.auditors.items()):
             if wanted.get(name) != auditor.hypervisor or auditor.settings != settings:
                 await auditor.stop()
