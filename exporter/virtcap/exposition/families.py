@@ -20,6 +20,7 @@ from virtcap.exposition import catalogue
 from virtcap.exposition.catalogue import AUDIT_OUTCOMES, CLAIM_OUTCOMES
 from virtcap.model.capacity import HostCapacity
 from virtcap.model.facts import CpuIdentity, DomainState, HostFacts
+from virtcap.model.maintenance import Maintenance, maintenance_end
 from virtcap.model.placement import cell_amounts
 from virtcap.model.resources import display_order
 from virtcap.service.snapshot import HypervisorSnapshot
@@ -41,12 +42,19 @@ class HypervisorView:
     identity: CpuIdentity | None
     audits: Mapping[str, int]
     pending_claims: int = 0
+    maintenance: tuple[Maintenance, ...] = ()
+    """The maintenance entries in effect (none: in service), whatever its audits say."""
 
 
 def views(
-    store: SnapshotStore, now: float, stale_after: float, pending_claims: Mapping[str, int] | None = None
+    store: SnapshotStore,
+    now: float,
+    stale_after: float,
+    pending_claims: Mapping[str, int] | None = None,
+    maintenance: Mapping[str, tuple[Maintenance, ...]] | None = None,
 ) -> tuple[HypervisorView, ...]:
-    """Take on the event loop, render anywhere."""
+    """Take on the event loop, render anywhere. `maintenance`: the hypervisors in maintenance now
+    (the claims ledger's); without it, the configuration's as the last audit had it."""
     result = []
     for state in store.hypervisors.values():
         good = state.last_good
@@ -61,6 +69,13 @@ def views(
                 identity=state.identity,
                 audits=dict(state.audits),
                 pending_claims=(pending_claims or {}).get(state.name, 0),
+                maintenance=(
+                    maintenance.get(state.name, ())
+                    if maintenance is not None
+                    else state.latest.maintenance
+                    if state.latest is not None
+                    else ()
+                ),
             )
         )
     return tuple(result)
@@ -236,10 +251,17 @@ def build_families(hypervisors: Iterable[HypervisorView]) -> list[Metric]:
     duration = gauges[catalogue.AUDIT_DURATION]
     timestamp = gauges[catalogue.AUDIT_TIMESTAMP]
     pending = gauges[catalogue.CLAIMS_PENDING]
+    maintenance = gauges[catalogue.HYPERVISOR_MAINTENANCE]
+    maintenance_ends = gauges[catalogue.MAINTENANCE_END]
     for view in hypervisors:
         name = view.name
         up.add_metric([name], 1.0 if view.up else 0.0)
         pending.add_metric([name], view.pending_claims)
+        # up or down: alerts about a host that is down leave out one taken down for maintenance
+        maintenance.add_metric([name], 1 if view.maintenance else 0)
+        end = maintenance_end(view.maintenance)
+        if end is not None:
+            maintenance_ends.add_metric([name], end)
         for outcome in AUDIT_OUTCOMES:
             audits.add_metric([name, outcome], view.audits.get(outcome, 0))
         if view.last_success is not None:
