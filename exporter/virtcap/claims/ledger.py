@@ -158,7 +158,10 @@ class ClaimLedger:
     def maintenance_now(self) -> dict[str, tuple[Maintenance, ...]]:
         """The configured hypervisors in maintenance now, with their entries in effect."""
         now = time.time()
-        return {name: entries for name in self.configured if (entries := self.maintenance_of(name, now))}
+        # at every render: only the hypervisors with an entry are looked at, not the whole fleet
+        named = {name for name, entry in self.configured.items() if entry is not None}
+        named.update(name for name in self.maintenance if name in self.configured)
+        return {name: entries for name in sorted(named) if (entries := self.maintenance_of(name, now))}
 
     async def set_maintenance(
         self, name: str, reason: str, until: float | None, set_by: str
