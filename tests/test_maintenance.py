@@ -19,21 +19,25 @@ from typing import Any
 
 import bcrypt
 import pytest
+from prometheus_client.core import Metric
 
 from tests.claims_client import WRITER, auth, call, claim, write_config
 from tests.factories import GIB, domain, host
-from tests.serving import Server, running_server, value, wait_for
+from tests.serving import Server, parse_samples, running_server, value, wait_for
 from virtcap.audit.oneshot import audit_fleet_once
 from virtcap.claims.database import SCHEMA_VERSION, ClaimDatabase
 from virtcap.claims.records import Claim
 from virtcap.config import ConfigError, parse_config
 from virtcap.demo import demo_config
+from virtcap.exposition import families
+from virtcap.exposition.families import FragmentCache, HypervisorView, render, views
 from virtcap.model.capacity import HostPolicy, host_capacity
 from virtcap.model.maintenance import Maintenance, in_effect, maintenance_end, maintenance_reason
 from virtcap.model.placement import Demand
 from virtcap.model.resources import Resource
 from virtcap.model.scheduler import COMPUTE, SPREAD, Rejection, fleet_tolerance, host_state, schedule
 from virtcap.service.snapshot import NO_CLAIMS, HypervisorSnapshot
+from virtcap.service.store import SnapshotStore
 from virtcap.service.tolerance import (
     LocalSimulation,
     SimulatedHost,
@@ -232,6 +236,39 @@ def test_the_simulation_leaves_a_hypervisor_in_maintenance_out_at_once_and_takes
     assert full is not None and _placements(full) == _placements(report)
     back = simulation.compute(hosts, SPREAD, 3)
     assert back is not None and _placements(back) == _placements(first)
+
+
+def test_every_hypervisor_shows_its_maintenance_and_only_a_changed_one_is_rendered_again(
+    audited: tuple[HypervisorSnapshot, ...],
+) -> None:
+    store = SnapshotStore()
+    store.track([snapshot.name for snapshot in audited])
+    for snapshot in audited:
+        store.record(snapshot, "success" if snapshot.up else "failure")
+    cache = FragmentCache()
+    now = time.time()
+    cache.render(views(store, now, 600))
+    rendered: list[str] = []
+    whole_fleet = families.build_families
+
+    def counting(hypervisors: tuple[HypervisorView, ...]) -> list[Metric]:
+        rendered.extend(view.name for view in hypervisors)
+        return whole_fleet(hypervisors)
+
+    down = next(snapshot.name for snapshot in audited if not snapshot.up)
+    held = {"compute-01": (Maintenance("api", "x", until=2e9),), down: (Maintenance("config"),)}
+    fleet = views(store, now, 600, None, held)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(families, "build_families", counting)
+        body = cache.render(fleet)
+    assert sorted(rendered) == sorted(["compute-01", down])
+    assert body == render(fleet)
+    samples = parse_samples(body.decode())
+    for snapshot in audited:
+        expected = 1 if snapshot.name in held else 0
+        assert value(samples, "hypervisor_maintenance", hypervisor=snapshot.name) == expected
+    assert value(samples, "hypervisor_maintenance_end_timestamp_seconds", hypervisor="compute-01") == 2e9
+    assert value(samples, "hypervisor_maintenance_end_timestamp_seconds", hypervisor=down) is None
 
 
 # --- the database
