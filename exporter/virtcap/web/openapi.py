@@ -65,6 +65,7 @@ def _schemas() -> dict[str, Any]:
 def openapi_document() -> dict[str, Any]:
     not_found = _json(ErrorBody, "No such claim (reconciled, expired or deleted).")
     unauthorized = {"description": "Missing or wrong credentials."}
+    forbidden = {"description": "A reader's credentials (the web configuration's): changes need a writer's."}
     unavailable = {
         **_json(ErrorBody, "The claims database refuses writes (read-only, full, failing): nothing changed."),
         "headers": {"Retry-After": {"schema": {"type": "integer"}, "description": "Seconds."}},
@@ -102,6 +103,7 @@ def openapi_document() -> dict[str, Any]:
                             " or names an unknown hypervisor or resource class.",
                         ),
                         "401": unauthorized,
+                        "403": forbidden,
                         "408": _json(
                             ErrorBody,
                             f"The body did not arrive within {BODY_TIMEOUT_SECONDS:g} s of the headers.",
@@ -132,6 +134,7 @@ def openapi_document() -> dict[str, Any]:
                     "responses": {
                         "200": _json(ClaimDocument, "The released claim."),
                         "401": unauthorized,
+                        "403": forbidden,
                         "404": not_found,
                         "503": unavailable,
                     },
@@ -199,6 +202,7 @@ def openapi_document() -> dict[str, Any]:
                             ErrorBody, "The body is malformed: no reason, an unknown key, an `until` passed."
                         ),
                         "401": unauthorized,
+                        "403": forbidden,
                         "404": no_hypervisor,
                         "408": _json(
                             ErrorBody,
@@ -216,6 +220,7 @@ def openapi_document() -> dict[str, Any]:
                             MaintenanceDocument, "Its maintenance now (the configuration's may remain)."
                         ),
                         "401": unauthorized,
+                        "403": forbidden,
                         "404": no_hypervisor,
                         "409": _json(
                             ErrorBody,
