@@ -35,6 +35,7 @@ from virtcap.model.maintenance import Maintenance
 from virtcap.model.pci import PCI_ALIAS_SPEC, PciRequestError, parse_alias_request
 from virtcap.model.resources import Resource
 from virtcap.service.store import SnapshotStore
+from virtcap.units import brief_repr
 from virtcap.web.auth import parse_basic_credentials
 from virtcap.web.body import json_error, parse_json, read_body
 from virtcap.web.exporter import EXPORTER
@@ -254,7 +255,7 @@ def _maintenance_answer(name: str, entries: tuple[Maintenance, ...]) -> web.Resp
 
 
 def _unknown_hypervisor(name: str) -> web.HTTPException:
-    return json_error(web.HTTPNotFound, f"unknown hypervisor {name!r}: not a configured hypervisor")
+    return json_error(web.HTTPNotFound, f"unknown hypervisor {brief_repr(name)}: not a configured hypervisor")
 
 
 async def get_maintenance(request: web.Request) -> web.Response:
