@@ -257,13 +257,15 @@ class FleetAuditor:
             self._settings = settings
             self._slots = asyncio.Semaphore(settings.concurrency)
         wanted = {h.name: h for h in hypervisors}
-        if self.claims is not None:  # the names the maintenance API knows, and their configuration's
-            self.claims.configure(hypervisors)
         for name, auditor in list(self.auditors.items()):
             if wanted.get(name) != auditor.hypervisor or auditor.settings != settings:
                 await auditor.stop()
                 del self.auditors[name]
         self.store.track(list(wanted))
+        if self.claims is not None:
+            # the names the maintenance API knows, and their configuration's; after `track`: the
+            # store it touches must not look ready with no hypervisor tracked yet
+            self.claims.configure(hypervisors)
         for name, hypervisor in wanted.items():
             if name in self.auditors:
                 self.auditors[name].flavors = flavors
