@@ -76,8 +76,10 @@ def demo() -> Demo:
         if snapshot.capacity is not None:
             units.update({str(resource): resource.unit for resource in snapshot.capacity.resources})
     tolerance = one_shot_tolerance(snapshots, config.multipliers, 3)
-    # a pending claim and a maintenance with an end: the series only they make
-    maintenance = {config.hypervisors[1].name: (Maintenance("api", "demo", until=time.time() + 3600),)}
+    # a pending claim and a maintenance with an end (of the hypervisor that is down: its audits'
+    # capacity does not say): the series only they make
+    down = next(snapshot.name for snapshot in snapshots if not snapshot.up)
+    maintenance = {down: (Maintenance("api", "demo", until=time.time() + 3600),)}
     fleet = views(store, time.time(), 600, {config.hypervisors[0].name: 1}, maintenance)
     tasks = TaskHealth(dict.fromkeys(catalogue.TASK_KINDS, 1), dict.fromkeys(catalogue.TASK_KINDS, 0))
     body = render(fleet, {"created": 2}, tasks, tolerance)

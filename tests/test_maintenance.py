@@ -256,8 +256,14 @@ def test_every_hypervisor_shows_its_maintenance_and_only_a_changed_one_is_render
         return whole_fleet(hypervisors)
 
     down = next(snapshot.name for snapshot in audited if not snapshot.up)
-    held = {"compute-01": (Maintenance("api", "x", until=2e9),), down: (Maintenance("config"),)}
-    fleet = views(store, now, 600, None, held)
+    ending = (Maintenance("api", "x", until=2e9),)
+    held = {"compute-01": ending, down: (Maintenance("config"),)}
+    # an audited hypervisor is in maintenance as its capacity says, whatever the ledger's map
+    # says (the two change together); one that is down, as the map says
+    audit = store.hypervisors["compute-01"].last_good
+    assert audit is not None
+    store.replace_good("compute-01", audit, audit.with_claims(NO_CLAIMS, ending))
+    fleet = views(store, now, 600, None, {"compute-02": ending, down: held[down]})
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(families, "build_families", counting)
         body = cache.render(fleet)

@@ -53,12 +53,20 @@ def views(
     pending_claims: Mapping[str, int] | None = None,
     maintenance: Mapping[str, tuple[Maintenance, ...]] | None = None,
 ) -> tuple[HypervisorView, ...]:
-    """Take on the event loop, render anywhere. `maintenance`: the hypervisors in maintenance now
-    (the claims ledger's); without it, the configuration's as the last audit had it."""
+    """Take on the event loop, render anywhere. A hypervisor whose data is shown is in maintenance
+    as its capacity was computed (so that the gauge and the zero counts change together); any
+    other as `maintenance` says (the claims ledger's entries in effect), or without it as its
+    last audit had it."""
     result = []
     for state in store.hypervisors.values():
         good = state.last_good
         fresh = good is not None and now - good.taken_at <= stale_after
+        if good is not None and fresh:
+            entries = good.maintenance
+        elif maintenance is not None:
+            entries = maintenance.get(state.name, ())
+        else:
+            entries = state.latest.maintenance if state.latest is not None else ()
         result.append(
             HypervisorView(
                 name=state.name,
@@ -69,13 +77,7 @@ def views(
                 identity=state.identity,
                 audits=dict(state.audits),
                 pending_claims=(pending_claims or {}).get(state.name, 0),
-                maintenance=(
-                    maintenance.get(state.name, ())
-                    if maintenance is not None
-                    else state.latest.maintenance
-                    if state.latest is not None
-                    else ()
-                ),
+                maintenance=entries,
             )
         )
     return tuple(result)
