@@ -19,6 +19,7 @@ from virtcap.exposition import catalogue
 from virtcap.exposition.catalogue import CATALOGUE, UNIT_LABEL, MetricFamily
 from virtcap.exposition.families import FragmentCache, TaskHealth, render, views
 from virtcap.model.facts import DomainState
+from virtcap.model.maintenance import Maintenance
 from virtcap.service.store import SnapshotStore
 from virtcap.service.tolerance import one_shot_tolerance
 
@@ -85,7 +86,11 @@ def demo() -> Demo:
         if snapshot.capacity is not None:
             units.update({str(resource): resource.unit for resource in snapshot.capacity.resources})
     tolerance = one_shot_tolerance(snapshots, config.multipliers, 3)
-    fleet = views(store, time.time(), 600, {config.hypervisors[0].name: 1})
+    # a pending claim and a maintenance with an end (of the hypervisor that is down: its audits'
+    # capacity does not say): the series only they make
+    down = next(snapshot.name for snapshot in snapshots if not snapshot.up)
+    maintenance = {down: (Maintenance("api", "demo", until=time.time() + 3600),)}
+    fleet = views(store, time.time(), 600, {config.hypervisors[0].name: 1}, maintenance)
     tasks = TaskHealth(dict.fromkeys(catalogue.TASK_KINDS, 1), dict.fromkeys(catalogue.TASK_KINDS, 0))
     body = render(fleet, {"created": 2}, tasks, tolerance)
     assert FragmentCache().render(fleet, {"created": 2}, tasks, tolerance) == body

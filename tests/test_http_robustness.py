@@ -43,6 +43,8 @@ PATHS = [
     "/api/v1/capacity",
     "/api/v1/placements",
     "/api/v1/openapi.json",
+    "/api/v1/maintenance",
+    "/api/v1/hypervisors/{id}/maintenance",
 ]
 MAY_BE_UNAVAILABLE = {"/-/healthy", "/-/ready"}
 """The only paths where a 503 is an answer (a dead component, not ready yet), for this server:
@@ -446,5 +448,8 @@ def test_the_body_bound_is_short_enough_to_wait_out() -> None:
 
 
 def test_every_endpoint_is_covered() -> None:
-    served_here = {path.replace("{id}", "{claim_id}") for path in PATHS}
+    served_here = {
+        path.replace("/claims/{id}", "/claims/{claim_id}").replace("/hypervisors/{id}", "/hypervisors/{name}")
+        for path in PATHS
+    }
     assert set(openapi_document()["paths"]) <= served_here

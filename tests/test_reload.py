@@ -95,3 +95,26 @@ def test_a_hostile_file_on_reload_neither_stalls_scrapes_nor_changes_anything(tm
         assert "Traceback" not in server.log_text()
         # the process is still whole: a good file reloads as before
         reload(server, config, good, "configuration reloaded")
+
+
+def test_a_reload_puts_a_hypervisor_into_maintenance_and_out_again(tmp_path: Path) -> None:
+    config = tmp_path / "virtcap.yaml"
+    plain = config_text(tmp_path, max_ttl="1h")
+    config.write_text(plain)
+    held = plain.replace('compute-01.xml"}', 'compute-01.xml", maintenance: {reason: "BIOS update"}}')
+    assert held != plain
+    with running_server(["--config", str(config)], tmp_path) as server:
+
+        def maintenance() -> float | None:
+            return value(server.samples(), "hypervisor_maintenance", hypervisor="compute-01")
+
+        assert maintenance() == 0
+        reload(server, config, held, "configuration reloaded")
+        wait_for(lambda: maintenance() == 1, 10, what="in maintenance after the reload")
+        status, refused = claim(server, hypervisor="compute-01", vcpu=1)
+        assert status == 409 and "in maintenance: BIOS update (set by the configuration)" in refused["error"]
+        reload(server, config, plain, "configuration reloaded")
+        wait_for(lambda: maintenance() == 0, 10, what="out of maintenance after the reload")
+        wait_for(
+            lambda: claim(server, hypervisor="compute-01", vcpu=1)[0] == 201, 10, what="a claim fits again"
+        )

@@ -1,14 +1,14 @@
 """The claims' SQLite database: one row per claim, one row per claimed class (what one instance
 holds), one row per extra spec of a claim that carries a flavor's, one row per instance (its
-hypervisor).
+hypervisor); and one row per hypervisor put into maintenance through the API.
 
 Amounts are stored per Placement class in Placement's whole units (VCPU, MEMORY_MB, DISK_GB,
 CUSTOM_...), so a new class needs no new column. The extra specs (`hw:cpu_policy`,
 `hw:mem_page_size`, `pci_passthrough:alias`, ...) are what places a claim within its hypervisor's
 NUMA cells and devices. Older schemas are migrated in place, in one transaction, at the first
 start: version 1 (virtcap 0.1) had a column per class, in bytes; version 2 had no extra specs;
-version 3 had one instance per claim, on the claim's hypervisor. A file of a newer version is
-refused, as an older virtcap refuses a file of version 4.
+version 3 had one instance per claim, on the claim's hypervisor; version 4 had no maintenance.
+A file of a newer version is refused, as an older virtcap refuses a file of version 5.
 
 WAL with synchronous FULL: a claim acknowledged with 201 was committed first and survives a crash.
 """
@@ -26,18 +26,20 @@ from typing import Any, TypeVar
 
 from virtcap.claims.records import Claim
 from virtcap.config import ConfigError
+from virtcap.model.maintenance import Maintenance
 from virtcap.model.resources import Resource, placement_units, resource_class
 from virtcap.units import MAX_SIZE
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 _VIRTCAP_0_1 = 1
 _PER_CLASS_ROWS = 2
 _ONE_INSTANCE = 3
+_NO_MAINTENANCE = 4
 """The earlier schema versions: a column per class, then a row per class without extra specs,
-then one instance per claim."""
+then one instance per claim, then no maintenance."""
 SQLITE_MAX_INTEGER = MAX_SIZE
 """The largest INTEGER SQLite stores (a larger amount would raise OverflowError on insert), which
 is why sizes are bounded there in the first place."""
@@ -57,9 +59,14 @@ _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS claim_instances (
         claim_id TEXT NOT NULL, instance INTEGER NOT NULL, hypervisor TEXT NOT NULL,
         PRIMARY KEY (claim_id, instance))""",
+    # `until` NULL: until it is lifted; times in seconds since the epoch, as the claims'
+    """CREATE TABLE IF NOT EXISTS maintenance (
+        hypervisor TEXT PRIMARY KEY, reason TEXT NOT NULL, until REAL, since REAL NOT NULL,
+        set_by TEXT NOT NULL)""",
 )
 _ONE_INSTANCE_EACH = "INSERT INTO claim_instances SELECT id, 0, hypervisor FROM claims"
-_MIGRATE_FROM_3 = (_SCHEMA[3], _ONE_INSTANCE_EACH)
+_MIGRATE_FROM_4 = (_SCHEMA[4],)
+_MIGRATE_FROM_3 = (_SCHEMA[3], _ONE_INSTANCE_EACH, *_MIGRATE_FROM_4)
 _MIGRATE_FROM_2 = (
     "ALTER TABLE claims ADD COLUMN flavor TEXT",
     _SCHEMA[2],
@@ -79,6 +86,7 @@ _MIGRATE_FROM_1 = (
     "DROP TABLE claims_v1",
     _ONE_INSTANCE_EACH,
 )
+_MAINTENANCE_ROW = "INSERT OR REPLACE INTO maintenance VALUES (?, ?, ?, ?, ?)"
 
 
 class ClaimDatabase:
@@ -161,8 +169,8 @@ class ClaimDatabase:
         found: int | None = None
         if "vcpu" in columns:
             found = _VIRTCAP_0_1
-        elif version == _ONE_INSTANCE:
-            found = _ONE_INSTANCE
+        elif version in (_ONE_INSTANCE, _NO_MAINTENANCE):
+            found = version
         elif columns:
             found = _PER_CLASS_ROWS
 
@@ -174,6 +182,8 @@ class ClaimDatabase:
                 statements = _MIGRATE_FROM_2
             elif found == _ONE_INSTANCE:
                 statements = _MIGRATE_FROM_3
+            elif found == _NO_MAINTENANCE:
+                statements = _MIGRATE_FROM_4
             else:
                 statements = _SCHEMA
             for statement in statements:
@@ -230,6 +240,45 @@ class ClaimDatabase:
             conn.executemany("DELETE FROM claim_extra_specs WHERE claim_id = ?", rows)
             conn.executemany("DELETE FROM claim_instances WHERE claim_id = ?", rows)
             conn.executemany("DELETE FROM claims WHERE id = ?", rows)
+
+        self._transaction(delete)
+
+    async def maintenance(self) -> dict[str, Maintenance]:
+        """The hypervisors put into maintenance through the API, whether or not it ended (the
+        ledger drops those that did)."""
+        return await self._run(self._maintenance)
+
+    def _maintenance(self) -> dict[str, Maintenance]:
+        conn = self._conn
+        assert conn is not None
+        rows = conn.execute("SELECT hypervisor, reason, until, since, set_by FROM maintenance")
+        return {
+            name: Maintenance("api", reason, until, since, set_by)
+            for name, reason, until, since, set_by in rows
+        }
+
+    async def put_maintenance(self, hypervisor: str, entry: Maintenance) -> None:
+        await self._run(self._put_maintenance, hypervisor, entry)
+
+    def _put_maintenance(self, hypervisor: str, entry: Maintenance) -> None:
+        conn = self._conn
+        assert conn is not None
+        row = (hypervisor, entry.reason or "", entry.until, entry.since or 0.0, entry.set_by or "")
+
+        def put() -> None:
+            conn.execute(_MAINTENANCE_ROW, row)
+
+        self._transaction(put)
+
+    async def delete_maintenance(self, hypervisors: Iterable[str]) -> None:
+        await self._run(self._delete_maintenance, [(name,) for name in hypervisors])
+
+    def _delete_maintenance(self, rows: list[tuple[str]]) -> None:
+        conn = self._conn
+        assert conn is not None
+
+        def delete() -> None:
+            conn.executemany("DELETE FROM maintenance WHERE hypervisor = ?", rows)
 
         self._transaction(delete)
 

@@ -13,6 +13,11 @@ first, in one transaction with every instance, and survives a crash.
 When the database refuses writes (read-only, full, locked, failing disk), creating and deleting
 claims fail with ClaimStorageError and change nothing; reconciliation and expiry go on in
 memory and delete the rows once the database accepts writes again (see `_forget`).
+
+The ledger also keeps the maintenance set through the API (in the same database) beside the
+configuration's: a change recomputes the hypervisor's capacity at once, under the same lock as
+claims, so /metrics, placements, claims and the failure tolerance see it without waiting for an
+audit; an entry whose end passed is dropped by `expire`.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import sqlite3
 import time
 import uuid
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from virtcap.claims.database import SQLITE_MAX_INTEGER, ClaimDatabase
 from virtcap.claims.records import Claim, ClaimRequest
@@ -38,6 +43,7 @@ from virtcap.claims.scheduling import (
 )
 from virtcap.config import ClaimSettings, Hypervisor
 from virtcap.model.facts import HostFacts
+from virtcap.model.maintenance import Maintenance, in_effect
 from virtcap.model.placement import Demand
 from virtcap.model.resources import Amounts, Resource, placement_units
 from virtcap.model.scheduler import (
@@ -62,6 +68,7 @@ __all__ = [  # the records are defined in virtcap.claims.records, beside the dat
     "ClaimRejectedError",
     "ClaimRequest",
     "ClaimStorageError",
+    "MaintenanceConflictError",
     "UnknownHypervisorError",
     "claim_within",
     "pending_claims",
@@ -102,6 +109,10 @@ class UnknownHypervisorError(Exception):
     pass
 
 
+class MaintenanceConflictError(Exception):
+    """The API cannot lift a maintenance the configuration sets."""
+
+
 class ClaimStorageError(Exception):
     """The database refused a write: nothing was acknowledged and nothing changed in memory."""
 
@@ -118,13 +129,93 @@ class ClaimLedger:
         """Rows the database refused to delete, of claims already released in memory."""
         self._database_failing = False
         self._retry_unwritten_at = 0.0
+        self.configured: dict[str, Maintenance | None] = {}
+        """The configured hypervisors, each with its configuration's maintenance (see `configure`)."""
+        self.maintenance: dict[str, Maintenance] = {}
+        """The maintenance set through the API, by hypervisor."""
+        self._maintenance_shown: dict[str, tuple[Maintenance, ...]] = {}
 
     async def start(self) -> None:
         """Open the database and release what expired while the exporter was down. Expiry from
         then on is `expire_forever`, run (and restarted should it fail) by the server."""
         for claim in await self.database.open():
             self.claims[claim.id] = claim
+        self.maintenance = await self.database.maintenance()
         await self.expire()
+
+    def configure(self, hypervisors: Iterable[Hypervisor]) -> None:
+        """The configuration's hypervisors, at start and at every reload: the names the
+        maintenance API knows, and each one's configured maintenance (its capacity follows at
+        its next audit, which a changed entry starts at once)."""
+        self.configured = {hypervisor.name: hypervisor.maintenance for hypervisor in hypervisors}
+        self._publish_maintenance()
+
+    def maintenance_of(self, name: str, now: float | None = None) -> tuple[Maintenance, ...]:
+        """The maintenance entries of a hypervisor in effect (the configuration's first)."""
+        when = time.time() if now is None else now
+        return in_effect((self.configured.get(name), self.maintenance.get(name)), when)
+
+    def maintenance_now(self) -> dict[str, tuple[Maintenance, ...]]:
+        """The configured hypervisors in maintenance now, with their entries in effect."""
+        now = time.time()
+        # at every render: only the hypervisors with an entry are looked at, not the whole fleet
+        named = {name for name, entry in self.configured.items() if entry is not None}
+        named.update(name for name in self.maintenance if name in self.configured)
+        return {name: entries for name in sorted(named) if (entries := self.maintenance_of(name, now))}
+
+    async def set_maintenance(
+        self, name: str, reason: str, until: float | None, set_by: str
+    ) -> tuple[Maintenance, ...]:
+        """Put a hypervisor into maintenance (again: the same reason and end change nothing, and
+        it keeps its `since`). Raises UnknownHypervisorError, ValueError for an end that passed,
+        ClaimStorageError (nothing changed) when the database refuses."""
+        if name not in self.configured:
+            raise UnknownHypervisorError(name)
+        async with self._lock:
+            now = time.time()
+            if until is not None and until <= now:
+                raise ValueError("until: the time has passed already; expected a time to come")
+            previous = self.maintenance.get(name)
+            kept = previous is not None and previous.active(now) and previous.since is not None
+            since = previous.since if kept and previous is not None else now
+            entry = Maintenance("api", reason, until, since, set_by)
+            if entry != previous:
+                try:
+                    await self.database.put_maintenance(name, entry)
+                except sqlite3.Error as error:
+                    raise self._refused("maintenance not set", error) from None
+                self.maintenance[name] = entry
+                log.info(
+                    "hypervisor put into maintenance",
+                    extra={"hypervisor": name, "reason": reason, "until": until, "by": set_by},
+                )
+                await asyncio.shield(self._refresh({name}))
+            return self.maintenance_of(name, now)
+
+    async def release_maintenance(self, name: str) -> tuple[Maintenance, ...]:
+        """Lift the maintenance set through the API (nothing to lift is no error). Raises
+        UnknownHypervisorError, MaintenanceConflictError while the configuration keeps it in
+        maintenance (nothing changed), ClaimStorageError (nothing changed)."""
+        if name not in self.configured:
+            raise UnknownHypervisorError(name)
+        async with self._lock:
+            now = time.time()
+            configured = in_effect((self.configured.get(name),), now)
+            if configured:
+                raise MaintenanceConflictError(
+                    f"hypervisor {name} is in maintenance by its configuration ({configured[0].describe()}): "
+                    "the API cannot lift it; remove `maintenance` from its entry in the configuration "
+                    "file and reload"
+                )
+            if name in self.maintenance:
+                try:
+                    await self.database.delete_maintenance([name])
+                except sqlite3.Error as error:
+                    raise self._refused("maintenance not lifted", error) from None
+                del self.maintenance[name]
+                log.info("hypervisor out of maintenance", extra={"hypervisor": name})
+                await asyncio.shield(self._refresh({name}))
+            return self.maintenance_of(name, now)
 
     async def stop(self) -> None:
         await self.database.close()
@@ -251,14 +342,20 @@ class ClaimLedger:
             ]
             await self._forget(found, "reconciled", refresh=False)
             pending = list(self.claims.values())
-            snapshot = await asyncio.to_thread(_audited, hypervisor, facts, flavors, pending)
+            # the hypervisor's own configuration: a reload that changed it restarted its audits
+            maintenance = in_effect(
+                (hypervisor.maintenance, self.maintenance.get(hypervisor.name)), time.time()
+            )
+            snapshot = await asyncio.to_thread(_audited, hypervisor, facts, flavors, pending, maintenance)
             self.store.record(snapshot, "success")
 
     async def expire(self) -> None:
-        """Release the claims past their TTL, and delete the rows the database refused before."""
+        """Release the claims past their TTL, end the maintenance past its end, and delete the
+        rows the database refused before."""
         async with self._lock:
             now = time.time()
             await self._forget([c for c in self.claims.values() if c.expires_at <= now], "expired")
+            await self._end_maintenance(now)
         # outside the lock: these claims are gone from memory already, and a database that is
         # locked by someone else must not hold up claims for its busy timeout
         await self._delete_unwritten()
@@ -312,6 +409,41 @@ class ClaimLedger:
         self._database_failing = False
         log.info("the claims database accepts writes again", extra={"deleted": len(ids)})
 
+    async def _end_maintenance(self, now: float) -> None:
+        """Drop the API's entries whose end passed, and recompute the hypervisors whose capacity
+        counts other entries than those in effect now (an end passed, the configuration's too).
+        A database that refuses the delete does not keep an ended entry in effect: its row is
+        dropped again at the next start."""
+        ended = sorted(name for name, entry in self.maintenance.items() if not entry.active(now))
+        if ended:
+            try:
+                await self.database.delete_maintenance(ended)
+            except sqlite3.Error as error:
+                log.error(
+                    "maintenance ended, in memory only", extra={"hypervisors": ended, "error": str(error)}
+                )
+            for name in ended:
+                del self.maintenance[name]
+                log.info("hypervisor out of maintenance: its end passed", extra={"hypervisor": name})
+        if ended or self._maintenance_shown:
+            # only while some hypervisor is (or was) in maintenance: a fleet without any costs nothing
+            changed = {
+                name
+                for name, state in self.store.hypervisors.items()
+                if state.last_good is not None
+                and state.last_good.maintenance != self.maintenance_of(name, now)
+            }
+            if changed:
+                await self._refresh(changed)
+        self._publish_maintenance()
+
+    def _publish_maintenance(self) -> None:
+        """/metrics shows every hypervisor's maintenance: re-rendered when it changed."""
+        shown = self.maintenance_now()
+        if shown != self._maintenance_shown:
+            self._maintenance_shown = shown
+            self.store.touch()
+
     def _refused(self, what: str, error: sqlite3.Error) -> ClaimStorageError:
         log.error(f"{what}: the claims database refuses writes", extra={"error": str(error)})
         return ClaimStorageError(f"the claims database refuses writes ({error}); {what}")
@@ -328,27 +460,36 @@ class ClaimLedger:
             await self._refresh({name for claim in claims for name in claim.hypervisors})
 
     async def _refresh(self, names: set[str]) -> None:
-        """Recompute the capacity of the last audits of these hypervisors with their pending claims,
-        in a thread (it fits the claims into the NUMA cells and devices); an audit recorded in the
-        meantime already counted them, and is kept."""
+        """Recompute the capacity of the last audits of these hypervisors with their pending claims
+        and the maintenance in effect, in a thread (it fits the claims into the NUMA cells and
+        devices); an audit recorded in the meantime already counted them, and is kept."""
         for name in sorted(names):
             state = self.store.hypervisors.get(name)
             if state is None or state.last_good is None:
                 continue
             audited = state.last_good
             pending = list(self.claims.values())
-            updated = await asyncio.to_thread(_with_claims, audited, pending)
+            maintenance = self.maintenance_of(name)
+            updated = await asyncio.to_thread(_with_claims, audited, pending, maintenance)
             self.store.replace_good(name, audited, updated)
+        self._publish_maintenance()
 
 
 def _audited(
-    hypervisor: Hypervisor, facts: HostFacts, flavors: Mapping[str, Demand], claims: list[Claim]
+    hypervisor: Hypervisor,
+    facts: HostFacts,
+    flavors: Mapping[str, Demand],
+    claims: list[Claim],
+    maintenance: tuple[Maintenance, ...],
 ) -> HypervisorSnapshot:
-    return HypervisorSnapshot.audited(hypervisor, facts, flavors, pending_claims(claims, hypervisor.name))
+    pending = pending_claims(claims, hypervisor.name)
+    return HypervisorSnapshot.audited(hypervisor, facts, flavors, pending, maintenance)
 
 
-def _with_claims(audited: HypervisorSnapshot, claims: list[Claim]) -> HypervisorSnapshot:
-    return audited.with_claims(pending_claims(claims, audited.name))
+def _with_claims(
+    audited: HypervisorSnapshot, claims: list[Claim], maintenance: tuple[Maintenance, ...]
+) -> HypervisorSnapshot:
+    return audited.with_claims(pending_claims(claims, audited.name), maintenance)
 
 
 def _on_hypervisor(entry: FleetEntry, claims: list[Claim], demand: Demand, count: int) -> FleetSchedule:
@@ -396,6 +537,9 @@ def _rejection(request: ClaimRequest, scheduled: FleetSchedule, demand: Demand) 
             )
     else:
         message = f"the claim does not fit on {request.hypervisor}"
+        refused = rejections.get(request.hypervisor)
+        if refused is not None and refused.filter == COMPUTE and count == 1:
+            message += f": {refused.reason}"  # down, or in maintenance: why, in one line
         if count > 1:
             message = (
                 f"{result.fitted} of {count} instances fit on {request.hypervisor}; "

@@ -3,8 +3,9 @@ placements (`POST /api/v1/placements`, `virtcap place`) and claims on `"hypervis
 that a claim lands where the dry run of the same request says.
 
 Each hypervisor is its last good audit with every pending claim's instances on it as usage,
-whether it is up now, and whether that audit is older than `audit.stale_after`; one never
-audited successfully is refused by ComputeFilter (down). Blocking: callers on the event loop run
+whether it is up now, whether that audit is older than `audit.stale_after`, and whether it is in
+maintenance; one never audited successfully is refused by ComputeFilter (down), as one in
+maintenance is (with its reason). Blocking: callers on the event loop run
 `schedule_fleet` in a thread.
 """
 
@@ -117,6 +118,8 @@ def host_states(fleet: Sequence[FleetEntry], claims: Iterable[Claim]) -> list[Ho
                 pending=pending.claims,
                 up=entry.up,
                 stale=entry.stale,
+                # as its last good audit was recomputed with the maintenance in effect
+                maintenance=good.capacity.maintenance if good.capacity is not None else None,
             )
         )
     return states

@@ -23,6 +23,7 @@ __all__ = ["MAX_PROBLEMS_SHOWN", "clip", "explain_validation_error"]
 
 MAX_PROBLEMS_SHOWN = 20
 _EXPLANATION_CHARS = 300
+_SHORTEST_EXPLANATION = 160
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9_.:@$-]{1,40}")
 
 
@@ -33,9 +34,13 @@ def explain_validation_error(error: ValidationError, source: str, root: type[Bas
     keys are not plain keys may name them with a `KEY_NOUN` class variable ("unknown resource").
     """
     problems = error.errors(include_url=False)
-    lines = [
-        f"{source}: {_location(e['loc'])}: {clip(_explain(e, root))}" for e in problems[:MAX_PROBLEMS_SHOWN]
-    ]
+    lines = []
+    for problem in problems[:MAX_PROBLEMS_SHOWN]:
+        where = f"{source}: {_location(problem['loc'])}: "
+        # the whole line within bounds where the file's name allows: a long key named in the
+        # location and again in the explanation must not push it past them
+        room = max(_EXPLANATION_CHARS - 1 - len(where), _SHORTEST_EXPLANATION)
+        lines.append(where + clip(_explain(problem, root), min(room, _EXPLANATION_CHARS)))
     if len(problems) > MAX_PROBLEMS_SHOWN:
         lines.append(f"{source}: and {len(problems) - MAX_PROBLEMS_SHOWN} more problems")
     return "\n".join(lines)

@@ -39,6 +39,7 @@ from virtcap.model.capacity import (
     Inventory,
     amounts,
 )
+from virtcap.model.maintenance import Maintenance
 from virtcap.model.nova import flavor_request
 from virtcap.model.pci import PCI_ALIAS_SPEC, PciAlias, PciRequestError, parse_alias_request
 from virtcap.model.placement import NOTHING_WITHIN, Demand, WithinHost, within_host
@@ -67,6 +68,8 @@ class Hypervisor:
     uri: str
     policy: HostPolicy
     disk: DiskSource | None
+    maintenance: Maintenance | None = None
+    """`maintenance:` of its entry, whether or not its end has passed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +141,12 @@ def build_config(parsed: ConfigFile, source: str) -> Config:
         where = f"hypervisors[{index}]" if parsed.hypervisors is not None else "defaults"
         policy, disk = _merge_policy(parsed.defaults, entry, source, where, disjoint)
         policy = replace(policy, pci_aliases=aliases)
-        hypervisors.append(Hypervisor(name=entry.name, uri=entry.uri, policy=policy, disk=disk))
+        maintenance = None
+        if entry.maintenance is not None:
+            maintenance = Maintenance("config", entry.maintenance.reason, entry.maintenance.until)
+        hypervisors.append(
+            Hypervisor(name=entry.name, uri=entry.uri, policy=policy, disk=disk, maintenance=maintenance)
+        )
     flavors = tuple(
         Flavor(
             name=section.name,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
+from datetime import date, datetime
 from typing import Annotated, ClassVar, Literal, Self
 
 from pydantic import (
@@ -60,6 +61,7 @@ __all__ = [
     "Duration",
     "FlavorSection",
     "HypervisorSection",
+    "MaintenanceSection",
     "MdevTypeSection",
     "Name",
     "PciAliasSection",
@@ -468,9 +470,70 @@ class PolicySection(_Section):
         return data
 
 
+MAX_REASON_CHARS = 500
+_RFC_3339 = "an RFC 3339 time with a time zone, such as 2026-11-23T18:00:00Z"
+
+
+def parse_reason(value: object) -> str:
+    """A maintenance reason: one line of printable text, shown in answers and logs."""
+    if not isinstance(value, str):
+        raise ValueError(f"expected a reason as text, got {brief_repr(value)}")
+    text = value.strip()
+    if not text or len(text) > MAX_REASON_CHARS or not text.isprintable():
+        raise ValueError(
+            f"expected a reason of 1 to {MAX_REASON_CHARS} printable characters on one line, "
+            f"got {brief_repr(value)}"
+        )
+    return text
+
+
+def parse_time(value: object) -> float:
+    """An RFC 3339 time with its zone (YAML reads an unquoted one as a datetime), as seconds
+    since the epoch: a time without a zone would mean another moment on every machine."""
+    if isinstance(value, str) and len(value) <= MAX_QUANTITY_CHARS:
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            raise ValueError(f"expected {_RFC_3339}, got {brief_repr(value)}") from None
+    if not isinstance(value, datetime) or value.tzinfo is None or value.utcoffset() is None:
+        if isinstance(value, datetime):
+            what = f"{value.isoformat()}, without a time zone"
+        elif isinstance(value, date):
+            what = f"{value.isoformat()}, a date without a time"
+        else:
+            what = brief_repr(value)
+        raise ValueError(f"expected {_RFC_3339}, got {what}")
+    return value.timestamp()
+
+
+MaintenanceReason = Annotated[str, PlainValidator(parse_reason)]
+MaintenanceTime = Annotated[float, PlainValidator(parse_time)]
+
+
+class MaintenanceSection(_Section):
+    """A hypervisor in maintenance: `maintenance: {reason: ..., until: ...}`, or
+    `maintenance: true` without a reason."""
+
+    reason: MaintenanceReason | None = None
+    until: MaintenanceTime | None = None
+    """When it ends by itself; past it, the hypervisor is in service again."""
+
+
+def _maintenance_shorthand(value: object) -> object:
+    if value is True:
+        return {}
+    if value is False or value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ValueError(f"expected true, false or a mapping of reason and until, got {brief_repr(value)}")
+    return value
+
+
 class HypervisorSection(PolicySection):
     name: Name
     uri: str = Field(min_length=1, max_length=MAX_URI_CHARS)
+    maintenance: Annotated[MaintenanceSection | None, BeforeValidator(_maintenance_shorthand)] = None
+    """Per hypervisor only (never in `defaults`): it offers nothing while in maintenance."""
 
 
 MAX_EXTRA_SPECS = 128

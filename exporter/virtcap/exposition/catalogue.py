@@ -187,10 +187,10 @@ RESOURCE_CLAIMED = MetricFamily(
 SCHEDULABLE_INSTANCES = MetricFamily(
     "hypervisor_schedulable_instances",
     "gauge",
-    "How many more instances of the flavor fit on the hypervisor, from the last successful background audit "
-    "and pending claims.",
+    "How many more instances of the flavor fit on the hypervisor (0 while it is in maintenance), from the "
+    "last successful background audit and pending claims.",
     ("hypervisor", "flavor"),
-    meaning="how many more instances of the flavor fit",
+    meaning="how many more instances of the flavor fit (0 while the hypervisor is in maintenance)",
 )
 FLAVOR_BOTTLENECK = MetricFamily(
     "hypervisor_flavor_bottleneck",
@@ -198,7 +198,8 @@ FLAVOR_BOTTLENECK = MetricFamily(
     "1 for the resource that limits how many more instances of the flavor fit on the hypervisor, from the "
     "last successful background audit and pending claims.",
     ("hypervisor", "flavor", "resource"),
-    meaning="value 1 for the resource that runs out first for the flavor (never one without a limit)",
+    meaning="value 1 for the resource that runs out first for the flavor (never one without a limit; "
+    "none while the hypervisor is in maintenance)",
 )
 DOMAINS = MetricFamily(
     "hypervisor_domains",
@@ -454,6 +455,26 @@ FLAVOR_PLACEMENT_LIMITED = MetricFamily(
     meaning="value 1 where the flavor's NUMA fit (`numa`: cells, pinned CPUs, hugepages) or its "
     "devices (`pci`) hold its count below what the whole-host amounts allow",
 )
+HYPERVISOR_MAINTENANCE = MetricFamily(
+    "hypervisor_maintenance",
+    "gauge",
+    "1 while the hypervisor is in maintenance (set by the configuration or the API): it is still "
+    "audited and its allocations count, but no flavor fits there and the scheduler refuses it.",
+    _HYPERVISOR,
+    meaning="1 while the hypervisor is in maintenance (configuration or API), else 0: still audited, "
+    "its allocations counted, but it offers nothing (schedulable instances 0, refused by placements, "
+    "claims and evacuations); for every configured hypervisor, up or down",
+)
+MAINTENANCE_END = MetricFamily(
+    "hypervisor_maintenance_end_timestamp_seconds",
+    "gauge",
+    "Unix time at which the maintenance of the hypervisor ends by itself; no series when it lasts "
+    "until it is lifted.",
+    _HYPERVISOR,
+    "seconds",
+    meaning="Unix time the maintenance ends by itself (`until`); no series while not in maintenance "
+    "or when it lasts until lifted",
+)
 
 VCPU_WAIT = MetricFamily(
     "hypervisor_vcpu_wait_seconds_total",
@@ -520,6 +541,8 @@ HYPERVISOR_FAMILIES: tuple[MetricFamily, ...] = (
     GPU_VGPUS,
     GPU_VGPUS_USED,
     GPU_VGPUS_FREE,
+    HYPERVISOR_MAINTENANCE,
+    MAINTENANCE_END,
     VCPU_WAIT,
 )
 """The families of the hypervisors, in the order they are rendered (/metrics and /probe)."""

@@ -20,6 +20,7 @@ from virtcap.exposition import catalogue
 from virtcap.exposition.catalogue import AUDIT_OUTCOMES, CLAIM_OUTCOMES
 from virtcap.model.capacity import HostCapacity
 from virtcap.model.facts import CpuIdentity, DomainState, HostFacts
+from virtcap.model.maintenance import Maintenance, maintenance_end
 from virtcap.model.placement import cell_amounts
 from virtcap.model.resources import display_order
 from virtcap.model.storage import shared_pools
@@ -42,16 +43,31 @@ class HypervisorView:
     identity: CpuIdentity | None
     audits: Mapping[str, int]
     pending_claims: int = 0
+    maintenance: tuple[Maintenance, ...] = ()
+    """The maintenance entries in effect (none: in service), whatever its audits say."""
 
 
 def views(
-    store: SnapshotStore, now: float, stale_after: float, pending_claims: Mapping[str, int] | None = None
+    store: SnapshotStore,
+    now: float,
+    stale_after: float,
+    pending_claims: Mapping[str, int] | None = None,
+    maintenance: Mapping[str, tuple[Maintenance, ...]] | None = None,
 ) -> tuple[HypervisorView, ...]:
-    """Take on the event loop, render anywhere."""
+    """Take on the event loop, render anywhere. A hypervisor whose data is shown is in maintenance
+    as its capacity was computed (so that the gauge and the zero counts change together); any
+    other as `maintenance` says (the claims ledger's entries in effect), or without it as its
+    last audit had it."""
     result = []
     for state in store.hypervisors.values():
         good = state.last_good
         fresh = good is not None and now - good.taken_at <= stale_after
+        if good is not None and fresh:
+            entries = good.maintenance
+        elif maintenance is not None:
+            entries = maintenance.get(state.name, ())
+        else:
+            entries = state.latest.maintenance if state.latest is not None else ()
         result.append(
             HypervisorView(
                 name=state.name,
@@ -62,6 +78,7 @@ def views(
                 identity=state.identity,
                 audits=dict(state.audits),
                 pending_claims=(pending_claims or {}).get(state.name, 0),
+                maintenance=entries,
             )
         )
     return tuple(result)
@@ -263,20 +280,22 @@ def build_families(hypervisors: Iterable[HypervisorView]) -> list[Metric]:
     vcpu_wait = catalogue.VCPU_WAIT.counter()
     info = catalogue.HYPERVISOR_INFO.info()
     up = gauges[catalogue.HYPERVISOR_UP]
-    amounts = [gauges[family] for family in catalogue.RESOURCE_AMOUNTS]
-    ratio = gauges[catalogue.RESOURCE_ALLOCATION_RATIO]
-    allocated = gauges[catalogue.RESOURCE_ALLOCATED]
-    claimed = gauges[catalogue.RESOURCE_CLAIMED]
     domains = gauges[catalogue.DOMAINS]
     problems = gauges[catalogue.AUDIT_PROBLEMS]
-    refused = gauges[catalogue.INVENTORY_REFUSED]
     duration = gauges[catalogue.AUDIT_DURATION]
     timestamp = gauges[catalogue.AUDIT_TIMESTAMP]
     pending = gauges[catalogue.CLAIMS_PENDING]
+    maintenance = gauges[catalogue.HYPERVISOR_MAINTENANCE]
+    maintenance_ends = gauges[catalogue.MAINTENANCE_END]
     for view in hypervisors:
         name = view.name
         up.add_metric([name], 1.0 if view.up else 0.0)
         pending.add_metric([name], view.pending_claims)
+        # up or down: alerts about a host that is down leave out one taken down for maintenance
+        maintenance.add_metric([name], 1 if view.maintenance else 0)
+        end = maintenance_end(view.maintenance)
+        if end is not None:
+            maintenance_ends.add_metric([name], end)
         for outcome in AUDIT_OUTCOMES:
             audits.add_metric([name, outcome], view.audits.get(outcome, 0))
         if view.last_success is not None:
@@ -307,22 +326,7 @@ def build_families(hypervisors: Iterable[HypervisorView]) -> list[Metric]:
         _add_flavors(gauges, name, capacity)
         _add_cells(gauges, name, capacity, facts)
         _add_devices(gauges, name, capacity)
-        # Every class the capacity has, custom ones too (`custom_fpga`, counted in `integer`).
-        for resource in display_order(capacity.resources):
-            rc = capacity.resources[resource]
-            labels = [name, resource.label, resource.unit]
-            # Unknown amounts (a total that could not be read, usage the driver cannot tell) get
-            # no series: a 0 would read as "nothing left" or "idle". In RESOURCE_AMOUNTS' order.
-            for family, amount in zip(
-                amounts, (rc.total, rc.reserved, rc.limit, rc.used, rc.free, rc.actual), strict=True
-            ):
-                if amount is not None:
-                    family.add_metric(labels, amount)
-            ratio.add_metric([name, resource.label], rc.allocation_ratio)
-            refused.add_metric([name, resource.label], 1 if rc.refused is not None else 0)
-            claimed.add_metric(labels, rc.claimed)
-            for state in DomainState:
-                allocated.add_metric([*labels, state.value], rc.allocated_by_state[state])
+        _add_resources(gauges, name, capacity)
     built: dict[catalogue.MetricFamily, Metric] = {
         **gauges,
         catalogue.AUDITS: audits,
@@ -333,6 +337,30 @@ def build_families(hypervisors: Iterable[HypervisorView]) -> list[Metric]:
 
 
 _Gauges = Mapping[catalogue.MetricFamily, GaugeMetricFamily]
+
+
+def _add_resources(gauges: _Gauges, name: str, capacity: HostCapacity) -> None:
+    """Every class the capacity has, custom ones too (`custom_fpga`, counted in `integer`)."""
+    amounts = [gauges[family] for family in catalogue.RESOURCE_AMOUNTS]
+    for resource in display_order(capacity.resources):
+        rc = capacity.resources[resource]
+        labels = [name, resource.label, resource.unit]
+        # Unknown amounts (a total that could not be read, usage the driver cannot tell) get no
+        # series: a 0 would read as "nothing left" or "idle". In RESOURCE_AMOUNTS' order.
+        for family, amount in zip(
+            amounts, (rc.total, rc.reserved, rc.limit, rc.used, rc.free, rc.actual), strict=True
+        ):
+            if amount is not None:
+                family.add_metric(labels, amount)
+        gauges[catalogue.RESOURCE_ALLOCATION_RATIO].add_metric([name, resource.label], rc.allocation_ratio)
+        gauges[catalogue.INVENTORY_REFUSED].add_metric(
+            [name, resource.label], 1 if rc.refused is not None else 0
+        )
+        gauges[catalogue.RESOURCE_CLAIMED].add_metric(labels, rc.claimed)
+        for state in DomainState:
+            gauges[catalogue.RESOURCE_ALLOCATED].add_metric(
+                [*labels, state.value], rc.allocated_by_state[state]
+            )
 
 
 def _add_flavors(gauges: _Gauges, name: str, capacity: HostCapacity) -> None:

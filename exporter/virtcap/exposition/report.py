@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from virtcap.model.capacity import HostCapacity, ResourceCapacity
 from virtcap.model.facts import DomainState
+from virtcap.model.maintenance import Maintenance, maintenance_end, maintenance_reason
 from virtcap.model.numa import HostCell
 from virtcap.model.pci import PciPool
 from virtcap.model.placement import cell_amounts
@@ -45,9 +46,35 @@ def resource_document(capacity: ResourceCapacity) -> dict[str, Any]:
     }
 
 
+def maintenance_document(entries: Sequence[Maintenance]) -> dict[str, Any]:
+    """Whether the hypervisor is in maintenance, why (every entry in effect, the configuration's
+    first), until when (null: until lifted), and each entry."""
+    end = maintenance_end(entries)
+    return {
+        "in_maintenance": bool(entries),
+        "reason": maintenance_reason(entries),
+        "until": format_utc(end) if end is not None else None,
+        "entries": [
+            {
+                "source": entry.source,
+                "reason": entry.reason,
+                "until": format_utc(entry.until) if entry.until is not None else None,
+                "since": format_utc(entry.since) if entry.since is not None else None,
+                "set_by": entry.set_by,
+            }
+            for entry in entries
+        ],
+    }
+
+
 def hypervisor_document(snapshot: HypervisorSnapshot) -> dict[str, Any]:
     capacity, facts = snapshot.capacity, snapshot.facts
-    document: dict[str, Any] = {"name": snapshot.name, "up": snapshot.up, "error": snapshot.error}
+    document: dict[str, Any] = {
+        "name": snapshot.name,
+        "up": snapshot.up,
+        "error": snapshot.error,
+        "maintenance": maintenance_document(snapshot.maintenance),
+    }
     if capacity is None or facts is None:
         document.update(domains=None, resources={}, schedulable={}, problems=[])
         return document
@@ -207,11 +234,16 @@ def _unplaced_text(found: UnplacedDomain) -> str:
 
 
 def _render_one(snapshot: HypervisorSnapshot) -> str:
+    reason = maintenance_reason(snapshot.maintenance)
+    maintenance = f"  IN MAINTENANCE, offers nothing: {reason}" if reason is not None else None
     if snapshot.capacity is None:
-        return f"{snapshot.name}: DOWN: {snapshot.error}"
+        down = f"{snapshot.name}: DOWN: {snapshot.error}"
+        return f"{down}\n{maintenance}" if maintenance else down
     capacity = snapshot.capacity
     domains = ", ".join(f"{count} {state.value}" for state, count in capacity.domains_by_state.items())
     lines = [f"{snapshot.name}: up, domains: {domains}"]
+    if maintenance:
+        lines.append(maintenance)
     header = ("resource", "total", "reserved", "ratio", "limit", "used", "free", "actual", "used / limit")
     rows = [header] + [_resource_row(capacity.resources[r]) for r in display_order(capacity.resources)]
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]

@@ -193,6 +193,10 @@ class HostCapacity:
     """Per flavor of which no more instance fits, why: the classes, cells or pools that refuse it."""
     claimed_vgpus: tuple[int, ...] = ()
     """The vGPUs of each pending claim, oldest first: each claim takes its own from one GPU."""
+    maintenance: str | None = None
+    """Why the hypervisor is in maintenance (model/maintenance.py), None when it is not: it then
+    offers nothing (no flavor fits, the scheduler refuses it) while its inventories and usage
+    stay as they are."""
 
     def claim_test(self, demand: Demand) -> list[str]:
         """Every reason one more instance of the demand does not fit (Nova's claim test, then
@@ -328,13 +332,16 @@ def host_capacity(
     flavors: Mapping[str, Demand] | None = None,
     claimed: Amounts | None = None,
     pending: Sequence[Demand] = (),
+    *,
+    maintenance: str | None = None,
 ) -> HostCapacity:
     """Every class the hypervisor offers, and every class a domain or a claim uses even where it
     is not offered (a CUSTOM_* class of a Nova flavor on a host without that inventory: total 0,
     so its free amount goes negative and shows the mismatch); its NUMA cells, PCI pools and
     vGPUs; how many more of each flavor fit. `pending` is the pending claims one by one (oldest
     first), which take their cells, devices and GPU; `claimed` their amounts together. Without
-    `pending`, the claimed vGPUs are one claim."""
+    `pending`, the claimed vGPUs are one claim. In `maintenance` (its reason), no flavor fits,
+    and each says why; the inventories, usage, cells and devices are what they are."""
     allocated: dict[Resource, dict[DomainState, int]] = {}
     domains_by_state = dict.fromkeys(STATES, 0)
     hugepage_bytes = 0
@@ -372,6 +379,21 @@ def host_capacity(
     if not pending and claimed.get(Resource.VGPU, 0) > 0:
         claimed_vgpus = (claimed[Resource.VGPU],)
     placed = _Placed(resources, vgpus, claimed_vgpus, within)
+    if maintenance is not None:
+        # offered nothing, as a disabled compute service: the counts are 0 whatever is free
+        why = (f"in maintenance: {maintenance}",)
+        return HostCapacity(
+            resources,
+            domains_by_state,
+            schedulable=dict.fromkeys(flavors or {}, 0),
+            hugepage_memory_bytes=hugepage_bytes,
+            bottlenecks=dict.fromkeys(flavors or {}),
+            within=within,
+            vgpus=vgpus,
+            claimed_vgpus=claimed_vgpus,
+            refusals=dict.fromkeys(flavors or {}, why),
+            maintenance=maintenance,
+        )
     fits = {name: placed.count(demand) for name, demand in (flavors or {}).items()}
     return HostCapacity(
         resources,

@@ -6,9 +6,10 @@ follows Nova 34's `SchedulerManager._schedule` for a request of N instances of o
 1. Placement's allocation candidates, once for the request: the up hosts where every requested
    class fits one instance (with min_unit, max_unit, step_size and the vGPUs of one GPU), as
    `HostCapacity.claim_test` tests them.
-2. Per instance, in turn: the candidates go through the filters (ComputeFilter: a hypervisor down
-   or with stale data; NUMATopologyFilter and PciPassthroughFilter: the demand's cells and
-   devices; ServerGroupAntiAffinityFilter, when asked, among the instances of this request), the
+2. Per instance, in turn: the candidates go through the filters (ComputeFilter: a hypervisor down,
+   with stale data, or in maintenance as Nova's disabled compute service, with the reason;
+   NUMATopologyFilter and PciPassthroughFilter: the demand's cells and devices;
+   ServerGroupAntiAffinityFilter, when asked, among the instances of this request), the
    survivors are weighed (RAM, CPU and disk weighers, `nova.weights.normalize` over the
    survivors), and the best one whose Placement claim still succeeds takes the instance: the
    candidates are not asked for again, so a host that a previous instance filled is weighed
@@ -186,6 +187,17 @@ class HostState:
             return None
         return (disk.total - self.reserved_disk_bytes - disk.used) / MIB
 
+    @property
+    def maintenance(self) -> str | None:
+        """Why it is in maintenance (its capacity's), None when it is not: ComputeFilter refuses it,
+        as Nova's refuses a disabled compute service, with the reason."""
+        return self.capacity.maintenance
+
+    @property
+    def refused_by_compute(self) -> bool:
+        """ComputeFilter refuses it: down, stale, or in maintenance."""
+        return not self.up or self.stale or self.capacity.maintenance is not None
+
     def raw_weights(self) -> Mapping[str, float]:
         """The RAM, CPU and disk weighers' raw values, before clipping."""
         return self._raw
@@ -271,11 +283,13 @@ def host_state(
     pending: Sequence[Demand] = (),
     up: bool = True,
     stale: bool = False,
+    maintenance: str | None = None,
 ) -> HostState:
-    """A hypervisor's state from its facts, policy and pending claims (see `host_capacity`)."""
+    """A hypervisor's state from its facts, policy and pending claims (see `host_capacity`), and
+    why it is in maintenance, if it is."""
     return HostState(
         name=name,
-        capacity=host_capacity(facts, policy, None, claimed, pending),
+        capacity=host_capacity(facts, policy, None, claimed, pending, maintenance=maintenance),
         up=up,
         stale=stale,
         reserved_disk_bytes=policy.reserved.get(Resource.DISK, 0),
@@ -512,7 +526,7 @@ def schedule(
         if name in rejected:
             continue
         state = by_name[name]
-        if not state.up or state.stale:
+        if state.refused_by_compute:
             rejected[name] = Rejection(COMPUTE, (_down(state),))
             continue
         refused = (
@@ -582,7 +596,9 @@ def _placement_reasons(state: HostState, demand: Demand) -> list[str]:
 def _down(state: HostState) -> str:
     if not state.up:
         return f"hypervisor {state.name} is down"
-    return f"the data of hypervisor {state.name} is stale"
+    if state.stale:
+        return f"the data of hypervisor {state.name} is stale"
+    return f"hypervisor {state.name} is in maintenance: {state.maintenance}"
 
 
 class _Refused:
@@ -783,7 +799,8 @@ def evacuation(
     memo: CandidateMemo | None = None,
 ) -> EvacuationResult:
     """Whether every domain of the `failed` host can be scheduled, one by one and largest first,
-    on the other hosts through the same engine (down or stale ones take none), each placed
+    on the other hosts through the same engine (down, stale or in maintenance ones take none;
+    the failed host's own domains are moved whether it is in maintenance or not), each placed
     domain consumed before the next; the domains that find no host are counted and go on. A
     `memo` shared by the evacuations of several hosts of the same fleet saves asking Placement
     again about the hosts they leave unchanged.
@@ -1027,8 +1044,8 @@ class _Fleet:
         """What a demand asks of each class, in Placement's unit, where claims alone decide whether
         a host that passes as the fleet has it still passes once it took other demands: the
         demand asks for no cells, devices nor vGPUs. Claiming only lowers what is free, and the
-        other tests of such a demand (up, no stale data, the inventories' max_unit, min_unit and
-        step_size) do not depend on the claims. None where they do not decide."""
+        other tests of such a demand (up, no stale data, not in maintenance, the inventories'
+        max_unit, min_unit and step_size) do not depend on the claims. None where they do not decide."""
         if key in self.need:
             return self.need[key]
         found: tuple[tuple[Resource, int], ...] | None = None
@@ -1072,7 +1089,7 @@ class _Fleet:
 
     def passes(self, state: HostState, demand: Demand, key: _Key | None = None) -> bool:
         """The candidate and filter tests of a request of one instance, on the host as it is."""
-        if not state.up or state.stale:
+        if state.refused_by_compute:
             return False
         request = self.requests[key][0] if key is not None else request_key(demand.request)
         if self.memo._refusal(state, demand, request) is not None:
@@ -1083,7 +1100,7 @@ class _Fleet:
         """Why the host refuses one instance of the request as it is (None: it `passes`), as
         `schedule` finds it at its first step, and whether at the filters (NUMA, PCI) rather
         than at ComputeFilter or Placement."""
-        if not state.up or state.stale:
+        if state.refused_by_compute:
             return Rejection(COMPUTE, (_down(state),)), False
         refused = self.memo._refusal(state, demand, self.requests[key][0])
         if refused is not None:

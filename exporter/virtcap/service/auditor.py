@@ -267,6 +267,10 @@ class FleetAuditor:
                 await auditor.stop()
                 del self.auditors[name]
         self.store.track(list(wanted))
+        if self.claims is not None:
+            # the names the maintenance API knows, and their configuration's; after `track`: the
+            # store it touches must not look ready with no hypervisor tracked yet
+            self.claims.configure(hypervisors)
         for name, hypervisor in wanted.items():
             if name in self.auditors:
                 self.auditors[name].flavors = flavors

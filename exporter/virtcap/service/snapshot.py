@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 from virtcap.config import Hypervisor
 from virtcap.model.capacity import HostCapacity, host_capacity
 from virtcap.model.facts import HostFacts
+from virtcap.model.maintenance import Maintenance, in_effect, maintenance_reason
 from virtcap.model.placement import Demand
 from virtcap.model.resources import Amounts
 
@@ -36,6 +37,8 @@ class HypervisorSnapshot:
     taken_at: float
     hypervisor: Hypervisor | None = None
     flavors: Mapping[str, Demand] = field(default_factory=dict)
+    maintenance: tuple[Maintenance, ...] = ()
+    """The maintenance entries in effect when its capacity was computed (none: in service)."""
 
     @classmethod
     def audited(
@@ -44,19 +47,60 @@ class HypervisorSnapshot:
         facts: HostFacts,
         flavors: Mapping[str, Demand],
         claims: PendingClaims = NO_CLAIMS,
+        maintenance: tuple[Maintenance, ...] | None = None,
     ) -> HypervisorSnapshot:
-        capacity = host_capacity(facts, hypervisor.policy, flavors, claims.amounts, claims.claims)
-        return cls(hypervisor.name, True, None, facts, capacity, facts.audited_at, hypervisor, flavors)
+        """`maintenance`: the entries in effect; None: the configuration's, if in effect now."""
+        if maintenance is None:
+            maintenance = configured_maintenance(hypervisor, time.time())
+        capacity = host_capacity(
+            facts,
+            hypervisor.policy,
+            flavors,
+            claims.amounts,
+            claims.claims,
+            maintenance=maintenance_reason(maintenance),
+        )
+        return cls(
+            hypervisor.name,
+            True,
+            None,
+            facts,
+            capacity,
+            facts.audited_at,
+            hypervisor,
+            flavors,
+            maintenance,
+        )
 
     @classmethod
-    def failed(cls, hypervisor: Hypervisor, error: str) -> HypervisorSnapshot:
-        return cls(hypervisor.name, False, error, None, None, time.time(), hypervisor)
+    def failed(
+        cls, hypervisor: Hypervisor, error: str, maintenance: tuple[Maintenance, ...] | None = None
+    ) -> HypervisorSnapshot:
+        now = time.time()
+        if maintenance is None:
+            maintenance = configured_maintenance(hypervisor, now)
+        return cls(hypervisor.name, False, error, None, None, now, hypervisor, maintenance=maintenance)
 
-    def with_claims(self, claims: PendingClaims) -> HypervisorSnapshot:
-        """The same audit with other pending claims: capacity is recomputed, nothing is re-read."""
+    def with_claims(
+        self, claims: PendingClaims, maintenance: tuple[Maintenance, ...] | None = None
+    ) -> HypervisorSnapshot:
+        """The same audit with other pending claims, and other maintenance entries in effect when
+        given: capacity is recomputed, nothing is re-read."""
+        if maintenance is None:
+            maintenance = self.maintenance
         if self.facts is None or self.hypervisor is None:
-            return self
+            return replace(self, maintenance=maintenance)
         capacity = host_capacity(
-            self.facts, self.hypervisor.policy, self.flavors, claims.amounts, claims.claims
+            self.facts,
+            self.hypervisor.policy,
+            self.flavors,
+            claims.amounts,
+            claims.claims,
+            maintenance=maintenance_reason(maintenance),
         )
-        return replace(self, capacity=capacity)
+        return replace(self, capacity=capacity, maintenance=maintenance)
+
+
+def configured_maintenance(hypervisor: Hypervisor, now: float) -> tuple[Maintenance, ...]:
+    """The configuration's maintenance of the hypervisor, if it is in effect at `now`."""
+    return in_effect((hypervisor.maintenance,), now)

@@ -118,6 +118,8 @@ def scheduling_key(state: HostState) -> tuple[object, ...]:
     return (
         state.up,
         state.stale,
+        # in or out of maintenance: it takes no evacuated domain, or takes them again
+        capacity.maintenance,
         state.reserved_disk_bytes,
         state.guests,
         tuple(resources),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from dataclasses import replace
 from typing import Any
 
 from aiohttp import hdrs, web, web_urldispatcher
@@ -22,6 +23,7 @@ from virtcap.claims.ledger import (
     ClaimRejectedError,
     ClaimRequest,
     ClaimStorageError,
+    MaintenanceConflictError,
     UnknownHypervisorError,
     claim_within,
 )
@@ -29,15 +31,21 @@ from virtcap.claims.scheduling import fleet_entries
 from virtcap.config import ClaimSettings, Config, explain_validation_error
 from virtcap.dryrun import PlacementError, dry_run
 from virtcap.exposition.report import fleet_document
+from virtcap.model.maintenance import Maintenance
 from virtcap.model.pci import PCI_ALIAS_SPEC, PciRequestError, parse_alias_request
 from virtcap.model.resources import Resource
 from virtcap.service.store import SnapshotStore
+from virtcap.units import brief_repr
+from virtcap.web.auth import parse_basic_credentials
 from virtcap.web.body import json_error, parse_json, read_body
 from virtcap.web.exporter import EXPORTER
 from virtcap.web.models import (
     ClaimBody,
     ClaimDocument,
     ClaimList,
+    MaintenanceBody,
+    MaintenanceDocument,
+    MaintenanceList,
     PlacementBody,
     PlacementRejection,
     iso_time,
@@ -200,7 +208,17 @@ async def capacity(request: web.Request) -> web.Response:
     """The same document as `virtcap audit --format json`, from the live snapshots and the
     failure tolerance last computed from them."""
     store = request.app[STORE]
-    snapshots = [state.latest for state in store.hypervisors.values() if state.latest is not None]
+    ledger = _ledger(request)
+    now = time.time()
+    snapshots = [
+        # a failed audit's snapshot knows only the configuration's maintenance; an audited one
+        # was recomputed with the API's when it changed
+        state.latest
+        if state.latest.up
+        else replace(state.latest, maintenance=ledger.maintenance_of(state.name, now))
+        for state in store.hypervisors.values()
+        if state.latest is not None
+    ]
     # built and encoded in a thread: a fleet's cells, pools and GPUs are no small document; with
     # the failure tolerance last computed in the background (each hypervisor's evacuation)
     document = await asyncio.to_thread(fleet_document, snapshots, store.tolerance)
@@ -230,6 +248,75 @@ async def placements(request: web.Request) -> web.Response:
         raise json_error(web.HTTPBadRequest, str(error)) from None
     text = await asyncio.to_thread(answer.model_dump_json)
     return web.Response(text=text, content_type="application/json")
+
+
+def _maintenance_answer(name: str, entries: tuple[Maintenance, ...]) -> web.Response:
+    return web.json_response(MaintenanceDocument.of(name, entries).model_dump(mode="json"))
+
+
+def _unknown_hypervisor(name: str) -> web.HTTPException:
+    return json_error(web.HTTPNotFound, f"unknown hypervisor {brief_repr(name)}: not a configured hypervisor")
+
+
+async def get_maintenance(request: web.Request) -> web.Response:
+    name = request.match_info["name"]
+    ledger = _ledger(request)
+    if name not in ledger.configured:
+        raise _unknown_hypervisor(name)
+    return _maintenance_answer(name, ledger.maintenance_of(name))
+
+
+async def put_maintenance(request: web.Request) -> web.Response:
+    """Into maintenance, at once: persisted, then its capacity recomputed before the answer;
+    /metrics follows within a render's gap, the failure tolerance after its computation."""
+    name = request.match_info["name"]
+    ledger = _ledger(request)
+    if name not in ledger.configured:
+        raise _unknown_hypervisor(name)
+    document = parse_json(await read_body(request))
+    if not isinstance(document, dict):
+        raise json_error(web.HTTPBadRequest, "the body must be a JSON object")
+    try:
+        body = MaintenanceBody.model_validate(document)
+    except ValidationError as error:
+        lines = explain_validation_error(error, "body", MaintenanceBody).splitlines()
+        raise json_error(
+            web.HTTPBadRequest, "; ".join(line.removeprefix("body: ") for line in lines)
+        ) from None
+    credentials = parse_basic_credentials(request.headers.get("Authorization"))
+    writer = credentials[0].decode("utf-8", "replace") if credentials is not None else ""
+    try:
+        entries = await ledger.set_maintenance(name, body.reason, body.until, writer)
+    except UnknownHypervisorError:  # removed by a reload meanwhile
+        raise _unknown_hypervisor(name) from None
+    except ValueError as error:
+        raise json_error(web.HTTPBadRequest, str(error)) from None
+    except ClaimStorageError as error:
+        raise _unavailable(error) from None
+    return _maintenance_answer(name, entries)
+
+
+async def delete_maintenance(request: web.Request) -> web.Response:
+    """Out of the API's maintenance (none to lift is no error); the configuration's is lifted
+    only in the configuration: 409."""
+    name = request.match_info["name"]
+    try:
+        entries = await _ledger(request).release_maintenance(name)
+    except UnknownHypervisorError:
+        raise _unknown_hypervisor(name) from None
+    except MaintenanceConflictError as error:
+        raise json_error(web.HTTPConflict, str(error)) from None
+    except ClaimStorageError as error:
+        raise _unavailable(error) from None
+    return _maintenance_answer(name, entries)
+
+
+async def list_maintenance(request: web.Request) -> web.Response:
+    found = _ledger(request).maintenance_now()
+    listing = MaintenanceList(
+        hypervisors=[MaintenanceDocument.of(name, entries) for name, entries in sorted(found.items())]
+    )
+    return web.json_response(listing.model_dump(mode="json"))
 
 
 async def openapi(_request: web.Request) -> web.Response:
@@ -263,4 +350,8 @@ def add_routes(app: web.Application) -> None:
     router.add_delete("/api/v1/claims/{claim_id}", delete_claim)
     router.add_get("/api/v1/capacity", capacity)
     router.add_post("/api/v1/placements", placements)
+    router.add_get("/api/v1/maintenance", list_maintenance)
+    router.add_get("/api/v1/hypervisors/{name}/maintenance", get_maintenance)
+    router.add_put("/api/v1/hypervisors/{name}/maintenance", put_maintenance)
+    router.add_delete("/api/v1/hypervisors/{name}/maintenance", delete_maintenance)
     router.add_get("/api/v1/openapi.json", openapi)

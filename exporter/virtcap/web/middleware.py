@@ -1,10 +1,12 @@
-"""Who may change claims: a writer of claims.writers, for every mutating request, whatever the
-web configuration's readers (access.py's middleware) allow."""
+"""Who may change claims and maintenance: a writer of claims.writers, for every mutating request,
+whatever the web configuration's readers (access.py's middleware) allow; a reader's credentials
+are answered 403, any others 401."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from http import HTTPStatus
 
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
@@ -43,6 +45,16 @@ def writers_middleware(exporter: Exporter) -> Middleware:
             if request.match_info.http_exception is not None:
                 return await handler(request)  # no such route or method: 404 or 405 as it is
             refused = await exporter.writers.refusal(header)
+            if (
+                refused is not None
+                and refused.status == HTTPStatus.UNAUTHORIZED
+                and await _reader(exporter, header)
+            ):
+                # known, but only as a reader: 401 would invite the same credentials again
+                refused = web.Response(
+                    status=HTTPStatus.FORBIDDEN,
+                    text="Forbidden: these credentials may read, not write (claims.writers)\n",
+                )
             if refused is not None:
                 # read the (bounded) body anyway, so that the client sees the 401, not a reset;
                 # a body that stalls gets the 401 all the same
@@ -54,3 +66,12 @@ def writers_middleware(exporter: Exporter) -> Middleware:
         return await handler(request)
 
     return authenticate
+
+
+async def _reader(exporter: Exporter, header: str | None) -> bool:
+    """The credentials are a reader's of the web configuration (never without readers)."""
+    return (
+        header is not None
+        and bool(exporter.web.current().users)
+        and await exporter.web.readers.allows(header)
+    )

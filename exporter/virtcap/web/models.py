@@ -4,7 +4,7 @@ answers with. openapi.py generates the API's description from them, so the two c
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated, Any, Self
+from typing import Annotated, Any, Literal, Self
 from uuid import UUID
 
 from pydantic import (
@@ -12,6 +12,7 @@ from pydantic import (
     ConfigDict,
     Discriminator,
     Field,
+    PlainValidator,
     Strict,
     Tag,
     ValidationError,
@@ -22,7 +23,16 @@ from pydantic import (
 
 from virtcap.claims.ledger import MAX_CLAIM_COUNT, Claim, claim_within
 from virtcap.config.errors import explain_validation_error
-from virtcap.config.schema import MAX_EXTRA_SPECS, MAX_NAME_CHARS, ExtraSpecText
+from virtcap.config.schema import (
+    MAX_EXTRA_SPECS,
+    MAX_NAME_CHARS,
+    MAX_REASON_CHARS,
+    ExtraSpecText,
+    parse_reason,
+    parse_time,
+)
+from virtcap.exposition.report import maintenance_document
+from virtcap.model.maintenance import Maintenance
 from virtcap.model.nova import extra_spec_problems, flavor_request
 from virtcap.model.placement import Demand, within_host
 from virtcap.model.resources import (
@@ -406,6 +416,89 @@ class ErrorBody(BaseModel):
     )
 
 
+def _api_time(value: object) -> float | None:
+    """An RFC 3339 time with its zone, which JSON can only carry as a string; null: none."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ValueError(f"expected an RFC 3339 time with a time zone as a string, got {brief_repr(value)}")
+    return parse_time(value)
+
+
+class MaintenanceBody(BaseModel):
+    """Put a hypervisor into maintenance: it offers nothing (no flavor fits, placements, claims
+    and evacuations refuse it) until the maintenance is lifted or `until` passes."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    reason: Annotated[
+        str,
+        PlainValidator(parse_reason),
+        WithJsonSchema({"type": "string", "minLength": 1, "maxLength": MAX_REASON_CHARS}),
+    ] = Field(description="Why, in one line of printable text (shown to those refused).")
+    until: Annotated[
+        float | None,
+        PlainValidator(_api_time),
+        WithJsonSchema({"anyOf": [_DATE_TIME, {"type": "null"}]}),
+    ] = Field(
+        default=None,
+        description="When it ends by itself, an RFC 3339 time with a time zone (such as "
+        "2026-11-23T18:00:00Z), in the future; absent or null: until it is lifted.",
+    )
+
+
+class MaintenanceEntry(BaseModel):
+    """One source keeping the hypervisor in maintenance."""
+
+    source: Literal["config", "api"] = Field(
+        description="`config`: its entry in the configuration file (lifted only there); `api`: "
+        "set through this API (persisted)."
+    )
+    reason: str | None = Field(
+        description="Why; null for a configuration that says only `maintenance: true`."
+    )
+    until: Annotated[str | None, WithJsonSchema({"anyOf": [_DATE_TIME, {"type": "null"}]})] = Field(
+        description="When it ends by itself; null: until it is lifted."
+    )
+    since: Annotated[str | None, WithJsonSchema({"anyOf": [_DATE_TIME, {"type": "null"}]})] = Field(
+        description="When it was set through the API; null for the configuration's."
+    )
+    set_by: str | None = Field(
+        description="The writer who set it through the API; null for the configuration's."
+    )
+
+
+class MaintenanceState(BaseModel):
+    """Whether a hypervisor is in maintenance: either source is enough."""
+
+    in_maintenance: bool
+    reason: str | None = Field(
+        description="Every entry in effect with its end and source, the configuration's first; null "
+        "when not in maintenance."
+    )
+    until: Annotated[str | None, WithJsonSchema({"anyOf": [_DATE_TIME, {"type": "null"}]})] = Field(
+        description="When the maintenance ends by itself: the last end when every entry has one; "
+        "null when one lasts until lifted, or when not in maintenance."
+    )
+    entries: list[MaintenanceEntry] = Field(description="The entries in effect, the configuration's first.")
+
+
+class MaintenanceDocument(MaintenanceState):
+    """A hypervisor's maintenance."""
+
+    hypervisor: str
+
+    @classmethod
+    def of(cls, hypervisor: str, entries: tuple[Maintenance, ...]) -> MaintenanceDocument:
+        return cls(hypervisor=hypervisor, **maintenance_document(entries))
+
+
+class MaintenanceList(BaseModel):
+    hypervisors: list[MaintenanceDocument] = Field(
+        description="The configured hypervisors in maintenance now, by name."
+    )
+
+
 class HypervisorCapacity(BaseModel):
     """One hypervisor of the capacity report (`virtcap audit --format json`): its capacity per
     class, domains, schedulable flavors and problems once audited."""
@@ -415,6 +508,10 @@ class HypervisorCapacity(BaseModel):
     name: str
     up: bool
     error: str | None = Field(description="Why the last audit failed; null when it did not.")
+    maintenance: MaintenanceState = Field(
+        description="Whether it is in maintenance: then it is still audited and its usage shown, "
+        "but `schedulable` is 0 for every flavor and each flavor's `refusals` says why."
+    )
 
 
 class CapacityDocument(BaseModel):

@@ -20,6 +20,9 @@ from virtcap.web.models import (
     ClaimDocument,
     ClaimList,
     ErrorBody,
+    MaintenanceBody,
+    MaintenanceDocument,
+    MaintenanceList,
     PlacementAnswer,
     PlacementBody,
 )
@@ -33,6 +36,9 @@ _MODELS: tuple[tuple[type[BaseModel], Literal["validation", "serialization"]], .
     (CapacityDocument, "serialization"),
     (PlacementBody, "validation"),
     (PlacementAnswer, "serialization"),
+    (MaintenanceBody, "validation"),
+    (MaintenanceDocument, "serialization"),
+    (MaintenanceList, "serialization"),
 )
 
 
@@ -59,11 +65,14 @@ def _schemas() -> dict[str, Any]:
 def openapi_document() -> dict[str, Any]:
     not_found = _json(ErrorBody, "No such claim (reconciled, expired or deleted).")
     unauthorized = {"description": "Missing or wrong credentials."}
+    forbidden = {"description": "A reader's credentials (the web configuration's): changes need a writer's."}
     unavailable = {
         **_json(ErrorBody, "The claims database refuses writes (read-only, full, failing): nothing changed."),
         "headers": {"Retry-After": {"schema": {"type": "integer"}, "description": "Seconds."}},
     }
     claim_id = {"name": "claim_id", "in": "path", "required": True, "schema": {"type": "string"}}
+    hypervisor = {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
+    no_hypervisor = _json(ErrorBody, "No such hypervisor in the configuration.")
     return {
         "openapi": "3.1.0",
         "info": {
@@ -94,6 +103,7 @@ def openapi_document() -> dict[str, Any]:
                             " or names an unknown hypervisor or resource class.",
                         ),
                         "401": unauthorized,
+                        "403": forbidden,
                         "408": _json(
                             ErrorBody,
                             f"The body did not arrive within {BODY_TIMEOUT_SECONDS:g} s of the headers.",
@@ -124,6 +134,7 @@ def openapi_document() -> dict[str, Any]:
                     "responses": {
                         "200": _json(ClaimDocument, "The released claim."),
                         "401": unauthorized,
+                        "403": forbidden,
                         "404": not_found,
                         "503": unavailable,
                     },
@@ -161,6 +172,64 @@ def openapi_document() -> dict[str, Any]:
                         "413": _json(ErrorBody, f"The body is larger than {MAX_BODY_BYTES // 1024} KiB."),
                     },
                 }
+            },
+            "/api/v1/maintenance": {
+                "get": {
+                    "summary": "The hypervisors in maintenance now (by the configuration or the API).",
+                    "responses": {"200": _json(MaintenanceList, "Every hypervisor in maintenance, by name.")},
+                }
+            },
+            "/api/v1/hypervisors/{name}/maintenance": {
+                "parameters": [hypervisor],
+                "get": {
+                    "summary": "Whether the hypervisor is in maintenance, why and until when.",
+                    "responses": {
+                        "200": _json(MaintenanceDocument, "Its maintenance."),
+                        "404": no_hypervisor,
+                    },
+                },
+                "put": {
+                    "summary": "Put the hypervisor into maintenance (again: the same body changes nothing): "
+                    "it is still audited, but offers nothing; persisted, in effect at once.",
+                    "security": [{"basic": []}],
+                    "requestBody": {
+                        "required": True,
+                        "content": {"application/json": {"schema": _ref(MaintenanceBody)}},
+                    },
+                    "responses": {
+                        "200": _json(MaintenanceDocument, "It is in maintenance."),
+                        "400": _json(
+                            ErrorBody, "The body is malformed: no reason, an unknown key, an `until` passed."
+                        ),
+                        "401": unauthorized,
+                        "403": forbidden,
+                        "404": no_hypervisor,
+                        "408": _json(
+                            ErrorBody,
+                            f"The body did not arrive within {BODY_TIMEOUT_SECONDS:g} s of the headers.",
+                        ),
+                        "413": _json(ErrorBody, f"The body is larger than {MAX_BODY_BYTES // 1024} KiB."),
+                        "503": unavailable,
+                    },
+                },
+                "delete": {
+                    "summary": "Lift the maintenance set through the API (none to lift is no error).",
+                    "security": [{"basic": []}],
+                    "responses": {
+                        "200": _json(
+                            MaintenanceDocument, "Its maintenance now (the configuration's may remain)."
+                        ),
+                        "401": unauthorized,
+                        "403": forbidden,
+                        "404": no_hypervisor,
+                        "409": _json(
+                            ErrorBody,
+                            "The configuration keeps it in maintenance: only the configuration lifts that; "
+                            "nothing changed.",
+                        ),
+                        "503": unavailable,
+                    },
+                },
             },
             "/api/v1/openapi.json": {
                 "get": {

@@ -52,7 +52,13 @@ class MetricsCache:
             self.store.changed.clear()
             version = self.store.version
             started = time.monotonic()
-            snapshot = views(self.store, time.time(), self.stale_after, self.claims.pending())
+            snapshot = views(
+                self.store,
+                time.time(),
+                self.stale_after,
+                self.claims.pending(),
+                self.claims.maintenance_now(),
+            )
             tasks = TaskHealth(dict(self.supervisor.failures), self.supervisor.dead_by_kind())
             body = await asyncio.get_running_loop().run_in_executor(
                 self._renderer,

@@ -30,6 +30,7 @@ async def probe(request: web.Request) -> web.Response:
     if target not in exporter.store.hypervisors:
         raise web.HTTPBadRequest(text=f"unknown target {target!r}: not a configured hypervisor\n")
     pending = exporter.claims.pending()
-    everyone = views(exporter.store, time.time(), exporter.cache.stale_after, pending)
+    maintenance = exporter.claims.maintenance_now()
+    everyone = views(exporter.store, time.time(), exporter.cache.stale_after, pending, maintenance)
     body = render([view for view in everyone if view.name == target])
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
