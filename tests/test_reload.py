@@ -70,9 +70,16 @@ def test_a_hostile_file_on_reload_neither_stalls_scrapes_nor_changes_anything(tm
                 assert status == 200
                 time.sleep(0.01)
 
+        def scraped_a_few_more() -> None:
+            # A refusal can be quicker than one scrape on a loaded machine: the scrapes measured
+            # must surround each reload, not merely happen to overlap it.
+            wanted = len(latencies) + 4
+            wait_for(lambda: len(latencies) >= wanted, 30, what="scrapes")
+
         scraper = threading.Thread(target=scrape, daemon=True)
         scraper.start()
         try:
+            scraped_a_few_more()
             for hostile in (billion_laughs(), b"\xff\xfe not UTF-8", "hypervisors: [{name: x}]"):
                 before = server.log_text().count("configuration not reloaded")
                 if isinstance(hostile, bytes):
@@ -85,6 +92,7 @@ def test_a_hostile_file_on_reload_neither_stalls_scrapes_nor_changes_anything(tm
                     15,
                     what="the reload refused",
                 )
+                scraped_a_few_more()
         finally:
             stop.set()
             scraper.join(timeout=15)
