@@ -23,6 +23,9 @@ __all__ = ["MAX_PROBLEMS_SHOWN", "clip", "explain_validation_error"]
 
 MAX_PROBLEMS_SHOWN = 20
 _EXPLANATION_CHARS = 300
+_LINE_CHARS = 299
+"""A problem's whole line, file and key included: under 300 characters, however many keys a
+section allows (an unknown key lists them all)."""
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9_.:@$-]{1,40}")
 
 
@@ -34,7 +37,8 @@ def explain_validation_error(error: ValidationError, source: str, root: type[Bas
     """
     problems = error.errors(include_url=False)
     lines = [
-        f"{source}: {_location(e['loc'])}: {clip(_explain(e, root))}" for e in problems[:MAX_PROBLEMS_SHOWN]
+        clip(f"{source}: {_location(e['loc'])}: {clip(_explain(e, root))}", _LINE_CHARS)
+        for e in problems[:MAX_PROBLEMS_SHOWN]
     ]
     if len(problems) > MAX_PROBLEMS_SHOWN:
         lines.append(f"{source}: and {len(problems) - MAX_PROBLEMS_SHOWN} more problems")
