@@ -41,6 +41,8 @@ class HypervisorView:
     identity: CpuIdentity | None
     audits: Mapping[str, int]
     pending_claims: int = 0
+    groups: tuple[tuple[str, str], ...] = ()
+    """(kind, group) of each group it is in, as its latest audit's configuration has them."""
 
 
 def views(
@@ -51,6 +53,7 @@ def views(
     for state in store.hypervisors.values():
         good = state.last_good
         fresh = good is not None and now - good.taken_at <= stale_after
+        configured = state.latest.hypervisor if state.latest is not None else None
         result.append(
             HypervisorView(
                 name=state.name,
@@ -61,6 +64,7 @@ def views(
                 identity=state.identity,
                 audits=dict(state.audits),
                 pending_claims=(pending_claims or {}).get(state.name, 0),
+                groups=configured.groups if configured is not None else (),
             )
         )
     return tuple(result)
@@ -225,6 +229,7 @@ def build_families(hypervisors: Iterable[HypervisorView]) -> list[Metric]:
     gauges = {f: f.gauge() for f in catalogue.HYPERVISOR_FAMILIES if f.type == "gauge"}
     audits = catalogue.AUDITS.counter()
     info = catalogue.HYPERVISOR_INFO.info()
+    group_info = catalogue.GROUP_INFO.info()
     up = gauges[catalogue.HYPERVISOR_UP]
     amounts = [gauges[family] for family in catalogue.RESOURCE_AMOUNTS]
     ratio = gauges[catalogue.RESOURCE_ALLOCATION_RATIO]
@@ -246,6 +251,10 @@ def build_families(hypervisors: Iterable[HypervisorView]) -> list[Metric]:
             timestamp.add_metric([name], view.last_success)
         if view.last_duration is not None:
             duration.add_metric([name], view.last_duration)
+        # membership is configuration: shown while the hypervisor is down too, so that a group's
+        # hosts down can be counted
+        for kind, group in view.groups:
+            group_info.add_metric([name], {"kind": kind, "group": group})
         snapshot = view.data
         if snapshot is None or snapshot.capacity is None or snapshot.facts is None:
             continue
@@ -288,6 +297,7 @@ def build_families(hypervisors: Iterable[HypervisorView]) -> list[Metric]:
         **gauges,
         catalogue.AUDITS: audits,
         catalogue.HYPERVISOR_INFO: info,
+        catalogue.GROUP_INFO: group_info,
     }
     return [built[family] for family in catalogue.HYPERVISOR_FAMILIES]
 

@@ -45,9 +45,22 @@ def resource_document(capacity: ResourceCapacity) -> dict[str, Any]:
     }
 
 
+def groups_document(snapshot: HypervisorSnapshot) -> dict[str, list[str]]:
+    """The groups the hypervisor is in, by kind (from the configuration: shown down or up)."""
+    groups: dict[str, list[str]] = {}
+    for kind, name in snapshot.hypervisor.groups if snapshot.hypervisor is not None else ():
+        groups.setdefault(kind, []).append(name)
+    return groups
+
+
 def hypervisor_document(snapshot: HypervisorSnapshot) -> dict[str, Any]:
     capacity, facts = snapshot.capacity, snapshot.facts
-    document: dict[str, Any] = {"name": snapshot.name, "up": snapshot.up, "error": snapshot.error}
+    document: dict[str, Any] = {
+        "name": snapshot.name,
+        "up": snapshot.up,
+        "error": snapshot.error,
+        "groups": groups_document(snapshot),
+    }
     if capacity is None or facts is None:
         document.update(domains=None, resources={}, schedulable={}, problems=[])
         return document
@@ -206,12 +219,19 @@ def _unplaced_text(found: UnplacedDomain) -> str:
     return f"{found.domain}, refused by {refused or 'no hypervisor'} (such as {found.example})"
 
 
+def _groups_line(snapshot: HypervisorSnapshot) -> list[str]:
+    groups = groups_document(snapshot)
+    if not groups:
+        return []
+    return ["  groups: " + "; ".join(f"{kind} {', '.join(names)}" for kind, names in groups.items())]
+
+
 def _render_one(snapshot: HypervisorSnapshot) -> str:
     if snapshot.capacity is None:
-        return f"{snapshot.name}: DOWN: {snapshot.error}"
+        return "\n".join([f"{snapshot.name}: DOWN: {snapshot.error}", *_groups_line(snapshot)])
     capacity = snapshot.capacity
     domains = ", ".join(f"{count} {state.value}" for state, count in capacity.domains_by_state.items())
-    lines = [f"{snapshot.name}: up, domains: {domains}"]
+    lines = [f"{snapshot.name}: up, domains: {domains}", *_groups_line(snapshot)]
     header = ("resource", "total", "reserved", "ratio", "limit", "used", "free", "actual", "used / limit")
     rows = [header] + [_resource_row(capacity.resources[r]) for r in display_order(capacity.resources)]
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]

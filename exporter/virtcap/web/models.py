@@ -151,6 +151,12 @@ ResourceAmounts = Annotated[dict[str, Annotated[int, Strict()]], WithJsonSchema(
 amounts, each amount within its class's bounds (`most`)."""
 
 
+_ZoneName = Annotated[
+    str, Field(min_length=1, max_length=MAX_NAME_CHARS, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:@-]*$")
+]
+"""An availability zone, spelt as the configuration's group names are."""
+
+
 class ClaimBody(BaseModel):
     """A claim: capacity to reserve on a hypervisor for a build in flight, until its domain appears,
     its TTL passes or it is deleted. It asks for at least one class, each named once: `vcpu`,
@@ -208,6 +214,12 @@ class ClaimBody(BaseModel):
         "`pci_passthrough:alias` of a configured alias, ...). Specs Nova's API would refuse are "
         f"refused. Not beside `pcpu` or `resources`: the extra specs say them. At most "
         f"{MAX_EXTRA_SPECS} keys.",
+    )
+    availability_zone: _ZoneName | None = Field(
+        default=None,
+        description="Only hypervisors of this availability zone (the configuration's `groups`) take "
+        "the instances, as Nova keeps an instance created in a zone; a named hypervisor outside it "
+        "refuses them. Any hypervisor when absent or null.",
     )
     ttl: Duration | None = Field(
         default=None,
@@ -415,6 +427,11 @@ class HypervisorCapacity(BaseModel):
     name: str
     up: bool
     error: str | None = Field(description="Why the last audit failed; null when it did not.")
+    groups: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="The groups the hypervisor is in, by kind (`availability_zone`, `aggregate`, "
+        "`rack`, ...), from the configuration: at most one availability zone, several of other kinds.",
+    )
 
 
 class CapacityDocument(BaseModel):
@@ -523,6 +540,11 @@ class PlacementBody(BaseModel):
         default=False,
         strict=True,
         description="At most one instance per hypervisor (an anti-affinity group).",
+    )
+    availability_zone: _ZoneName | None = Field(
+        default=None,
+        description="Only hypervisors of this availability zone (the configuration's `groups`) take "
+        "the instances (Nova's `availability_zone` of a server create); any when absent or null.",
     )
 
 
