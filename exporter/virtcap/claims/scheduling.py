@@ -117,6 +117,7 @@ def host_states(fleet: Sequence[FleetEntry], claims: Iterable[Claim]) -> list[Ho
                 pending=pending.claims,
                 up=entry.up,
                 stale=entry.stale,
+                availability_zone=good.hypervisor.availability_zone,
             )
         )
     return states
