@@ -5,6 +5,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import json
+import os
 import signal
 import sqlite3
 import subprocess
@@ -269,7 +270,9 @@ def test_the_cli_talks_to_the_api(server: Server) -> None:
             text=True,
             timeout=30,
             check=False,
-            env={"VIRTCAP_PASSWORD": password, "PATH": "/usr/bin:/bin"},
+            # PYTHONPATH kept: the package under test may come from it rather than the install
+            env={"VIRTCAP_PASSWORD": password, "PATH": "/usr/bin:/bin"}
+            | {name: value for name, value in os.environ.items() if name == "PYTHONPATH"},
         )
 
     created = cli("create", "--user", WRITER[0], "--hypervisor", "big", "--vcpu", "2", "--memory", "2GiB")
@@ -279,6 +282,13 @@ def test_the_cli_talks_to_the_api(server: Server) -> None:
     assert listed.returncode == 0 and claim_id in listed.stdout
     refused = cli("create", "--user", WRITER[0], "--hypervisor", "mixed", "--vcpu", "1")
     assert refused.returncode == 1 and "Free vcpu -8.00 VCPU < requested 1 VCPU" in refused.stderr
+    elsewhere = cli(
+        "create", "--user", WRITER[0], "--hypervisor", "any", "--vcpu", "1", "--availability-zone", "az-9"
+    )
+    assert (
+        elsewhere.returncode == 1
+        and "hypervisor big is in no availability zone, not in az-9" in elsewhere.stderr
+    )
     unauthorized = cli("delete", claim_id, "--user", WRITER[0], password="wrong")
     assert unauthorized.returncode == 1 and "401" in unauthorized.stderr
     deleted = cli("delete", claim_id, "--user", WRITER[0])

@@ -10,6 +10,7 @@ too: a claim lands where the dry run of the same request says.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 
 from virtcap.claims.records import Claim
 from virtcap.claims.scheduling import FleetEntry, host_states, schedule_fleet
@@ -69,7 +70,7 @@ def dry_run(
 ) -> PlacementAnswer:
     """Where the body's instances land on the fleet, with the configuration's multipliers.
     Raises PlacementError for an unknown flavor or alias."""
-    demand = requested_demand(body, config)
+    demand = replace(requested_demand(body, config), availability_zone=body.availability_zone)
     scheduled = schedule_fleet(
         fleet,
         claims,

@@ -64,6 +64,11 @@ def add_place_command(commands: Any) -> None:
         help="only this hypervisor (the first given)",
     )
     place.add_argument("--anti-affinity", action="store_true", help="at most one instance per hypervisor")
+    place.add_argument(
+        "--availability-zone",
+        metavar="ZONE",
+        help="only hypervisors of this availability zone (config groups)",
+    )
     source = place.add_mutually_exclusive_group()
     source.add_argument(
         "--config",
@@ -104,13 +109,16 @@ def placement_body(args: argparse.Namespace) -> dict[str, Any]:
             flavor["disk"] = args.disk
         if args.extra_spec:
             flavor["extra_specs"] = dict(args.extra_spec)
-    return {
+    body: dict[str, Any] = {
         "flavor": flavor,
         "count": args.count,
         "ignore_hosts": list(args.ignore_host),
         "force_hosts": list(args.force_host),
         "anti_affinity": bool(args.anti_affinity),
     }
+    if args.availability_zone is not None:
+        body["availability_zone"] = args.availability_zone
+    return body
 
 
 def parse_body(document: dict[str, Any]) -> PlacementBody:

@@ -93,6 +93,11 @@ def add_claim_commands(commands: Any) -> None:
         "--domain-uuid", help="the UUID the domain will have: its appearance releases the claim"
     )
     create.add_argument("--owner", default="", help="free text: who or what holds the claim")
+    create.add_argument(
+        "--availability-zone",
+        metavar="ZONE",
+        help="only hypervisors of this availability zone (config groups)",
+    )
     delete.add_argument("claim_id")
 
 
@@ -126,6 +131,8 @@ def run_claim(args: argparse.Namespace) -> int:
             body["ttl"] = args.ttl
         if args.domain_uuid:
             body["domain_uuid"] = args.domain_uuid
+        if args.availability_zone:
+            body["availability_zone"] = args.availability_zone
         return _call(args, "POST", base, body)
     if args.action == "delete":
         return _call(args, "DELETE", f"{base}/{args.claim_id}")

@@ -251,7 +251,7 @@ class ClaimLedger:
         if request.count > 1 and request.domain_uuid is not None:
             raise ValueError("a domain UUID names one domain: a claim of more than one instance has none")
         amounts = whole_units(request.amounts)
-        demand = Demand(amounts, claim_within(amounts, request.extra_specs))
+        demand = Demand(amounts, claim_within(amounts, request.extra_specs), request.availability_zone)
         async with self._lock:
             # The engine fits NUMA cells and devices: in a thread, on the snapshots and claims
             # of this moment (immutable; the store's dict and the ledger's are not).

@@ -57,3 +57,5 @@ class ClaimRequest:
     extra_specs: Mapping[str, str] = field(default_factory=dict)
     count: int = 1
     """How many instances, all or nothing."""
+    availability_zone: str | None = None
+    """Only hypervisors of this zone take them (Nova's requested zone); None: any."""

@@ -120,6 +120,7 @@ def host_states(fleet: Sequence[FleetEntry], claims: Iterable[Claim]) -> list[Ho
                 stale=entry.stale,
                 # as its last good audit was recomputed with the maintenance in effect
                 maintenance=good.capacity.maintenance if good.capacity is not None else None,
+                availability_zone=good.hypervisor.availability_zone,
             )
         )
     return states

@@ -10,7 +10,7 @@ one-line `file: key: what was expected` form as the schema's (see virtcap.config
 from __future__ import annotations
 
 import socket
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -19,6 +19,7 @@ from pydantic import ValidationError
 
 from virtcap.config.errors import clip, explain_validation_error
 from virtcap.config.schema import (
+    AVAILABILITY_ZONE,
     AllocationRatios,
     AuditSettings,
     ClaimSettings,
@@ -26,6 +27,7 @@ from virtcap.config.schema import (
     DiskSource,
     FailureToleranceSettings,
     FlavorSection,
+    HostGroupSection,
     HypervisorSection,
     PolicySection,
     Reserved,
@@ -52,6 +54,7 @@ __all__ = [
     "LOCAL_URI",
     "Config",
     "Flavor",
+    "GroupKey",
     "Hypervisor",
     "build_config",
     "load_config",
@@ -60,6 +63,8 @@ __all__ = [
 
 LOCAL_URI = "qemu:///system"
 _T = TypeVar("_T")
+GroupKey = tuple[str, str]
+"""A group: its kind and its name (`("aggregate", "gpu")`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +75,13 @@ class Hypervisor:
     disk: DiskSource | None
     maintenance: Maintenance | None = None
     """`maintenance:` of its entry, whether or not its end has passed."""
+    groups: tuple[GroupKey, ...] = ()
+    """The groups it is in, sorted by kind and name: one entry per membership."""
+
+    @property
+    def availability_zone(self) -> str | None:
+        """Its availability zone, None where it is in none (Nova's default zone)."""
+        return next((name for kind, name in self.groups if kind == AVAILABILITY_ZONE), None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,17 +147,27 @@ def build_config(parsed: ConfigFile, source: str) -> Config:
     if entries is None:
         entries = [HypervisorSection(name=socket.gethostname() or "localhost", uri=LOCAL_URI)]
     aliases = {entry.name: entry.alias() for entry in parsed.pci.alias}
+    group_policies = {(section.kind, section.name): section for section in parsed.host_groups}
     hypervisors = []
     disjoint: set[tuple[int, int]] = set()
     for index, entry in enumerate(entries):
         where = f"hypervisors[{index}]" if parsed.hypervisors is not None else "defaults"
-        policy, disk = _merge_policy(parsed.defaults, entry, source, where, disjoint)
+        groups = _memberships(parsed.defaults, entry)
+        policies = [group_policies[group] for group in groups if group in group_policies]
+        policy, disk = _merge_policy(parsed.defaults, entry, source, where, disjoint, groups=policies)
         policy = replace(policy, pci_aliases=aliases)
         maintenance = None
         if entry.maintenance is not None:
             maintenance = Maintenance("config", entry.maintenance.reason, entry.maintenance.until)
         hypervisors.append(
-            Hypervisor(name=entry.name, uri=entry.uri, policy=policy, disk=disk, maintenance=maintenance)
+            Hypervisor(
+                name=entry.name,
+                uri=entry.uri,
+                policy=policy,
+                disk=disk,
+                maintenance=maintenance,
+                groups=groups,
+            )
         )
     flavors = tuple(
         Flavor(
@@ -203,18 +225,56 @@ def _check_alias_request(flavor: FlavorSection, aliases: Mapping[str, PciAlias],
         raise ConfigError(f"{where}.{PCI_ALIAS_SPEC}: unknown alias {named}; expected one of: {known}")
 
 
+def _memberships(defaults: PolicySection, own: PolicySection) -> tuple[GroupKey, ...]:
+    """The hypervisor's groups: per kind its own list where it names the kind, else that of
+    `defaults` (as every other key of a hypervisor replaces the one of `defaults`)."""
+    kinds = {**(defaults.groups or {}), **(own.groups or {})}
+    return tuple(sorted((kind, name) for kind, names in kinds.items() for name in names))
+
+
+def _group_layer(policies: Sequence[HostGroupSection]) -> tuple[dict[Resource, Any], dict[Resource, Any]]:
+    """The ratios and reserved amounts the hypervisor's groups set: where several set one, the
+    smallest ratio (Nova's aggregate filters took the minimum of a host's aggregates' ratios,
+    `validate_num_values` with `based_on=min`) and the largest reserved amount (the most
+    conservative). A ratio of 0 is Nova's default for the class before it is compared."""
+    ratios: dict[Resource, Any] = {}
+    reserved: dict[Resource, Any] = {}
+    for section in policies:
+        if section.allocation_ratios is not None:
+            for resource, set_ratio in _set_fields(section.allocation_ratios).items():
+                ratio = set_ratio or NOVA_ALLOCATION_RATIOS[resource]
+                ratios[resource] = min(ratio, ratios.get(resource, ratio))
+        if section.reserved is not None:
+            for resource, amount in _set_fields(section.reserved).items():
+                reserved[resource] = max(amount, reserved.get(resource, amount))
+    return ratios, reserved
+
+
 def _merge_policy(
-    defaults: PolicySection, own: PolicySection, source: str, where: str, disjoint: set[tuple[int, int]]
+    defaults: PolicySection,
+    own: PolicySection,
+    source: str,
+    where: str,
+    disjoint: set[tuple[int, int]],
+    *,
+    groups: Sequence[HostGroupSection] = (),
 ) -> tuple[HostPolicy, DiskSource | None]:
     """`disjoint` holds the pairs of CPU sets (by identity) already found disjoint: hypervisors
-    that share their sets are then checked once, not once each."""
+    that share their sets are then checked once, not once each. The policies of the hypervisor's
+    `groups` come between `defaults` and its own keys."""
     ratios = dict(NOVA_ALLOCATION_RATIOS)
     reserved = dict(NOVA_RESERVED)
-    for layer in (defaults, own):
-        if layer.allocation_ratios is not None:
-            ratios.update(_set_fields(layer.allocation_ratios))
-        if layer.reserved is not None:
-            reserved.update(_set_fields(layer.reserved))
+    if defaults.allocation_ratios is not None:
+        ratios.update(_set_fields(defaults.allocation_ratios))
+    if defaults.reserved is not None:
+        reserved.update(_set_fields(defaults.reserved))
+    group_ratios, group_reserved = _group_layer(groups)
+    ratios.update(group_ratios)
+    reserved.update(group_reserved)
+    if own.allocation_ratios is not None:
+        ratios.update(_set_fields(own.allocation_ratios))
+    if own.reserved is not None:
+        reserved.update(_set_fields(own.reserved))
     # A ratio of 0.0 is Nova's "use the default" (its initial allocation ratio for the class).
     ratios = {resource: ratio or NOVA_ALLOCATION_RATIOS[resource] for resource, ratio in ratios.items()}
     shared = _override(defaults.cpu_shared_set, own.cpu_shared_set)

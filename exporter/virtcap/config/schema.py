@@ -60,6 +60,8 @@ __all__ = [
     "DiskSource",
     "Duration",
     "FlavorSection",
+    "Groups",
+    "HostGroupSection",
     "HypervisorSection",
     "MaintenanceSection",
     "MdevTypeSection",
@@ -435,6 +437,98 @@ class DevicesSection(_Section):
         )
 
 
+AVAILABILITY_ZONE = "availability_zone"
+"""The group kind Nova's scheduler keeps an instance in (see virtcap.model.scheduler)."""
+MAX_GROUP_KINDS = 16
+MAX_GROUPS_PER_KIND = 64
+MAX_HOST_GROUPS = 4096
+"""Entries of `host_groups`: a group policy for every rack of a very large fleet."""
+MAX_KIND_CHARS = 63
+_GROUP_KIND = re.compile(rf"[a-z][a-z0-9_]{{0,{MAX_KIND_CHARS - 1}}}")
+_GROUP_NAME = re.compile(rf"[A-Za-z0-9][A-Za-z0-9_.:@-]{{0,{MAX_NAME_CHARS - 1}}}")
+
+
+def _group_kind(value: object) -> str:
+    if not isinstance(value, str) or not _GROUP_KIND.fullmatch(value):
+        raise ValueError(
+            f"expected a group kind of lower-case letters, digits and _ (availability_zone, "
+            f"aggregate, rack, ...), starting with a letter, at most {MAX_KIND_CHARS} characters, "
+            f"got {brief_repr(value, 60)}"
+        )
+    return value
+
+
+def _group_name(value: object, kind: str = "") -> str:
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 10**18:
+        value = str(value)  # YAML reads `rack: 12` as a number: the rack is named "12"
+    if not isinstance(value, str) or not _GROUP_NAME.fullmatch(value):
+        where = f"{kind}: " if kind else ""
+        raise ValueError(
+            f"{where}expected a group name of letters, digits and . _ - : @ (at most "
+            f"{MAX_NAME_CHARS} characters), got {brief_repr(value, 60)}"
+        )
+    return value
+
+
+def _lone_group_name(value: object) -> str:
+    return _group_name(value)
+
+
+def _groups(value: object) -> dict[str, tuple[str, ...]]:
+    """`{kind: name}` or `{kind: [names]}`, read as kind -> names. A host is in one availability
+    zone at most, as Nova refuses to put a host in two."""
+    if not isinstance(value, dict):
+        raise ValueError(
+            f"expected a mapping of group kind to a group name or a list of names, got {brief_repr(value)}"
+        )
+    if len(value) > MAX_GROUP_KINDS:
+        raise ValueError(f"expected at most {MAX_GROUP_KINDS} group kinds, got {len(value)}")
+    groups: dict[str, tuple[str, ...]] = {}
+    for raw_kind, raw_names in value.items():
+        kind = _group_kind(raw_kind)
+        listed = raw_names if isinstance(raw_names, list) else [raw_names]
+        if len(listed) > MAX_GROUPS_PER_KIND:
+            raise ValueError(f"{kind}: expected at most {MAX_GROUPS_PER_KIND} groups, got {len(listed)}")
+        names = tuple(_group_name(name, kind) for name in listed)
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:
+            raise ValueError(f"{kind}: {brief_repr(twice[0], 60)} is listed twice; expected each group once")
+        if kind == AVAILABILITY_ZONE and len(names) > 1:
+            raise ValueError(
+                f"{kind}: a hypervisor is in one availability zone at most, as in Nova; got "
+                f"{len(names)}: {brief_repr(', '.join(names), 80)}"
+            )
+        groups[kind] = names
+    return groups
+
+
+Groups = Annotated[dict[str, tuple[str, ...]], PlainValidator(_groups)]
+"""Group kind -> the names of the groups of that kind a hypervisor is in (none: an empty list)."""
+
+
+class HostGroupSection(_Section):
+    """The policy of one group, applied to its members between `defaults` and their own keys (as
+    Nova's aggregate metadata once set allocation ratios). A member of several groups that set
+    the same key gets the smallest ratio (Nova's aggregate filters took the minimum over a host's
+    aggregates) and the largest reserved amount (the most kept for the host)."""
+
+    kind: Annotated[str, PlainValidator(_group_kind)]
+    name: Annotated[str, PlainValidator(_lone_group_name)]
+    allocation_ratios: AllocationRatios | None = None
+    reserved: Reserved | None = None
+
+
+def _unique_groups(sections: list[HostGroupSection]) -> list[HostGroupSection]:
+    seen: set[tuple[str, str]] = set()
+    for section in sections:
+        if (section.kind, section.name) in seen:
+            raise ValueError(
+                f"the {section.kind} {brief_repr(section.name, 60)} has two entries; expected one per group"
+            )
+        seen.add((section.kind, section.name))
+    return sections
+
+
 class PolicySection(_Section):
     """The keys of `defaults`, each of which a hypervisor may override."""
 
@@ -458,6 +552,9 @@ class PolicySection(_Section):
     devices: DevicesSection | None = None
     """Nova's `[devices] enabled_mdev_types` with the `[mdev_<type>]` sections: the vGPUs the
     physical GPUs offer; a hypervisor's own section replaces that of `defaults`."""
+    groups: Groups | None = None
+    """The groups the hypervisor is in, per kind; a hypervisor's own kinds replace those of
+    `defaults` kind by kind (`rack: []` leaves the rack of `defaults` out)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -638,6 +735,9 @@ class ConfigFile(_Section):
     hypervisors: list[HypervisorSection] | None = None
     flavors: list[FlavorSection] = []
     pci: PciSection = PciSection()
+    host_groups: Annotated[
+        list[HostGroupSection], Field(max_length=MAX_HOST_GROUPS), AfterValidator(_unique_groups)
+    ] = []
 
     @model_validator(mode="after")
     def _unique_names(self) -> Self:

@@ -264,6 +264,18 @@ HYPERVISOR_INFO = MetricFamily(
     info_labels=("hostname", "hypervisor_type", "hypervisor_version", "libvirt_version", "cpu_model", "arch"),
     meaning="value 1",
 )
+GROUP_INFO = MetricFamily(
+    "hypervisor_group_info",
+    "info",
+    "Membership of the hypervisor in a group of a kind (availability_zone, aggregate, rack, or "
+    "any the configuration names), value 1: one series per membership, from the configuration.",
+    _HYPERVISOR,
+    info_labels=("kind", "group"),
+    meaning="value 1 per group the hypervisor is in (`kind`: `availability_zone`, `aggregate`, `rack` "
+    "or any kind the configuration names); join with `* on(hypervisor) group_left(kind, group)` for "
+    "per-group sums (a host in two aggregates counts once in each). Shown whether the hypervisor is "
+    "up or not, once audited",
+)
 BUILD_INFO = MetricFamily(
     "virtcap_build_info",
     "gauge",
@@ -532,6 +544,7 @@ HYPERVISOR_FAMILIES: tuple[MetricFamily, ...] = (
     AUDITS,
     CLAIMS_PENDING,
     HYPERVISOR_INFO,
+    GROUP_INFO,
     *NUMA_CELL_AMOUNTS,
     *HUGEPAGE_COUNTS,
     PCI_POOL_DEVICES,

@@ -45,6 +45,8 @@ class HypervisorView:
     pending_claims: int = 0
     maintenance: tuple[Maintenance, ...] = ()
     """The maintenance entries in effect (none: in service), whatever its audits say."""
+    groups: tuple[tuple[str, str], ...] = ()
+    """(kind, group) of each group it is in, as its latest audit's configuration has them."""
 
 
 def views(
@@ -68,6 +70,7 @@ def views(
             entries = maintenance.get(state.name, ())
         else:
             entries = state.latest.maintenance if state.latest is not None else ()
+        configured = state.latest.hypervisor if state.latest is not None else None
         result.append(
             HypervisorView(
                 name=state.name,
@@ -79,6 +82,7 @@ def views(
                 audits=dict(state.audits),
                 pending_claims=(pending_claims or {}).get(state.name, 0),
                 maintenance=entries,
+                groups=configured.groups if configured is not None else (),
             )
         )
     return tuple(result)
@@ -279,6 +283,7 @@ def build_families(hypervisors: Iterable[HypervisorView]) -> list[Metric]:
     audits = catalogue.AUDITS.counter()
     vcpu_wait = catalogue.VCPU_WAIT.counter()
     info = catalogue.HYPERVISOR_INFO.info()
+    group_info = catalogue.GROUP_INFO.info()
     up = gauges[catalogue.HYPERVISOR_UP]
     domains = gauges[catalogue.DOMAINS]
     problems = gauges[catalogue.AUDIT_PROBLEMS]
@@ -302,6 +307,10 @@ def build_families(hypervisors: Iterable[HypervisorView]) -> list[Metric]:
             timestamp.add_metric([name], view.last_success)
         if view.last_duration is not None:
             duration.add_metric([name], view.last_duration)
+        # membership is configuration: shown while the hypervisor is down too, so that a group's
+        # hosts down can be counted
+        for kind, group in view.groups:
+            group_info.add_metric([name], {"kind": kind, "group": group})
         snapshot = view.data
         if snapshot is None or snapshot.capacity is None or snapshot.facts is None:
             continue
@@ -332,6 +341,7 @@ def build_families(hypervisors: Iterable[HypervisorView]) -> list[Metric]:
         catalogue.AUDITS: audits,
         catalogue.VCPU_WAIT: vcpu_wait,
         catalogue.HYPERVISOR_INFO: info,
+        catalogue.GROUP_INFO: group_info,
     }
     return [built[family] for family in catalogue.HYPERVISOR_FAMILIES]
 

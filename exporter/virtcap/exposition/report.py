@@ -67,6 +67,14 @@ def maintenance_document(entries: Sequence[Maintenance]) -> dict[str, Any]:
     }
 
 
+def groups_document(snapshot: HypervisorSnapshot) -> dict[str, list[str]]:
+    """The groups the hypervisor is in, by kind (from the configuration: shown down or up)."""
+    groups: dict[str, list[str]] = {}
+    for kind, name in snapshot.hypervisor.groups if snapshot.hypervisor is not None else ():
+        groups.setdefault(kind, []).append(name)
+    return groups
+
+
 def hypervisor_document(snapshot: HypervisorSnapshot) -> dict[str, Any]:
     capacity, facts = snapshot.capacity, snapshot.facts
     document: dict[str, Any] = {
@@ -74,6 +82,7 @@ def hypervisor_document(snapshot: HypervisorSnapshot) -> dict[str, Any]:
         "up": snapshot.up,
         "error": snapshot.error,
         "maintenance": maintenance_document(snapshot.maintenance),
+        "groups": groups_document(snapshot),
     }
     if capacity is None or facts is None:
         document.update(domains=None, resources={}, schedulable={}, problems=[])
@@ -233,15 +242,22 @@ def _unplaced_text(found: UnplacedDomain) -> str:
     return f"{found.domain}, refused by {refused or 'no hypervisor'} (such as {found.example})"
 
 
+def _groups_line(snapshot: HypervisorSnapshot) -> list[str]:
+    groups = groups_document(snapshot)
+    if not groups:
+        return []
+    return ["  groups: " + "; ".join(f"{kind} {', '.join(names)}" for kind, names in groups.items())]
+
+
 def _render_one(snapshot: HypervisorSnapshot) -> str:
     reason = maintenance_reason(snapshot.maintenance)
     maintenance = f"  IN MAINTENANCE, offers nothing: {reason}" if reason is not None else None
     if snapshot.capacity is None:
-        down = f"{snapshot.name}: DOWN: {snapshot.error}"
-        return f"{down}\n{maintenance}" if maintenance else down
+        down = [f"{snapshot.name}: DOWN: {snapshot.error}", *_groups_line(snapshot)]
+        return "\n".join([*down, maintenance] if maintenance else down)
     capacity = snapshot.capacity
     domains = ", ".join(f"{count} {state.value}" for state, count in capacity.domains_by_state.items())
-    lines = [f"{snapshot.name}: up, domains: {domains}"]
+    lines = [f"{snapshot.name}: up, domains: {domains}", *_groups_line(snapshot)]
     if maintenance:
         lines.append(maintenance)
     header = ("resource", "total", "reserved", "ratio", "limit", "used", "free", "actual", "used / limit")

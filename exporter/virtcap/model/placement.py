@@ -126,6 +126,9 @@ class Demand:
 
     request: Amounts
     within: WithinHost = NOTHING_WITHIN
+    availability_zone: str | None = None
+    """The zone its host must be in (Nova's `RequestSpec.availability_zone`); None: any host. Only
+    the scheduler reads it (model/scheduler.py); a host's own fit test does not."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,7 +31,7 @@ follows Nova 34's `SchedulerManager._schedule` for a request of N instances of o
 Decisions where Nova leaves a choice or virtcap cannot see what Nova sees:
 
 - A host refused by several tests is reported under the first, in this order: `ignore_hosts`,
-  `force_hosts`, ComputeFilter, Placement, NUMATopologyFilter, PciPassthroughFilter,
+  `force_hosts`, AvailabilityZoneFilter, ComputeFilter, Placement, NUMATopologyFilter, PciPassthroughFilter,
   ServerGroupAntiAffinityFilter (Nova runs ComputeFilter after Placement; a host that is down
   is reported down, whatever its last capacity says).
 - The weighers' minval is 0, so `normalize` divides by the largest value: hosts with equal
@@ -57,6 +57,18 @@ Decisions where Nova leaves a choice or virtcap cannot see what Nova sees:
   policy's counted states), each asking for what it is allocated: a Nova guest its flavor's
   request and NUMA topology and devices (`within_host` of its extra specs), a plain domain its
   allocation.
+- Availability zones: a demand with an `availability_zone` is only placed on hosts of that zone
+  (refused by `AvailabilityZoneFilter` elsewhere, after ignore_hosts and force_hosts and before
+  ComputeFilter). Nova 34 does it before Placement (the request filter
+  `map_az_to_placement_aggregate` in nova/scheduler/request_filter.py restricts the allocation
+  candidates to the zone's aggregates); releases before did it with AvailabilityZoneFilter.
+  Nova keeps `RequestSpec.availability_zone` for the instance's later moves, evacuation
+  included (conductor's `rebuild_instance` schedules with the stored request spec): an
+  instance created in a zone (or under `default_schedule_zone`) stays in it. libvirt does not
+  say whether an instance was created with a zone (its `<nova:instance>` metadata names no zone
+  nor aggregate), so an evacuation takes the conservative reading: every domain of a host in a
+  zone stays in that zone, and the domains of a host in no zone (Nova's default zone) may go to
+  any host.
 """
 
 from __future__ import annotations
@@ -81,6 +93,7 @@ PLACEMENT = "Placement"
 NUMA_TOPOLOGY = "NUMATopologyFilter"
 PCI_PASSTHROUGH = "PciPassthroughFilter"
 ANTI_AFFINITY = "ServerGroupAntiAffinityFilter"
+AVAILABILITY_ZONE = "AvailabilityZoneFilter"
 
 WEIGHERS = ("ram", "cpu", "disk")
 """Nova's RAMWeigher, CPUWeigher and DiskWeigher, summed in this order."""
@@ -146,6 +159,8 @@ class HostState:
     stale: bool = False
     reserved_disk_bytes: int = 0
     """`reserved_host_disk_mb`, in bytes, as configured."""
+    availability_zone: str | None = None
+    """Its zone; None: in no zone (Nova's default zone), where only demands for any zone go."""
     guests: tuple[Guest, ...] = ()
     placed: tuple[Demand, ...] = ()
     """What this simulation placed on it, in order."""
@@ -284,6 +299,7 @@ def host_state(
     up: bool = True,
     stale: bool = False,
     maintenance: str | None = None,
+    availability_zone: str | None = None,
 ) -> HostState:
     """A hypervisor's state from its facts, policy and pending claims (see `host_capacity`), and
     why it is in maintenance, if it is."""
@@ -293,21 +309,25 @@ def host_state(
         up=up,
         stale=stale,
         reserved_disk_bytes=policy.reserved.get(Resource.DISK, 0),
+        availability_zone=availability_zone,
         guests=tuple(
-            Guest(domain.name, domain_demand(domain, policy))
+            Guest(domain.name, domain_demand(domain, policy, availability_zone))
             for domain in facts.domains
             if domain.state in policy.counted_states
         ),
     )
 
 
-def domain_demand(domain: DomainFacts, policy: HostPolicy) -> Demand:
+def domain_demand(domain: DomainFacts, policy: HostPolicy, availability_zone: str | None = None) -> Demand:
     """What a domain asks for when it is scheduled again: a plain domain its allocation; a Nova
     guest its flavor's request, group by group (which adds up to its allocation), and the NUMA
     topology and devices its flavor's extra specs ask for (none where Nova would refuse them;
-    the image's `hw_*` properties are not read)."""
+    the image's `hw_*` properties are not read). On a host in an availability zone, it stays in
+    that zone (see the module's docstring)."""
     if domain.nova is None:
-        return Demand(domain_allocation(domain, policy.cpu_dedicated_set))
+        return Demand(
+            domain_allocation(domain, policy.cpu_dedicated_set), availability_zone=availability_zone
+        )
     request = nova_request(domain.nova)  # its request groups: each is held to max_unit on its own
     within: WithinHost = NOTHING_WITHIN
     flavor = domain.nova.flavor
@@ -315,7 +335,7 @@ def domain_demand(domain: DomainFacts, policy: HostPolicy) -> Demand:
         within = within_host(flavor.vcpus, flavor.memory_mib * MIB, flavor.extra_specs)
     except ValueError:
         within = NOTHING_WITHIN
-    return Demand(request, within)
+    return Demand(request, within, availability_zone)
 
 
 @dataclass(frozen=True, slots=True)
@@ -525,13 +545,7 @@ def schedule(
     for name in names:
         if name in rejected:
             continue
-        state = by_name[name]
-        if state.refused_by_compute:
-            rejected[name] = Rejection(COMPUTE, (_down(state),))
-            continue
-        refused = (
-            memo.refusal(state, demand) if memo is not None else _split(_placement_reasons(state, demand))
-        )
+        refused = _candidate_refusal(by_name[name], demand, memo)
         if refused is not None:
             rejected[name] = refused
         else:
@@ -591,6 +605,34 @@ def _place(current: dict[str, HostState], host: str, demand: Demand, *, carry: b
 def _placement_reasons(state: HostState, demand: Demand) -> list[str]:
     """claim_test's reasons of the classes and vGPUs only (what Placement's candidates test)."""
     return state.capacity.claim_test(Demand(demand.request))
+
+
+def _candidate_refusal(state: HostState, demand: Demand, memo: CandidateMemo | None) -> Rejection | None:
+    """Why the host is not one of Placement's allocation candidates for the demand (None: it is):
+    out of the requested zone, down, stale or in maintenance, or short of a class."""
+    if not _in_zone(state, demand):
+        return _out_of_zone(state, demand)
+    if state.refused_by_compute:
+        return Rejection(COMPUTE, (_down(state),))
+    if memo is not None:
+        return memo.refusal(state, demand)
+    return _split(_placement_reasons(state, demand))
+
+
+def _in_zone(state: HostState, demand: Demand) -> bool:
+    return demand.availability_zone is None or state.availability_zone == demand.availability_zone
+
+
+def _out_of_zone(state: HostState, demand: Demand) -> Rejection:
+    where = (
+        f"in availability zone {state.availability_zone}"
+        if state.availability_zone is not None
+        else "in no availability zone"
+    )
+    return Rejection(
+        AVAILABILITY_ZONE,
+        (f"hypervisor {state.name} is {where}, not in {demand.availability_zone} as requested",),
+    )
 
 
 def _down(state: HostState) -> str:
@@ -853,7 +895,7 @@ def _clipped(state: HostState) -> _Clipped:
     return (max(raw["ram"], 0.0), max(raw["cpu"], 0.0), max(raw["disk"], 0.0))
 
 
-_Request = tuple[RequestKey, WithinHost]
+_Request = tuple[RequestKey, WithinHost, str | None]
 _Key = int
 """A request's number in its fleet (`_Fleet.key`): the dictionaries of every step are keyed by
 it, and a tuple of tuples is hashed again at every look-up."""
@@ -994,7 +1036,7 @@ class _Fleet:
         found = self.keys.get(id(demand))
         if found is not None and found[0] is demand:
             return found[1]
-        request = (request_key(demand.request), demand.within)
+        request = (request_key(demand.request), demand.within, demand.availability_zone)
         key = self.numbers.get(request)
         if key is None:
             key = self.numbers[request] = len(self.requests)
@@ -1089,7 +1131,7 @@ class _Fleet:
 
     def passes(self, state: HostState, demand: Demand, key: _Key | None = None) -> bool:
         """The candidate and filter tests of a request of one instance, on the host as it is."""
-        if state.refused_by_compute:
+        if state.refused_by_compute or not _in_zone(state, demand):
             return False
         request = self.requests[key][0] if key is not None else request_key(demand.request)
         if self.memo._refusal(state, demand, request) is not None:
@@ -1100,6 +1142,8 @@ class _Fleet:
         """Why the host refuses one instance of the request as it is (None: it `passes`), as
         `schedule` finds it at its first step, and whether at the filters (NUMA, PCI) rather
         than at ComputeFilter or Placement."""
+        if not _in_zone(state, demand):
+            return _out_of_zone(state, demand), False
         if state.refused_by_compute:
             return Rejection(COMPUTE, (_down(state),)), False
         refused = self.memo._refusal(state, demand, self.requests[key][0])

@@ -85,18 +85,21 @@ class ToleranceReport:
 
 def scheduler_host(host: SimulatedHost) -> HostState:
     """The hypervisor as the scheduler sees it, from the capacity its audit already computed (its
-    pending claims counted): the domains its policy counts are what an evacuation moves."""
+    pending claims counted): the domains its policy counts are what an evacuation moves, within
+    its availability zone when it is in one."""
     snapshot = host.audit
     if snapshot.capacity is None or snapshot.facts is None or snapshot.hypervisor is None:
         raise ValueError(f"{host.name}: an audit that failed has nothing to simulate")
     policy = snapshot.hypervisor.policy
+    zone = snapshot.hypervisor.availability_zone
     return HostState(
         name=host.name,
         capacity=snapshot.capacity,
         up=host.up,
         reserved_disk_bytes=policy.reserved.get(Resource.DISK, 0),
+        availability_zone=zone,
         guests=tuple(
-            Guest(domain.name, domain_demand(domain, policy))
+            Guest(domain.name, domain_demand(domain, policy, zone))
             for domain in snapshot.facts.domains
             if domain.state in policy.counted_states
         ),
@@ -121,6 +124,7 @@ def scheduling_key(state: HostState) -> tuple[object, ...]:
         # in or out of maintenance: it takes no evacuated domain, or takes them again
         capacity.maintenance,
         state.reserved_disk_bytes,
+        state.availability_zone,  # which hosts its domains, and others' domains, may go to
         state.guests,
         tuple(resources),
         capacity.within,

@@ -105,6 +105,7 @@ async def create_claim(request: web.Request) -> web.Response:
         flavor=body.flavor,
         extra_specs=extra_specs,
         count=body.count,
+        availability_zone=body.availability_zone,
     )
     config = request.app[EXPORTER].config
     try:

@@ -161,6 +161,12 @@ ResourceAmounts = Annotated[dict[str, Annotated[int, Strict()]], WithJsonSchema(
 amounts, each amount within its class's bounds (`most`)."""
 
 
+_ZoneName = Annotated[
+    str, Field(min_length=1, max_length=MAX_NAME_CHARS, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:@-]*$")
+]
+"""An availability zone, spelt as the configuration's group names are."""
+
+
 class ClaimBody(BaseModel):
     """A claim: capacity to reserve on a hypervisor for a build in flight, until its domain appears,
     its TTL passes or it is deleted. It asks for at least one class, each named once: `vcpu`,
@@ -218,6 +224,12 @@ class ClaimBody(BaseModel):
         "`pci_passthrough:alias` of a configured alias, ...). Specs Nova's API would refuse are "
         f"refused. Not beside `pcpu` or `resources`: the extra specs say them. At most "
         f"{MAX_EXTRA_SPECS} keys.",
+    )
+    availability_zone: _ZoneName | None = Field(
+        default=None,
+        description="Only hypervisors of this availability zone (the configuration's `groups`) take "
+        "the instances, as Nova keeps an instance created in a zone; a named hypervisor outside it "
+        "refuses them. Any hypervisor when absent or null.",
     )
     ttl: Duration | None = Field(
         default=None,
@@ -512,6 +524,11 @@ class HypervisorCapacity(BaseModel):
         description="Whether it is in maintenance: then it is still audited and its usage shown, "
         "but `schedulable` is 0 for every flavor and each flavor's `refusals` says why."
     )
+    groups: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="The groups the hypervisor is in, by kind (`availability_zone`, `aggregate`, "
+        "`rack`, ...), from the configuration: at most one availability zone, several of other kinds.",
+    )
 
 
 class CapacityDocument(BaseModel):
@@ -620,6 +637,11 @@ class PlacementBody(BaseModel):
         default=False,
         strict=True,
         description="At most one instance per hypervisor (an anti-affinity group).",
+    )
+    availability_zone: _ZoneName | None = Field(
+        default=None,
+        description="Only hypervisors of this availability zone (the configuration's `groups`) take "
+        "the instances (Nova's `availability_zone` of a server create); any when absent or null.",
     )
 
 
