@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
+from virtcap.audit.domain_xml import OwnershipMetadata
 from virtcap.config.errors import clip, explain_validation_error
 from virtcap.config.schema import (
     AllocationRatios,
@@ -24,6 +25,7 @@ from virtcap.config.schema import (
     ClaimSettings,
     ConfigFile,
     DiskSource,
+    ExpositionSection,
     FailureToleranceSettings,
     FlavorSection,
     HypervisorSection,
@@ -67,6 +69,8 @@ class Hypervisor:
     uri: str
     policy: HostPolicy
     disk: DiskSource | None
+    ownership: OwnershipMetadata | None = None
+    """Where its domains' metadata names their project (`ownership`), besides Nova's own."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +99,10 @@ class Config:
     """`scheduler.weighers`: the RAM, CPU and disk weighers' multipliers of a dry-run placement."""
     failure_tolerance: FailureToleranceSettings = field(default_factory=FailureToleranceSettings)
     """`scheduler.failure_tolerance`: the background simulation of hypervisors lost."""
+    exposition: ExpositionSection = field(default_factory=ExpositionSection)
+    discover_flavors: bool = True
+    """Nova flavors of existing domains join `flavors` (virtcap.service.flavors); the configured
+    ones win on the same name."""
 
     @property
     def flavor_demands(self) -> dict[str, Demand]:
@@ -132,13 +140,24 @@ def build_config(parsed: ConfigFile, source: str) -> Config:
     if entries is None:
         entries = [HypervisorSection(name=socket.gethostname() or "localhost", uri=LOCAL_URI)]
     aliases = {entry.name: entry.alias() for entry in parsed.pci.alias}
+    ownership = (
+        OwnershipMetadata(
+            namespace=parsed.ownership.metadata_namespace,
+            path=tuple(parsed.ownership.element.split("/")),
+            id_attribute=parsed.ownership.id_attribute,
+        )
+        if parsed.ownership is not None
+        else None
+    )
     hypervisors = []
     disjoint: set[tuple[int, int]] = set()
     for index, entry in enumerate(entries):
         where = f"hypervisors[{index}]" if parsed.hypervisors is not None else "defaults"
         policy, disk = _merge_policy(parsed.defaults, entry, source, where, disjoint)
         policy = replace(policy, pci_aliases=aliases)
-        hypervisors.append(Hypervisor(name=entry.name, uri=entry.uri, policy=policy, disk=disk))
+        hypervisors.append(
+            Hypervisor(name=entry.name, uri=entry.uri, policy=policy, disk=disk, ownership=ownership)
+        )
     flavors = tuple(
         Flavor(
             name=section.name,
@@ -165,6 +184,8 @@ def build_config(parsed: ConfigFile, source: str) -> Config:
         pci_aliases=aliases,
         multipliers=Multipliers(**parsed.scheduler.weighers.model_dump()),
         failure_tolerance=parsed.scheduler.failure_tolerance,
+        exposition=parsed.exposition,
+        discover_flavors=parsed.discover_flavors,
     )
 
 

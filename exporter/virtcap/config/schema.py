@@ -58,10 +58,12 @@ __all__ = [
     "DevicesSection",
     "DiskSource",
     "Duration",
+    "ExpositionSection",
     "FlavorSection",
     "HypervisorSection",
     "MdevTypeSection",
     "Name",
+    "OwnershipSection",
     "PciAliasSection",
     "PciDeviceSpecSection",
     "PciSection",
@@ -567,6 +569,40 @@ class SchedulerSection(_Section):
     failure_tolerance: FailureToleranceSettings = FailureToleranceSettings()
 
 
+_XML_NAME = r"[A-Za-z_][A-Za-z0-9_.-]*"
+
+
+class OwnershipSection(_Section):
+    """Where domains that Nova did not define say whose they are, in their `<metadata>`: an element
+    in a namespace of the operator's, such as `<x:owner xmlns:x="NAMESPACE"><x:project id="ID">NAME
+    </x:project></x:owner>`. Nova's own owner metadata always comes first."""
+
+    metadata_namespace: str = Field(min_length=1, max_length=MAX_URI_CHARS, pattern=r"^[^\s{}]+$")
+    """The namespace URI of the element and of each element on its path."""
+    element: str = Field(
+        default="project", max_length=MAX_NAME_CHARS, pattern=rf"^{_XML_NAME}(/{_XML_NAME})*$"
+    )
+    """The element below `<metadata>`: a local name, or a path of them (`owner/project`)."""
+    id_attribute: str = Field(default="id", max_length=MAX_NAME_CHARS, pattern=rf"^{_XML_NAME}$")
+    """The attribute holding the project's id; where it is absent the element's text is the id.
+    The element's text is the project's name."""
+
+
+MAX_TOP_PROJECTS = 1000
+
+
+class ExpositionSection(_Section):
+    """What /metrics shows beyond the hypervisors' own series: bounded, since each project and
+    each domain is a series per resource."""
+
+    domains: bool = False
+    """Per-domain allocation and info series (`hypervisor_domain_allocated`, `hypervisor_domain_info`):
+    one series per domain and resource; `virtcap serve --collector.domains` turns them on too."""
+    top_projects: int = Field(default=20, ge=0, le=MAX_TOP_PROJECTS)
+    """The projects with the most allocated memory fleet-wide get series of their own; the others
+    are summed as `project_id="other"`. 0: no project series."""
+
+
 class ConfigFile(_Section):
     audit: AuditSettings = AuditSettings()
     claims: ClaimSettings = ClaimSettings()
@@ -574,7 +610,12 @@ class ConfigFile(_Section):
     defaults: PolicySection = PolicySection()
     hypervisors: list[HypervisorSection] | None = None
     flavors: list[FlavorSection] = []
+    discover_flavors: bool = True
+    """Nova flavors found in the metadata of existing domains join the configured ones (which win
+    on the same name)."""
     pci: PciSection = PciSection()
+    ownership: OwnershipSection | None = None
+    exposition: ExpositionSection = ExpositionSection()
 
     @model_validator(mode="after")
     def _unique_names(self) -> Self:

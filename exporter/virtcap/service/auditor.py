@@ -40,6 +40,7 @@ from virtcap.claims.ledger import ClaimLedger
 from virtcap.config import AuditSettings, Hypervisor
 from virtcap.model.facts import CpuIdentity, CpuTimes, HostFacts
 from virtcap.model.placement import Demand
+from virtcap.service.flavors import FlavorCatalog
 from virtcap.service.snapshot import HypervisorSnapshot
 from virtcap.service.store import SnapshotStore
 from virtcap.service.supervise import Supervisor
@@ -63,8 +64,12 @@ class HypervisorAuditor:
         slots: asyncio.Semaphore,
         supervisor: Supervisor,
         claims: ClaimLedger | None = None,
+        *,
+        catalog: FlavorCatalog | None = None,
     ) -> None:
         self.hypervisor = hypervisor
+        self.catalog = catalog
+        """The fleet's discovered flavors: this audit's are recorded, the merged set is fitted."""
         self.supervisor = supervisor
         self.claims = claims
         self.settings = settings
@@ -167,13 +172,15 @@ class HypervisorAuditor:
         if identity != self._identity:  # a new connection may find another host (or CPU)
             self._identity = identity
             self.store.set_identity(self.name, identity)
+        flavors = self.flavors
+        if self.catalog is not None:
+            self.catalog.record(self.name, facts)
+            flavors = self.catalog.demands(self.flavors)
         # The capacity fits flavors into NUMA cells and devices, milliseconds a host: in a thread.
         if self.claims is not None:
-            await self.claims.record_audit(self.hypervisor, facts, self.flavors)
+            await self.claims.record_audit(self.hypervisor, facts, flavors)
         else:
-            snapshot = await asyncio.to_thread(
-                HypervisorSnapshot.audited, self.hypervisor, facts, self.flavors
-            )
+            snapshot = await asyncio.to_thread(HypervisorSnapshot.audited, self.hypervisor, facts, flavors)
             self.store.record(snapshot, "success")
         return True
 
@@ -207,6 +214,7 @@ class HypervisorAuditor:
                 self.hypervisor.disk,
                 previous_cpu=self._previous_cpu,
                 layout=layout,
+                ownership=self.hypervisor.ownership,
             )
         except AuditError:
             self.connection.mark_broken()
@@ -245,14 +253,23 @@ class FleetAuditor:
         self.supervisor = supervisor
         self.claims = claims
         self.auditors: dict[str, HypervisorAuditor] = {}
+        self.catalog = FlavorCatalog()
+        """The flavors discovered in the fleet's Nova metadata (see virtcap.service.flavors)."""
         self._settings: AuditSettings | None = None
         self._slots = asyncio.Semaphore(1)
 
     async def apply(
-        self, hypervisors: tuple[Hypervisor, ...], settings: AuditSettings, flavors: Mapping[str, Demand]
+        self,
+        hypervisors: tuple[Hypervisor, ...],
+        settings: AuditSettings,
+        flavors: Mapping[str, Demand],
+        *,
+        discover_flavors: bool = False,
     ) -> None:
         """Start auditing this fleet: removed hypervisors stop (and lose their series), changed
-        ones restart with their new settings, new ones start."""
+        ones restart with their new settings, new ones start. With `discover_flavors`, headroom
+        is also reported for the flavors found in the fleet's Nova metadata."""
+        self.catalog.discover = discover_flavors
         if settings != self._settings:
             self._settings = settings
             self._slots = asyncio.Semaphore(settings.concurrency)
@@ -262,12 +279,20 @@ class FleetAuditor:
                 await auditor.stop()
                 del self.auditors[name]
         self.store.track(list(wanted))
+        self.catalog.track(wanted)
         for name, hypervisor in wanted.items():
             if name in self.auditors:
                 self.auditors[name].flavors = flavors
                 continue
             auditor = HypervisorAuditor(
-                hypervisor, settings, flavors, self.store, self._slots, self.supervisor, self.claims
+                hypervisor,
+                settings,
+                flavors,
+                self.store,
+                self._slots,
+                self.supervisor,
+                self.claims,
+                catalog=self.catalog,
             )
             self.auditors[name] = auditor
             auditor.start()

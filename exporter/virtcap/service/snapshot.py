@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 from virtcap.config import Hypervisor
 from virtcap.model.capacity import HostCapacity, host_capacity
 from virtcap.model.facts import HostFacts
+from virtcap.model.ownership import ProjectUsage, host_projects
 from virtcap.model.placement import Demand
 from virtcap.model.resources import Amounts
 
@@ -36,6 +37,8 @@ class HypervisorSnapshot:
     taken_at: float
     hypervisor: Hypervisor | None = None
     flavors: Mapping[str, Demand] = field(default_factory=dict)
+    projects: tuple[ProjectUsage, ...] = ()
+    """The counted domains' allocations per project (they do not depend on pending claims)."""
 
     @classmethod
     def audited(
@@ -46,7 +49,10 @@ class HypervisorSnapshot:
         claims: PendingClaims = NO_CLAIMS,
     ) -> HypervisorSnapshot:
         capacity = host_capacity(facts, hypervisor.policy, flavors, claims.amounts, claims.claims)
-        return cls(hypervisor.name, True, None, facts, capacity, facts.audited_at, hypervisor, flavors)
+        projects = host_projects(facts, hypervisor.policy)
+        return cls(
+            hypervisor.name, True, None, facts, capacity, facts.audited_at, hypervisor, flavors, projects
+        )
 
     @classmethod
     def failed(cls, hypervisor: Hypervisor, error: str) -> HypervisorSnapshot:
