@@ -12,14 +12,16 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from virtcap import __version__
+from virtcap.config.schema import ExpositionSection
 from virtcap.exposition import catalogue
 from virtcap.exposition.catalogue import AUDIT_OUTCOMES, CLAIM_OUTCOMES
-from virtcap.model.capacity import HostCapacity
+from virtcap.model.capacity import HostCapacity, domain_allocation
 from virtcap.model.facts import CpuIdentity, DomainState, HostFacts
+from virtcap.model.ownership import domain_project, largest_projects, shown_projects
 from virtcap.model.placement import cell_amounts
 from virtcap.model.resources import display_order
 from virtcap.service.snapshot import HypervisorSnapshot
@@ -90,17 +92,33 @@ class TaskHealth:
     dead: Mapping[str, int]
 
 
+DEFAULT_EXPOSITION = ExpositionSection()
+
+
+def projects_shown(hypervisors: Iterable[HypervisorView], exposition: ExpositionSection) -> dict[str, str]:
+    """The projects with series of their own: the largest by allocated memory among the shown
+    hypervisors (a /probe: the one target's), id to the name shown."""
+    if not exposition.top_projects:
+        return {}
+    usages = (usage for view in hypervisors if view.data is not None for usage in view.data.projects)
+    return largest_projects(usages, exposition.top_projects)
+
+
 def render(
     hypervisors: Iterable[HypervisorView],
     claim_outcomes: Mapping[str, int] | None = None,
     tasks: TaskHealth | None = None,
     tolerance: ToleranceReport | None = None,
+    *,
+    exposition: ExpositionSection = DEFAULT_EXPOSITION,
+    projects: Mapping[str, str] | None = None,
 ) -> bytes:
     """The exposition; the fleet's failure tolerance and the exporter's own families (build info,
     claim outcomes, task health) come with `claim_outcomes`, and are left out of a single
-    target's /probe."""
+    target's /probe. `projects`: those with series of their own (a /probe passes the fleet's),
+    by default the largest among these hypervisors."""
     views = tuple(hypervisors)
-    families = build_families(views)
+    families = build_families(views, exposition, projects)
     if claim_outcomes is not None:
         families += fleet_families(tolerance, views)
         families += exporter_families(claim_outcomes, tasks)
@@ -122,6 +140,13 @@ class FragmentCache:
     def __init__(self) -> None:
         self._headers = _family_chunks(_generate(build_families(())).decode())
         self._fragments: dict[str, tuple[HypervisorView, list[str]]] = {}
+        self._rendered_with: tuple[ExpositionSection, dict[str, str]] | None = None
+        """The options and shown projects the kept fragments were rendered with."""
+
+    @property
+    def projects(self) -> Mapping[str, str]:
+        """The projects with series of their own as of the last render (id to name shown)."""
+        return self._rendered_with[1] if self._rendered_with is not None else {}
 
     def render(
         self,
@@ -129,13 +154,21 @@ class FragmentCache:
         claim_outcomes: Mapping[str, int] | None = None,
         tasks: TaskHealth | None = None,
         tolerance: ToleranceReport | None = None,
+        exposition: ExpositionSection = DEFAULT_EXPOSITION,
     ) -> bytes:
+        hypervisors = tuple(hypervisors)
+        # Which projects have series of their own is the fleet's: when it changes (rarely: the
+        # largest projects stay the largest), every hypervisor's fragment is rendered again.
+        rendered_with = (exposition, projects_shown(hypervisors, exposition))
+        if rendered_with != self._rendered_with:
+            self._fragments, self._rendered_with = {}, rendered_with
+        projects = rendered_with[1]
         fragments = {}
         for view in hypervisors:
             kept = self._fragments.get(view.name)
             # Equal views render equally; `data` is compared by identity (see HypervisorView).
             if kept is None or kept[0] != view or kept[0].data is not view.data:
-                text = _generate(build_families((view,))).decode()
+                text = _generate(build_families((view,), exposition, projects)).decode()
                 kept = (view, [_samples_only(chunk) for chunk in _family_chunks(text)])
             fragments[view.name] = kept
         self._fragments = fragments  # removed hypervisors are forgotten
@@ -220,11 +253,20 @@ def exporter_families(claim_outcomes: Mapping[str, int], tasks: TaskHealth | Non
     return [built[family] for family in catalogue.EXPORTER_FAMILIES]
 
 
-def build_families(hypervisors: Iterable[HypervisorView]) -> list[Metric]:
-    """The hypervisors' families, in the catalogue's order, each built from its catalogue entry."""
+def build_families(
+    hypervisors: Iterable[HypervisorView],
+    exposition: ExpositionSection = DEFAULT_EXPOSITION,
+    projects: Mapping[str, str] | None = None,
+) -> list[Metric]:
+    """The hypervisors' families, in the catalogue's order, each built from its catalogue entry;
+    `projects` are those with series of their own (see projects_shown), by default the largest
+    among these hypervisors."""
+    hypervisors = tuple(hypervisors)
+    shown = projects_shown(hypervisors, exposition) if projects is None else projects
     gauges = {f: f.gauge() for f in catalogue.HYPERVISOR_FAMILIES if f.type == "gauge"}
     audits = catalogue.AUDITS.counter()
     info = catalogue.HYPERVISOR_INFO.info()
+    domain_info = catalogue.DOMAIN_INFO.info()
     up = gauges[catalogue.HYPERVISOR_UP]
     amounts = [gauges[family] for family in catalogue.RESOURCE_AMOUNTS]
     ratio = gauges[catalogue.RESOURCE_ALLOCATION_RATIO]
@@ -268,6 +310,10 @@ def build_families(hypervisors: Iterable[HypervisorView]) -> list[Metric]:
         _add_flavors(gauges, name, capacity)
         _add_cells(gauges, name, capacity, facts)
         _add_devices(gauges, name, capacity)
+        if exposition.top_projects:
+            _add_projects(gauges, name, snapshot, shown)
+        if exposition.domains:
+            _add_domains(gauges, domain_info, name, snapshot)
         # Every class the capacity has, custom ones too (`custom_fpga`, counted in `integer`).
         for resource in display_order(capacity.resources):
             rc = capacity.resources[resource]
@@ -288,11 +334,51 @@ def build_families(hypervisors: Iterable[HypervisorView]) -> list[Metric]:
         **gauges,
         catalogue.AUDITS: audits,
         catalogue.HYPERVISOR_INFO: info,
+        catalogue.DOMAIN_INFO: domain_info,
     }
     return [built[family] for family in catalogue.HYPERVISOR_FAMILIES]
 
 
 _Gauges = Mapping[catalogue.MetricFamily, GaugeMetricFamily]
+
+
+def _add_projects(gauges: _Gauges, name: str, snapshot: HypervisorSnapshot, shown: Mapping[str, str]) -> None:
+    """The shown projects' allocations and domains on the hypervisor, the others summed."""
+    allocated = gauges[catalogue.PROJECT_ALLOCATED]
+    domains = gauges[catalogue.PROJECT_DOMAINS]
+    for project in shown_projects(snapshot.projects, shown):
+        labels = [name, project.project_id, project.project_name]
+        domains.add_metric(labels, project.domains)
+        for resource, amount in project.allocated.items():
+            allocated.add_metric([*labels, resource.label, resource.unit], amount)
+
+
+def _add_domains(gauges: _Gauges, info: InfoMetricFamily, name: str, snapshot: HypervisorSnapshot) -> None:
+    """Each domain's allocation and identity: opt-in, one series per domain and resource."""
+    assert snapshot.facts is not None
+    dedicated = snapshot.hypervisor.policy.cpu_dedicated_set if snapshot.hypervisor is not None else None
+    allocated = gauges[catalogue.DOMAIN_ALLOCATED]
+    seen: set[str] = set()
+    for domain in snapshot.facts.domains:
+        # libvirt keeps UUIDs unique on a hypervisor; a definition without one is told by its name
+        uuid = domain.uuid or domain.name
+        if uuid in seen:
+            continue
+        seen.add(uuid)
+        project_id, project_name = domain_project(domain)
+        info.add_metric(
+            [name, uuid],
+            {
+                "name": domain.name,
+                "state": domain.state.value,
+                "flavor": domain.nova.flavor.name if domain.nova is not None else "",
+                "project_id": project_id,
+                "project_name": project_name,
+            },
+        )
+        allocation = domain_allocation(domain, dedicated)
+        for resource in display_order(allocation):
+            allocated.add_metric([name, uuid, resource.label, resource.unit], allocation[resource])
 
 
 def _add_flavors(gauges: _Gauges, name: str, capacity: HostCapacity) -> None:

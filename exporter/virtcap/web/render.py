@@ -11,8 +11,10 @@ import concurrent.futures
 import contextlib
 import gzip
 import time
+from collections.abc import Mapping
 
 from virtcap.claims.ledger import ClaimLedger
+from virtcap.config.schema import ExpositionSection
 from virtcap.exposition.families import FragmentCache, TaskHealth, views
 from virtcap.service.store import SnapshotStore
 from virtcap.service.supervise import Supervisor
@@ -37,6 +39,8 @@ class MetricsCache:
         """The store version the body shows."""
         self._gzipped: bytes | None = None
         self._fragments = FragmentCache()
+        self.exposition = ExpositionSection()
+        """`exposition`: the project and domain series; set by whoever configures the exporter."""
         # Its own thread: renders never queue behind other work of the default pool, and the
         # fragment cache is rendered by one thread at a time.
         self._renderer = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="render")
@@ -46,6 +50,11 @@ class MetricsCache:
         if self._gzipped is None:
             self._gzipped = gzip.compress(self.body, compresslevel=6)
         return self._gzipped
+
+    @property
+    def projects(self) -> Mapping[str, str]:
+        """The projects with series of their own in the last render (a /probe shows the same)."""
+        return self._fragments.projects
 
     async def run(self) -> None:
         while True:
@@ -61,6 +70,7 @@ class MetricsCache:
                 dict(self.claims.outcomes),
                 tasks,
                 self.store.tolerance,
+                self.exposition,
             )
             self.body, self.version, self._gzipped = body, version, None
             self.rendered.set()

@@ -76,6 +76,7 @@ async def serve(
     await claims.start()
     fleet = FleetAuditor(store, supervisor, claims)
     cache = MetricsCache(store, config.audit.staleness_bound, claims, supervisor)
+    cache.exposition = config.exposition
     exporter = Exporter(
         config,
         store,
@@ -104,7 +105,9 @@ async def serve(
         ) from None
     # Listening first: a taken port fails before a thousand hypervisors are connected to, and
     # /-/healthy answers while the first audits run (/-/ready tells when they are done).
-    await fleet.apply(config.hypervisors, config.audit, config.flavor_demands)
+    await fleet.apply(
+        config.hypervisors, config.audit, config.flavor_demands, discover_flavors=config.discover_flavors
+    )
     supervisor.start("render-metrics", "render", cache.run)
     supervisor.start("expire-claims", "expire-claims", claims.expire_forever)
     supervisor.start("connection-sweeper", "connections", exporter.connections.sweep_forever)
