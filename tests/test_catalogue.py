@@ -14,6 +14,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from virtcap.audit.oneshot import audit_fleet_once
+from virtcap.config.schema import ExpositionSection
 from virtcap.demo import demo_config
 from virtcap.exposition import catalogue
 from virtcap.exposition.catalogue import CATALOGUE, UNIT_LABEL, MetricFamily
@@ -77,8 +78,10 @@ def demo() -> Demo:
     tolerance = one_shot_tolerance(snapshots, config.multipliers, 3)
     fleet = views(store, time.time(), 600, {config.hypervisors[0].name: 1})
     tasks = TaskHealth(dict.fromkeys(catalogue.TASK_KINDS, 1), dict.fromkeys(catalogue.TASK_KINDS, 0))
-    body = render(fleet, {"created": 2}, tasks, tolerance)
-    assert FragmentCache().render(fleet, {"created": 2}, tasks, tolerance) == body
+    # the per-domain series too, which are opt-in
+    everything = ExpositionSection(domains=True)
+    body = render(fleet, {"created": 2}, tasks, tolerance, exposition=everything)
+    assert FragmentCache().render(fleet, {"created": 2}, tasks, tolerance, everything) == body
     return Demo(body.decode(), units)
 
 

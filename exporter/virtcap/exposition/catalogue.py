@@ -457,7 +457,8 @@ PROJECT_ALLOCATED = MetricFamily(
 PROJECT_DOMAINS = MetricFamily(
     "hypervisor_project_domains",
     "gauge",
-    "Counted domains of the project on the hypervisor (the same projects as hypervisor_project_allocated).",
+    "Counted domains of the project on the hypervisor, as of the last background audit (the same "
+    "projects as hypervisor_project_allocated).",
     ("hypervisor", "project_id", "project_name"),
     meaning="counted domains of the project (the same projects and `other` as above)",
 )
@@ -474,8 +475,8 @@ DOMAIN_ALLOCATED = MetricFamily(
 DOMAIN_INFO = MetricFamily(
     "hypervisor_domain_info",
     "info",
-    "The domain's name, state, Nova flavor and project, value 1. Only with exposition.domains or "
-    "--collector.domains.",
+    "The domain's name, state, Nova flavor and project as of the last background audit, value 1. "
+    "Only with exposition.domains or --collector.domains.",
     ("hypervisor", "uuid"),
     info_labels=("name", "state", "flavor", "project_id", "project_name"),
     meaning="opt-in, value 1 (`flavor` empty for a domain Nova did not define)",

@@ -21,7 +21,7 @@ from virtcap.exposition import catalogue
 from virtcap.exposition.catalogue import AUDIT_OUTCOMES, CLAIM_OUTCOMES
 from virtcap.model.capacity import HostCapacity, domain_allocation
 from virtcap.model.facts import CpuIdentity, DomainState, HostFacts
-from virtcap.model.ownership import domain_project, largest_projects, shown_projects
+from virtcap.model.ownership import ProjectRanking, domain_project, largest_projects, shown_projects
 from virtcap.model.placement import cell_amounts
 from virtcap.model.resources import display_order
 from virtcap.service.snapshot import HypervisorSnapshot
@@ -142,6 +142,7 @@ class FragmentCache:
         self._fragments: dict[str, tuple[HypervisorView, list[str]]] = {}
         self._rendered_with: tuple[ExpositionSection, dict[str, str]] | None = None
         """The options and shown projects the kept fragments were rendered with."""
+        self._ranking = ProjectRanking()
 
     @property
     def projects(self) -> Mapping[str, str]:
@@ -157,11 +158,16 @@ class FragmentCache:
         exposition: ExpositionSection = DEFAULT_EXPOSITION,
     ) -> bytes:
         hypervisors = tuple(hypervisors)
+        for view in hypervisors:
+            self._ranking.update(view.name, view.data.projects if view.data is not None else ())
+        self._ranking.keep_only({view.name for view in hypervisors})
         # Which projects have series of their own is the fleet's: when it changes (rarely: the
-        # largest projects stay the largest), every hypervisor's fragment is rendered again.
-        rendered_with = (exposition, projects_shown(hypervisors, exposition))
+        # largest projects stay the largest), every hypervisor with data is rendered again.
+        largest = self._ranking.largest(exposition.top_projects) if exposition.top_projects else {}
+        rendered_with = (exposition, largest)
         if rendered_with != self._rendered_with:
-            self._fragments, self._rendered_with = {}, rendered_with
+            self._fragments = {name: kept for name, kept in self._fragments.items() if kept[0].data is None}
+            self._rendered_with = rendered_with
         projects = rendered_with[1]
         fragments = {}
         for view in hypervisors:

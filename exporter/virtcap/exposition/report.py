@@ -9,7 +9,7 @@ from virtcap.model.capacity import HostCapacity, ResourceCapacity
 from virtcap.model.discovery import DiscoveredFlavor, FlavorDiscovery, definition_text
 from virtcap.model.facts import DomainState
 from virtcap.model.numa import HostCell
-from virtcap.model.ownership import ProjectUsage, fleet_projects
+from virtcap.model.ownership import UNKNOWN, ProjectUsage, fleet_projects
 from virtcap.model.pci import PciPool
 from virtcap.model.placement import cell_amounts
 from virtcap.model.resources import display_order
@@ -51,7 +51,7 @@ def hypervisor_document(snapshot: HypervisorSnapshot) -> dict[str, Any]:
     capacity, facts = snapshot.capacity, snapshot.facts
     document: dict[str, Any] = {"name": snapshot.name, "up": snapshot.up, "error": snapshot.error}
     if capacity is None or facts is None:
-        document.update(domains=None, resources={}, schedulable={}, problems=[])
+        document.update(domains=None, resources={}, schedulable={}, problems=[], projects=[])
         return document
     document.update(
         hostname=facts.hostname,
@@ -245,7 +245,7 @@ def render_tables(
             f"(the most allocated memory first; tried up to {tolerance.bound})"
         )
     projects = fleet_projects(usage for snapshot in snapshots for usage in snapshot.projects)
-    if projects:
+    if any(project.project_id != UNKNOWN for project in projects):  # no owner known: nothing to tell
         parts.append(_projects_text(projects))
     if discovery is not None and discovery.conflicts:
         parts.append(_conflicts_text(discovery))

@@ -10,6 +10,7 @@ amounts, neither more nor less.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -115,3 +116,52 @@ def shown_projects(usages: Iterable[ProjectUsage], shown: Mapping[str, str]) -> 
         ProjectUsage(key[0], key[1], domains[key], {r: merged[key][r] for r in display_order(merged[key])})
         for key in sorted(merged, key=lambda key: (key == (OTHER, OTHER), key))
     ]
+
+
+class ProjectRanking:
+    """The fleet's allocated memory per project, kept up to date hypervisor by hypervisor: a fleet
+    of a thousand hypervisors changes a few at a time, and ranking its projects again from every
+    hypervisor's at each render would cost the whole fleet each time. `largest` is what
+    `largest_projects` gives for the hypervisors' usages together."""
+
+    def __init__(self) -> None:
+        self._by_hypervisor: dict[str, tuple[ProjectUsage, ...]] = {}
+        self._memory: dict[str, int] = {}
+        self._names: dict[str, dict[str, list[int]]] = {}
+        """Per project id, per name: [memory, how many hypervisors' usages carry it]."""
+
+    def update(self, hypervisor: str, usages: tuple[ProjectUsage, ...]) -> None:
+        kept = self._by_hypervisor.get(hypervisor)
+        if kept is usages:
+            return
+        if kept is not None:
+            self._count(kept, -1)
+        self._count(usages, 1)
+        self._by_hypervisor[hypervisor] = usages
+
+    def keep_only(self, hypervisors: set[str]) -> None:
+        """Forget the hypervisors no longer shown."""
+        for gone in [name for name in self._by_hypervisor if name not in hypervisors]:
+            self._count(self._by_hypervisor.pop(gone), -1)
+
+    def largest(self, limit: int) -> dict[str, str]:
+        ranked = heapq.nsmallest(
+            limit, self._memory, key=lambda project_id: (-self._memory[project_id], project_id)
+        )
+        return {
+            project_id: min(self._names[project_id].items(), key=lambda item: (-item[1][0], item[0]))[0]
+            for project_id in ranked
+        }
+
+    def _count(self, usages: tuple[ProjectUsage, ...], sign: int) -> None:
+        for usage in usages:
+            project_id = usage.project_id
+            self._memory[project_id] = self._memory.get(project_id, 0) + sign * usage.memory
+            names = self._names.setdefault(project_id, {})
+            weight = names.setdefault(usage.project_name, [0, 0])
+            weight[0] += sign * usage.memory
+            weight[1] += sign
+            if not weight[1]:
+                del names[usage.project_name]
+            if not names:
+                del self._names[project_id], self._memory[project_id]

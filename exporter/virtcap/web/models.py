@@ -193,7 +193,8 @@ class ClaimBody(BaseModel):
         default=None,
         min_length=1,
         max_length=MAX_NAME_CHARS,
-        description="A configured flavor: the claim asks for what one instance of it asks for, its "
+        description="A configured flavor (or one discovered in the fleet's Nova metadata): the claim "
+        "asks for what one instance of it asks for, its "
         "Placement request (summed into one allocation, as every claim is) and, with its extra specs, "
         f"its share of the NUMA cells and devices. Nothing is asked for beside it: none of "
         f"{_STANDARD_FIELDS}, resources or extra_specs.",
@@ -553,7 +554,10 @@ class PlacementBody(BaseModel):
         Annotated[Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)], Tag("name")]
         | Annotated[PlacementFlavor, Tag("object")],
         Discriminator(_flavor_kind),
-    ] = Field(description="A configured flavor by name, or a flavor made up for the request.")
+    ] = Field(
+        description="A configured flavor by name (or one discovered in the fleet's Nova metadata), or a "
+        "flavor made up for the request."
+    )
     count: int = Field(
         default=1, ge=1, le=MAX_PLACEMENT_COUNT, strict=True, description="How many instances."
     )
