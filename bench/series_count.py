@@ -59,7 +59,7 @@ def count(config: Config) -> dict[str, int]:
         ("default", config.exposition),
         ("domains", config.exposition.model_copy(update={"domains": True})),
     ):
-        body = FragmentCache().render(fleet, {}, None, tolerance, exposition).decode()
+        body = FragmentCache().render(fleet, {}, None, tolerance, exposition=exposition).decode()
         samples = [line for line in body.splitlines() if line and not line.startswith("#")]
         result[label] = len(samples)
         for family in FAMILIES:

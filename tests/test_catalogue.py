@@ -80,8 +80,12 @@ def demo() -> Demo:
     tasks = TaskHealth(dict.fromkeys(catalogue.TASK_KINDS, 1), dict.fromkeys(catalogue.TASK_KINDS, 0))
     # the per-domain series too, which are opt-in
     everything = ExpositionSection(domains=True)
-    body = render(fleet, {"created": 2}, tasks, tolerance, exposition=everything)
-    assert FragmentCache().render(fleet, {"created": 2}, tasks, tolerance, everything) == body
+    flavors = {"m1.small": "configured", "g1.large": "discovered"}
+    body = render(fleet, {"created": 2}, tasks, tolerance, exposition=everything, flavors=flavors)
+    cached = FragmentCache().render(
+        fleet, {"created": 2}, tasks, tolerance, exposition=everything, flavors=flavors
+    )
+    assert cached == body
     return Demo(body.decode(), units)
 
 

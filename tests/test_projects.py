@@ -19,7 +19,7 @@ from tests.serving import Samples, parse_samples, running_server, series, value
 from virtcap.audit.domain_xml import NOVA_NAMESPACE, OwnershipMetadata, parse_domain_xml
 from virtcap.audit.oneshot import audit_fleet_once
 from virtcap.cli import build_parser, main, with_collectors
-from virtcap.config import Config, ConfigError, Hypervisor, parse_config
+from virtcap.config import Config, ConfigError, Flavor, Hypervisor, parse_config
 from virtcap.config.schema import ExpositionSection
 from virtcap.demo.fleetgen import RUNNING, SHUTOFF, DomainSpec, FlavorSpec, HostSpec, node_xml
 from virtcap.exposition.families import FragmentCache, HypervisorView, render, views
@@ -427,8 +427,13 @@ def test_a_name_defined_differently_takes_the_definition_most_domains_carry_and_
     catalog.track(["two"])
     assert catalog.demands(configured)["c1"].request[Resource.VCPU] == 4
     assert not catalog.discovery.conflicts
+    small_configured = Flavor("c1", {Resource.VCPU: 1})
+    assert catalog.sources([small_configured]) == {"c1": "configured"}
+    catalog.record("one", one)
+    assert catalog.sources([]) == {"c1": "discovered"}
     catalog.discover = False
     assert catalog.demands(configured) == {}
+    assert catalog.sources([small_configured]) == {"c1": "configured"}
 
 
 def test_claims_and_placements_name_a_discovered_flavor(tmp_path: Path) -> None:
@@ -471,6 +476,10 @@ defaults: {{allocation_ratios: {{disk: 4.0}}}}   # the test driver's pools hold 
             value(samples, "hypervisor_schedulable_instances", hypervisor="h1", flavor="x1.odd") is not None
         )
         assert len(series(samples, "hypervisor_domain_info", hypervisor="h1")) == 4
+        assert series(samples, "virtcap_flavor_info") == {
+            frozenset({("flavor", "m1.large"), ("source", "discovered")}): 1.0,
+            frozenset({("flavor", "x1.odd"), ("source", "discovered")}): 1.0,
+        }
         assert projects_of(samples, "memory")[("h1", "beta-id", "beta")] == 2 * GIB
 
 

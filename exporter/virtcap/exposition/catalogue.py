@@ -612,7 +612,21 @@ FLEET_FAMILIES: tuple[MetricFamily, ...] = (
 rendered after the hypervisors' families and only on /metrics; absent while it is off or before
 its first computation."""
 
-EXPORTER_FAMILIES: tuple[MetricFamily, ...] = (BUILD_INFO, CLAIMS, TASK_FAILURES, TASKS_DEAD)
+FLAVOR_SOURCES = ("configured", "discovered")
+FLAVOR_INFO = MetricFamily(
+    "virtcap_flavor_info",
+    "info",
+    "The flavors headroom is reported for, value 1: configured, or discovered in the Nova metadata of "
+    "existing domains as of the last background audits.",
+    ("flavor",),
+    info_labels=("source",),
+    label_values={"source": FLAVOR_SOURCES},
+    meaning="value 1 per flavor of the headroom families: `configured`, or `discovered` in the Nova "
+    "metadata of existing domains (`discover_flavors`); a discovered flavor goes when no domain carries "
+    "it any more",
+)
+
+EXPORTER_FAMILIES: tuple[MetricFamily, ...] = (BUILD_INFO, CLAIMS, TASK_FAILURES, TASKS_DEAD, FLAVOR_INFO)
 """The exporter's own families, rendered after the hypervisors' and only on /metrics."""
 
 CATALOGUE: tuple[MetricFamily, ...] = HYPERVISOR_FAMILIES + FLEET_FAMILIES + EXPORTER_FAMILIES

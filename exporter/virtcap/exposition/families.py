@@ -112,6 +112,7 @@ def render(
     *,
     exposition: ExpositionSection = DEFAULT_EXPOSITION,
     projects: Mapping[str, str] | None = None,
+    flavors: Mapping[str, str] | None = None,
 ) -> bytes:
     """The exposition; the fleet's failure tolerance and the exporter's own families (build info,
     claim outcomes, task health) come with `claim_outcomes`, and are left out of a single
@@ -121,7 +122,7 @@ def render(
     families = build_families(views, exposition, projects)
     if claim_outcomes is not None:
         families += fleet_families(tolerance, views)
-        families += exporter_families(claim_outcomes, tasks)
+        families += exporter_families(claim_outcomes, tasks, flavors)
     return _generate(families)
 
 
@@ -155,7 +156,9 @@ class FragmentCache:
         claim_outcomes: Mapping[str, int] | None = None,
         tasks: TaskHealth | None = None,
         tolerance: ToleranceReport | None = None,
+        *,
         exposition: ExpositionSection = DEFAULT_EXPOSITION,
+        flavors: Mapping[str, str] | None = None,
     ) -> bytes:
         hypervisors = tuple(hypervisors)
         for view in hypervisors:
@@ -185,7 +188,9 @@ class FragmentCache:
         body = "".join(parts).encode()
         if claim_outcomes is not None:
             shown = [view for view, _samples in fragments.values()]
-            body += _generate(fleet_families(tolerance, shown) + exporter_families(claim_outcomes, tasks))
+            body += _generate(
+                fleet_families(tolerance, shown) + exporter_families(claim_outcomes, tasks, flavors)
+            )
         return body
 
 
@@ -238,7 +243,15 @@ def fleet_families(tolerance: ToleranceReport | None, hypervisors: Iterable[Hype
     return [built[family] for family in catalogue.FLEET_FAMILIES]
 
 
-def exporter_families(claim_outcomes: Mapping[str, int], tasks: TaskHealth | None = None) -> list[Metric]:
+def exporter_families(
+    claim_outcomes: Mapping[str, int],
+    tasks: TaskHealth | None = None,
+    flavors: Mapping[str, str] | None = None,
+) -> list[Metric]:
+    """`flavors`: each flavor of the headroom families and its source (configured, discovered)."""
+    flavor_info = catalogue.FLAVOR_INFO.info()
+    for flavor, source in (flavors or {}).items():
+        flavor_info.add_metric([flavor], {"source": source})
     info = catalogue.BUILD_INFO.gauge()
     info.add_metric([__version__], 1)
     claims = catalogue.CLAIMS.counter()
@@ -255,6 +268,7 @@ def exporter_families(claim_outcomes: Mapping[str, int], tasks: TaskHealth | Non
         catalogue.CLAIMS: claims,
         catalogue.TASK_FAILURES: failures,
         catalogue.TASKS_DEAD: dead,
+        catalogue.FLAVOR_INFO: flavor_info,
     }
     return [built[family] for family in catalogue.EXPORTER_FAMILIES]
 

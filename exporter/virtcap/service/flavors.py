@@ -127,6 +127,14 @@ class FlavorCatalog:
         self._effective = (config, discovery, effective)
         return effective
 
+    def sources(self, configured: Iterable[Flavor]) -> dict[str, str]:
+        """Each flavor headroom is reported for, by name, and where it comes from."""
+        found = {flavor.name: "configured" for flavor in configured}
+        if self.discover:
+            for name in self.discovery.flavors:
+                found.setdefault(name, "discovered")
+        return dict(sorted(found.items()))
+
     def _log_conflicts(self, discovery: FlavorDiscovery) -> None:
         for name, definitions in discovery.conflicts.items():
             if name in self._conflicts_logged:

@@ -91,6 +91,8 @@ async def serve(
             store, supervisor, config.failure_tolerance, config.multipliers, config.audit.staleness_bound
         ),
     )
+    # the running configuration's flavors (reloads replace it) and those discovered meanwhile
+    cache.flavor_sources = lambda: fleet.catalog.sources(exporter.config.flavors)
     runner = web.AppRunner(build_app(exporter), handle_signals=False, shutdown_timeout=SHUTDOWN_GRACE_SECONDS)
     await runner.setup()
     assert exporter.connections is not None and exporter.tolerance is not None
