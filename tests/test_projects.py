@@ -17,9 +17,10 @@ import pytest
 from tests.factories import domain, host
 from tests.serving import Samples, parse_samples, running_server, series, value
 from virtcap.audit.domain_xml import NOVA_NAMESPACE, OwnershipMetadata, parse_domain_xml
+from virtcap.audit.events import start_libvirt_event_thread
 from virtcap.audit.oneshot import audit_fleet_once
 from virtcap.cli import build_parser, main, with_collectors
-from virtcap.config import Config, ConfigError, Flavor, Hypervisor, parse_config
+from virtcap.config import AuditSettings, Config, ConfigError, Flavor, Hypervisor, parse_config
 from virtcap.config.schema import ExpositionSection
 from virtcap.demo.fleetgen import RUNNING, SHUTOFF, DomainSpec, FlavorSpec, HostSpec, node_xml
 from virtcap.exposition.families import FragmentCache, HypervisorView, render, views
@@ -37,9 +38,11 @@ from virtcap.model.ownership import (
 )
 from virtcap.model.placement import Demand
 from virtcap.model.resources import GIB, MIB, Resource
+from virtcap.service.auditor import FleetAuditor
 from virtcap.service.flavors import FlavorCatalog
 from virtcap.service.snapshot import HypervisorSnapshot
 from virtcap.service.store import SnapshotStore
+from virtcap.service.supervise import Supervisor
 
 OWNER_NAMESPACE = "http://example.org/xmlns/owner/1.0"
 ALPHA = "0b6d9b3102595a2ab2fcb598ba39d6f0"
@@ -543,3 +546,57 @@ def test_the_incremental_ranking_is_the_ranking_of_the_whole_fleet() -> None:
         limit = rng.randrange(6)
         whole = largest_projects([usage for usages in fleet.values() for usage in usages], limit)
         assert ranking.largest(limit) == whole
+
+
+def test_a_flavor_discovered_on_one_hypervisor_is_fitted_on_those_audited_before_it(tmp_path: Path) -> None:
+    """One audit at a time, then none for an hour: the first hypervisor audited knows only its own
+    flavors, and is audited again as soon as the second one brings others."""
+    first = write_owned_host(tmp_path / "h1.xml")
+    tiny = HostSpec(
+        "h2",
+        cpus=8,
+        memory_gib=32,
+        pool_gib=100,
+        pool_used_gib=0,
+        domains=[
+            DomainSpec(
+                "t",
+                "00000000-0000-4000-8000-0000000000d1",
+                RUNNING,
+                1,
+                512,
+                512,
+                flavor=FlavorSpec("z1.tiny", 1, 512, 1),
+            )
+        ],
+    )
+    second = tmp_path / "h2.xml"
+    second.write_text(node_xml(tiny), encoding="utf-8")
+    hypervisors = tuple(
+        Hypervisor(name, f"test://{path}", HostPolicy(), None)
+        for name, path in (("h1", first), ("h2", second))
+    )
+
+    async def scenario() -> dict[str, list[str]]:
+        start_libvirt_event_thread()
+        store = SnapshotStore()
+        supervisor = Supervisor(changed=store.touch)
+        fleet = FleetAuditor(store, supervisor)
+        settings = AuditSettings(interval=3600, timeout=10, concurrency=1)
+        await fleet.apply(hypervisors, settings, {}, discover_flavors=True)
+
+        def fitted() -> dict[str, list[str]]:
+            return {
+                name: sorted(state.last_good.flavors) if state.last_good is not None else []
+                for name, state in store.hypervisors.items()
+            }
+
+        everywhere = {name: ["m1.large", "x1.odd", "z1.tiny"] for name in ("h1", "h2")}
+        deadline = time.monotonic() + 15
+        while fitted() != everywhere and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        await fleet.stop()
+        await supervisor.stop_all()
+        return fitted()
+
+    assert asyncio.run(scenario()) == {name: ["m1.large", "x1.odd", "z1.tiny"] for name in ("h1", "h2")}

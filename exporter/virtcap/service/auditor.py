@@ -70,6 +70,8 @@ class HypervisorAuditor:
         self.hypervisor = hypervisor
         self.catalog = catalog
         """The fleet's discovered flavors: this audit's are recorded, the merged set is fitted."""
+        self.fitted: Mapping[str, Demand] | None = None
+        """The flavors the last audit was fitted with (None before, and while an audit fits)."""
         self.supervisor = supervisor
         self.claims = claims
         self.settings = settings
@@ -175,7 +177,9 @@ class HypervisorAuditor:
         flavors = self.flavors
         if self.catalog is not None:
             self.catalog.record(self.name, facts)
+            self.fitted = None  # this audit fits the newest flavors: no need to audit it again for them
             flavors = self.catalog.demands(self.flavors)
+        self.fitted = flavors
         # The capacity fits flavors into NUMA cells and devices, milliseconds a host: in a thread.
         if self.claims is not None:
             await self.claims.record_audit(self.hypervisor, facts, flavors)
@@ -255,6 +259,7 @@ class FleetAuditor:
         self.auditors: dict[str, HypervisorAuditor] = {}
         self.catalog = FlavorCatalog()
         """The flavors discovered in the fleet's Nova metadata (see virtcap.service.flavors)."""
+        self.catalog.on_change = self._refit
         self._settings: AuditSettings | None = None
         self._slots = asyncio.Semaphore(1)
 
@@ -296,6 +301,14 @@ class FleetAuditor:
             )
             self.auditors[name] = auditor
             auditor.start()
+
+    def _refit(self, flavors: Mapping[str, Demand]) -> None:
+        """Other flavors are in use (one discovered, or gone): every hypervisor fitted with the
+        previous ones is audited again soon, so that headroom is reported for the same flavors
+        everywhere (a burst of changes is one audit each: pokes coalesce)."""
+        for auditor in self.auditors.values():
+            if auditor.fitted is not None and auditor.fitted is not flavors:
+                auditor.poke()
 
     async def stop(self) -> None:
         await asyncio.gather(*(auditor.stop() for auditor in self.auditors.values()))

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from virtcap.config import Config, Flavor
 from virtcap.model.discovery import (
@@ -77,6 +77,11 @@ class FlavorCatalog:
         self._conflicts_logged: set[str] = set()
         self._effective: tuple[Config, FlavorDiscovery, Config] | None = None
         """The configuration last given to `effective`, the discovery then, and the result."""
+        self._last: Mapping[str, Demand] | None = None
+        """The demands last given out, kept across changes of the discovery to tell a change."""
+        self.on_change: Callable[[Mapping[str, Demand]], None] | None = None
+        """Told each new set of demands that differs from the last: the hypervisors fitted with
+        the last one are audited again, so that a flavor found on one is fitted on all."""
 
     def record(self, hypervisor: str, facts: HostFacts) -> None:
         found = host_flavors(facts)
@@ -108,11 +113,17 @@ class FlavorCatalog:
         discovery = self.discovery
         if self._merged is not None and self._merged[0] is configured:
             return self._merged[1]
-        merged = dict(configured)
+        fresh = dict(configured)
         for name, found in sorted(discovery.flavors.items()):
-            if name not in merged:
-                merged[name] = flavor_demand(found.flavor)
-        self._merged = (configured, merged)
+            if name not in fresh:
+                fresh[name] = flavor_demand(found.flavor)
+        last = self._last
+        # the same flavors as before: the same object, so whoever was fitted with it needs nothing
+        merged: Mapping[str, Demand] = last if last is not None and last == fresh else fresh
+        changed = last is not None and merged is not last
+        self._merged, self._last = (configured, merged), merged
+        if changed and self.on_change is not None:
+            self.on_change(merged)
         return merged
 
     def effective(self, config: Config) -> Config:
