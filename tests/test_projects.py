@@ -325,15 +325,16 @@ def test_the_domains_collector_flag_wins_over_the_configuration(tmp_path: Path) 
         ),
         (
             "ownership: {metadata_namespace: 'http://x/ y'}",
-            "x.yaml: ownership.metadata_namespace: ",
+            "x.yaml: ownership.metadata_namespace: expected a namespace URI without spaces or braces, "
+            "got 'http://x/ y'",
         ),
         (
             "ownership: {metadata_namespace: 'http://x/', element: 'owner//project'}",
-            "x.yaml: ownership.element: ",
+            "x.yaml: ownership.element: expected an element's name, or a path of names joined by /",
         ),
         (
             "ownership: {metadata_namespace: 'http://x/', id_attribute: 'a b'}",
-            "x.yaml: ownership.id_attribute: ",
+            "x.yaml: ownership.id_attribute: expected an attribute's name",
         ),
         ("exposition: {top_projects: -1}", "x.yaml: exposition.top_projects: expected a number at least 0"),
         ("exposition: {top_projects: 1001}", "x.yaml: exposition.top_projects: "),

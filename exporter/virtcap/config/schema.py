@@ -569,7 +569,30 @@ class SchedulerSection(_Section):
     failure_tolerance: FailureToleranceSettings = FailureToleranceSettings()
 
 
-_XML_NAME = r"[A-Za-z_][A-Za-z0-9_.-]*"
+_XML_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
+
+
+def _namespace_uri(value: str) -> str:
+    if not value or any(character.isspace() or character in "{}" for character in value):
+        raise ValueError(f"expected a namespace URI without spaces or braces, got {brief_repr(value, 60)}")
+    return value
+
+
+def _element_path(value: str) -> str:
+    if not all(_XML_NAME.fullmatch(step) for step in value.split("/")):
+        raise ValueError(
+            "expected an element's name, or a path of names joined by / (owner/project), "
+            f"got {brief_repr(value, 60)}"
+        )
+    return value
+
+
+def _attribute_name(value: str) -> str:
+    if not _XML_NAME.fullmatch(value):
+        raise ValueError(
+            f"expected an attribute's name (letters, digits, _ . -), got {brief_repr(value, 60)}"
+        )
+    return value
 
 
 class OwnershipSection(_Section):
@@ -577,13 +600,11 @@ class OwnershipSection(_Section):
     in a namespace of the operator's, such as `<x:owner xmlns:x="NAMESPACE"><x:project id="ID">NAME
     </x:project></x:owner>`. Nova's own owner metadata always comes first."""
 
-    metadata_namespace: str = Field(min_length=1, max_length=MAX_URI_CHARS, pattern=r"^[^\s{}]+$")
+    metadata_namespace: Annotated[str, Field(max_length=MAX_URI_CHARS), AfterValidator(_namespace_uri)]
     """The namespace URI of the element and of each element on its path."""
-    element: str = Field(
-        default="project", max_length=MAX_NAME_CHARS, pattern=rf"^{_XML_NAME}(/{_XML_NAME})*$"
-    )
+    element: Annotated[str, Field(max_length=MAX_NAME_CHARS), AfterValidator(_element_path)] = "project"
     """The element below `<metadata>`: a local name, or a path of them (`owner/project`)."""
-    id_attribute: str = Field(default="id", max_length=MAX_NAME_CHARS, pattern=rf"^{_XML_NAME}$")
+    id_attribute: Annotated[str, Field(max_length=MAX_NAME_CHARS), AfterValidator(_attribute_name)] = "id"
     """The attribute holding the project's id; where it is absent the element's text is the id.
     The element's text is the project's name."""
 
