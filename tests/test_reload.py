@@ -85,6 +85,9 @@ def test_a_hostile_file_on_reload_neither_stalls_scrapes_nor_changes_anything(tm
                     15,
                     what="the reload refused",
                 )
+            # refusals can come faster than a few scrapes (more so while the first audits end):
+            # enough scrapes for the quantile, all of them from the reloads on
+            wait_for(lambda: len(latencies) > 20, 15, what="enough scrapes")
         finally:
             stop.set()
             scraper.join(timeout=15)
