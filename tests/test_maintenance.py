@@ -435,9 +435,8 @@ def test_the_api_takes_a_hypervisor_out_at_once_and_gives_it_back(server: Server
     assert document["maintenance"] == {key: item for key, item in held.items() if key != "hypervisor"}
     # the configured flavor and those discovered on its domains: none fits
     assert "m1.small" in document["schedulable"] and set(document["schedulable"].values()) == {0}
-    assert document["refusals"] == dict.fromkeys(
-        document["schedulable"], ["in maintenance: disk replacement (set by the API)"]
-    )
+    refused = ["in maintenance: disk replacement (set by the API)"]
+    assert document["refusals"] == {flavor: refused for flavor in document["schedulable"]}
 
     status, lifted = call(server, "DELETE", PATH.format("big"), headers=auth())
     assert status == 200, lifted
