@@ -42,7 +42,7 @@ local joins = import '../lib/joins.libsonnet';
                 and on (%(fleetLabel)s, kind, group) group:hypervisor_in_service:count > 1
             ||| % $._config,
             'A host group has hypervisors whose domains could not all be re-homed if they failed.',
-            '{{ $value | humanize }} hypervisor(s) of {{ $labels.kind }} {{ $labels.group }} could not be evacuated: some of their domains would find no host through the simulated Nova scheduler (within their availability zone).',
+            '{{ $value | humanize }} hypervisor(s) of {{ $labels.kind }} {{ $labels.group }} could not be evacuated: some of their domains would find no host through the simulated Nova scheduler (an evacuation stays within its availability zone).',
           ),
         ],
       },
