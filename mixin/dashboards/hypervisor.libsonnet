@@ -105,14 +105,40 @@ local hypervisorDashboard(config) =
       ),
       g.table(
         'Hypervisor',
-        'Identity of the selected hypervisors (hypervisor_info) and whether their last audit succeeded.',
+        'Identity of the selected hypervisors (hypervisor_info), whether their last audit succeeded, and whether they are in maintenance (then they offer nothing: no flavor fits, the scheduler refuses them, and they are left out of the fleet\'s capacity).',
         'short',
         [
           t('hypervisor_info{%s}' % h, instant=true, format='table'),
           t('hypervisor_up{%s}' % h, instant=true, format='table'),
+          t('hypervisor_maintenance{%s}' % h, instant=true, format='table'),
         ],
-        overrides=[g.column('Value #B', 'short', g.freeSteps(1, 1), 'up')],
+        overrides=[
+          g.column('Value #B', 'short', g.freeSteps(1, 1), 'up'),
+          g.column('Value #C', 'short', display='maintenance', mappings=g.valueTexts({ '0': 'in service', '1': 'maintenance' })),
+        ],
         organize={ excludeByName: c.hidden { 'Value #A': true } },
+        width=16,
+      ),
+      g.table(
+        'Host groups',
+        'The groups the selected hypervisors are in (hypervisor_group_info): availability zone, aggregates, rack, or any kind the configuration names.',
+        'short',
+        [t('hypervisor_group_info{%s}' % h, instant=true, format='table')],
+        organize={ excludeByName: c.hidden { Value: true } },
+        width=8,
+      ),
+      g.row('CPU contention'),
+      g.timeseries(
+        'vCPU wait per running vCPU',
+        'Share of time the running vCPUs of each selected hypervisor waited, runnable, for a physical CPU (their steal time): the rate of hypervisor_vcpu_wait_seconds_total over the vCPUs and dedicated CPUs of its running domains. Above %g%% for 15 minutes: HypervisorCPUContention. No line: the hypervisor does not report vCPU delays (libvirt\'s test driver, so the demo; libvirt before 7.2).' % (100 * config.cpuContentionRatio),
+        'percentunit',
+        [t('sum by (%(fleetLabel)s, hypervisor) (rate(hypervisor_vcpu_wait_seconds_total{%(h)s}[$__rate_interval])) / (sum by (%(fleetLabel)s, hypervisor) (hypervisor_resource_allocated{%(h)s, resource=~"vcpu|pcpu", state="running"}) > 0)' % c, '{{hypervisor}}')],
+      ),
+      g.timeseries(
+        'vCPUs waiting for a CPU',
+        'How many of the guests\' vCPUs were waiting for a physical CPU, on average (the rate of hypervisor_vcpu_wait_seconds_total), per selected hypervisor. No line: the hypervisor does not report vCPU delays.',
+        'short',
+        [t('sum by (%(fleetLabel)s, hypervisor) (rate(hypervisor_vcpu_wait_seconds_total{%(h)s}[$__rate_interval]))' % c, '{{hypervisor}}')],
       ),
       g.row('NUMA cells and devices'),
       g.timeseries(
