@@ -214,7 +214,18 @@ EXPECTED_ON_DEMO = {
 
 def _key(alert: dict[str, Any]) -> tuple[str, tuple[tuple[str, str], ...]]:
     labels = alert["labels"]
-    keys = ("alias", "cell", "flavor", "hypervisor", "mdev_type", "page_size_bytes", "resource")
+    keys = (
+        "alias",
+        "cell",
+        "flavor",
+        "group",
+        "hypervisor",
+        "kind",
+        "mdev_type",
+        "page_size_bytes",
+        "pool",
+        "resource",
+    )
     shown = tuple((k, labels[k]) for k in keys if k in labels)
     return labels["alertname"], shown
 
