@@ -25,16 +25,14 @@
     ],
 
   // `perHypervisorMany` (several series per hypervisor: flavors, projects) with the kind and group
-  // of its hypervisor, for the kinds whose groups never overlap (config.exclusiveGroupKinds): one
-  // join per kind, since a hypervisor is in one group of each.
-  perExclusiveGroup(config, perHypervisorMany)::
-    std.join('\n  or ', [
-      '(%s * %s group_left (kind, group) hypervisor_group_info{%s, kind="%s"})' % [
-        perHypervisorMany,
-        self.onHypervisor(config),
-        config.selector,
-        kind,
-      ]
-      for kind in config.exclusiveGroupKinds
-    ]),
+  // of its hypervisor, for one kind whose groups never overlap (config.exclusiveGroupKinds): a
+  // hypervisor is in one group of it. The rules record one expression per kind, so that a kind
+  // whose groups do overlap after all (a host listed in two racks) fails its own rule only.
+  perExclusiveGroup(config, perHypervisorMany, kind)::
+    '%s * %s group_left (kind, group) hypervisor_group_info{%s, kind="%s"}' % [
+      perHypervisorMany,
+      self.onHypervisor(config),
+      config.selector,
+      kind,
+    ],
 }

@@ -65,14 +65,19 @@ local joins = import '../lib/joins.libsonnet';
             record: 'group_resource:hypervisor_resource_utilization:ratio',
             expr: 'group_resource:hypervisor_resource_used:sum / group_resource:hypervisor_resource_limit:sum',
           },
+        ] + [
           {
-            // how many more instances of each flavor fit in the group (exclusive kinds only)
+            // how many more instances of each flavor fit in the group (exclusive kinds only, one
+            // rule per kind)
             record: 'group_flavor:hypervisor_schedulable_instances:sum',
             expr: 'sum by (%s, flavor) (\n  %s\n)\n' % [
               byGroup,
-              joins.perExclusiveGroup(c, joins.inService(c, 'hypervisor_schedulable_instances{%(selector)s}' % c)),
+              joins.perExclusiveGroup(c, joins.inService(c, 'hypervisor_schedulable_instances{%(selector)s}' % c), kind),
             ],
-          },
+            // the kind's own rule (promtool wants rules of one name told apart by their labels)
+            labels: { kind: kind },
+          }
+          for kind in c.exclusiveGroupKinds
         ] + [
           {
             record: 'group:hypervisor_%s:%s' % [name, aggregation],

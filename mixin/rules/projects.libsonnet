@@ -21,13 +21,17 @@ local joins = import '../lib/joins.libsonnet';
             record: 'project:hypervisor_project_domains:sum',
             expr: 'sum by (%(fleetLabel)s, project_id, project_name) (hypervisor_project_domains{%(selector)s})' % c,
           },
+        ] + [
           {
             record: 'group_project:hypervisor_project_allocated:sum',
             expr: 'sum by (%s, kind, group, project_id, project_name, resource, unit) (\n  %s\n)\n' % [
               c.fleetLabel,
-              joins.perExclusiveGroup(c, 'hypervisor_project_allocated{%(selector)s}' % c),
+              joins.perExclusiveGroup(c, 'hypervisor_project_allocated{%(selector)s}' % c, kind),
             ],
-          },
+            // the kind's own rule (promtool wants rules of one name told apart by their labels)
+            labels: { kind: kind },
+          }
+          for kind in c.exclusiveGroupKinds
         ],
       },
     ],
