@@ -79,7 +79,16 @@ HYPERVISOR_VCPUS_WAITING = (
     'sum by (fleet, hypervisor) (rate(hypervisor_vcpu_wait_seconds_total{job="virtcap", fleet="$fleet", '
     'hypervisor=~"$hypervisor"}[$__rate_interval]))'
 )
+NO_MAINTENANCE_END = (
+    "no hypervisor of the demo is in a maintenance with an end (the series exists only for one that "
+    "ends by itself)"
+)
+HYPERVISOR_MAINTENANCE_END = (
+    'hypervisor_maintenance_end_timestamp_seconds{job="virtcap", fleet="$fleet", '
+    'hypervisor=~"$hypervisor"} * 1000'
+)
 MAY_BE_EMPTY: dict[tuple[str, str, str], str] = {
+    ("virtcap-hypervisor.json", "Hypervisor", HYPERVISOR_MAINTENANCE_END): NO_MAINTENANCE_END,
     ("virtcap-fleet.json", "vcpu: limit, used and actual usage", FLEET_BUSY_CPUS): BUSY_CPUS_UNKNOWN,
     (
         "virtcap-hypervisor.json",
@@ -110,6 +119,9 @@ MEASURED_SERIES: dict[str, float | str] = {
     'hypervisor_resource_allocated{%s,state="running"}' % (_MEASURED % (FLEET, "kvm-02", "pcpu", "cpus")): 8,
     'hypervisor_resource_allocated{%s,state="running"}'
     % (_MEASURED % ("other", "kvm-01", "vcpu", "cpus")): 8,
+    # kvm-01 in maintenance until 2027-01-15T08:00:00Z
+    "hypervisor_maintenance_end_timestamp_seconds{%s}" % (_HOST % (FLEET, "kvm-01")): 1_800_000_000,
+    "hypervisor_maintenance_end_timestamp_seconds{%s}" % (_HOST % ("other", "kvm-01")): 1_700_000_000,
 }
 EXPECTED_WHERE_MEASURED: dict[str, dict[str, float]] = {
     FLEET_BUSY_CPUS: {
@@ -127,6 +139,7 @@ EXPECTED_WHERE_MEASURED: dict[str, dict[str, float]] = {
         f'{{fleet="{FLEET}",hypervisor="kvm-01"}}': 0.125,
         f'{{fleet="{FLEET}",hypervisor="kvm-02"}}': 0.25,
     },
+    HYPERVISOR_MAINTENANCE_END: {"{%s}" % (_HOST % (FLEET, "kvm-01")): 1_800_000_000_000},
     HYPERVISOR_VCPUS_WAITING: {
         f'{{fleet="{FLEET}",hypervisor="kvm-01"}}': 1,
         f'{{fleet="{FLEET}",hypervisor="kvm-02"}}': 2,

@@ -105,16 +105,18 @@ local hypervisorDashboard(config) =
       ),
       g.table(
         'Hypervisor',
-        'Identity of the selected hypervisors (hypervisor_info), whether their last audit succeeded, and whether they are in maintenance (then they offer nothing: no flavor fits, the scheduler refuses them, and they are left out of the fleet\'s capacity).',
+        'Identity of the selected hypervisors (hypervisor_info), whether their last audit succeeded, and whether they are in maintenance (then they offer nothing: no flavor fits, the scheduler refuses them, and they are left out of the fleet\'s capacity) and until when (empty: until lifted).',
         'short',
         [
           t('hypervisor_info{%s}' % h, instant=true, format='table'),
           t('hypervisor_up{%s}' % h, instant=true, format='table'),
           t('hypervisor_maintenance{%s}' % h, instant=true, format='table'),
+          t('hypervisor_maintenance_end_timestamp_seconds{%s} * 1000' % h, instant=true, format='table'),
         ],
         overrides=[
           g.column('Value #B', 'short', g.freeSteps(1, 1), 'up'),
           g.column('Value #C', 'short', display='maintenance', mappings=g.valueTexts({ '0': 'in service', '1': 'maintenance' })),
+          g.column('Value #D', 'dateTimeAsIso', display='maintenance ends'),
         ],
         organize={ excludeByName: c.hidden { 'Value #A': true } },
         width=16,
