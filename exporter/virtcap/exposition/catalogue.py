@@ -272,9 +272,9 @@ GROUP_INFO = MetricFamily(
     _HYPERVISOR,
     info_labels=("kind", "group"),
     meaning="value 1 per group the hypervisor is in (`kind`: `availability_zone`, `aggregate`, `rack` "
-    "or any kind the configuration names); join with `* on(hypervisor) group_left(kind, group)` for "
-    "per-group sums (a host in two aggregates counts once in each). Shown whether the hypervisor is "
-    "up or not, once audited",
+    "or any kind the configuration names); per-group sums join it as the many side, "
+    "`hypervisor_group_info * on(hypervisor) group_left() <one series per hypervisor>` (a host in two "
+    "aggregates counts once in each). Shown whether the hypervisor is up or not, once audited",
 )
 BUILD_INFO = MetricFamily(
     "virtcap_build_info",
