@@ -58,6 +58,18 @@ class DomainSpec:
     """One host CPU per vCPU, as Nova pins dedicated guests."""
 
 
+@dataclass(frozen=True)
+class SharedPoolSpec:
+    """An NFS export a host mounts as a libvirt `netfs` pool: hosts mounting the same export see
+    the same volumes, each host under a pool name of its own."""
+
+    name: str
+    server: str
+    export: str
+    volumes: tuple[tuple[str, int, int], ...]
+    """Name, capacity and allocation of each volume, in GiB."""
+
+
 @dataclass
 class HostSpec:
     name: str
@@ -67,6 +79,7 @@ class HostSpec:
     pool_used_gib: int
     model: str = "Xeon-Gold-6338"
     domains: list[DomainSpec] = field(default_factory=list)
+    shared_pools: tuple[SharedPoolSpec, ...] = ()
 
 
 FLAVORS = (
@@ -91,6 +104,7 @@ def node_xml(host: HostSpec) -> str:
     ]
     lines.extend(_domain_xml(domain) for domain in host.domains)
     lines.append(_pool_xml(host))
+    lines.extend(_shared_pool_xml(host, pool) for pool in host.shared_pools)
     lines.append("</node>")
     return "\n".join(lines) + "\n"
 
@@ -170,6 +184,27 @@ def _pool_xml(host: HostSpec) -> str:
             f"    <allocation unit='GiB'>{host.pool_used_gib}</allocation>",
             f"    <available unit='GiB'>{available}</available>",
             f"    <target><path>{POOL_PATH}</path></target>",
+            *volumes,
+            "  </pool>",
+        ]
+    )
+
+
+def _shared_pool_xml(host: HostSpec, pool: SharedPoolSpec) -> str:
+    # The test driver gives a pool the capacity it gives every pool (100 GiB) and the allocation
+    # its volumes add up to, whatever the XML says: only the volumes' sizes are written.
+    volumes = [
+        f"    <volume type='file'><name>{name}</name><capacity unit='GiB'>{capacity}</capacity>"
+        f"<allocation unit='GiB'>{allocation}</allocation></volume>"
+        for name, capacity, allocation in pool.volumes
+    ]
+    return "\n".join(
+        [
+            "  <pool type='netfs'>",
+            f"    <name>{pool.name}</name><uuid>{_stable_uuid(f'{host.name}/{pool.name}')}</uuid>",
+            f"    <source><host name='{pool.server}'/><dir path='{pool.export}'/>"
+            "<format type='nfs'/></source>",
+            f"    <target><path>/var/lib/nova/mnt/{pool.name}</path></target>",
             *volumes,
             "  </pool>",
         ]

@@ -27,6 +27,7 @@ from virtcap.demo.fleetgen import (
     DomainSpec,
     FlavorSpec,
     HostSpec,
+    SharedPoolSpec,
     random_domain,
     write_fleet,
 )
@@ -84,7 +85,44 @@ def demo_hosts() -> list[HostSpec]:
     hosts.append(_memory_bound_host(rng))
     hosts.append(_pinned_host(rng))
     hosts.append(_edge_host(rng))
+    hosts.append(_zone_spare())
+    on_nfs = {"compute-02": NFS, "compute-03": NFS_AS_INSTANCES, "compute-11": NFS}
+    hosts = [
+        replace(host, shared_pools=(on_nfs[host.name],)) if host.name in on_nfs else host for host in hosts
+    ]
     return sorted(hosts, key=lambda host: host.name)
+
+
+NFS = SharedPoolSpec(
+    "nova-nfs",
+    "nfs1.demo",
+    "/export/nova",
+    (
+        ("golden-ubuntu-24.04.qcow2", 20, 4),
+        ("golden-windows-2022.qcow2", 50, 18),
+        ("scratch-01.qcow2", 80, 8),
+    ),
+)
+"""The NFS export the hosts of availability zone az-2 mount: 150 GiB of volumes promised on a pool
+the test driver says holds 100 GiB (thin provisioning, 1.5 times), 30 GiB of them written."""
+NFS_AS_INSTANCES = replace(NFS, name="instances-nfs", export="/export/nova/")
+"""The same export, mounted under another name and written with a trailing slash: still one pool."""
+
+
+def _zone_spare() -> HostSpec:
+    """compute-11, the spare of availability zone az-2 (compute-02, compute-03): evacuations stay
+    in their zone, and compute-10, the other zone's spare, cannot take their domains. 48 CPUs and
+    192 GiB, running twenty small service guests (512 MiB, one vCPU, roots on network volumes)
+    that compute-03's 14 GiB of free memory can take in; room for all of compute-03's 172 GiB
+    or compute-02's 142. Its own generator, so that the other hosts' draws stay as they were."""
+    rng = random.Random(20261122)
+    service = FlavorSpec("s1.tiny", 1, 512, 0)
+    states = _states(rng, 20, 2, 0, 0)
+    domains = [
+        random_domain(rng, "compute-11", i, state, nova_share=0.0, local_share=0.0, flavors=(service,))
+        for i, state in enumerate(states)
+    ]
+    return HostSpec("compute-11", 48, 192, 2000, 100, domains=domains)
 
 
 DATABASE = FlavorSpec("r1.8xlarge", 32, 256 * 1024, 0)
