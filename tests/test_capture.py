@@ -391,6 +391,14 @@ def test_serving_captures_exposes_what_serving_the_hosts_does(
     def settled(kind: str) -> tuple[dict[Any, float], str]:
         with running_server(["--config", str(tmp_path / f"{kind}.yaml")], tmp_path / kind) as server:
             wait_for(lambda: len(series(server.samples(), "hypervisor_info")) == up, 20, what="the hosts up")
+
+            def every_flavor_fitted() -> bool:
+                # a flavor discovered on one host is fitted on those audited before it right after
+                samples = server.samples()
+                flavors = len(series(samples, "virtcap_flavor_info"))
+                return len(series(samples, "hypervisor_schedulable_instances")) == up * flavors
+
+            wait_for(every_flavor_fitted, 20, what="every discovered flavor fitted everywhere")
             samples = server.samples()
             page = server.get("/")[1].decode()
         return samples, page

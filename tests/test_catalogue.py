@@ -14,6 +14,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from virtcap.audit.oneshot import audit_fleet_once
+from virtcap.config.schema import ExpositionSection
 from virtcap.demo import demo_config
 from virtcap.exposition import catalogue
 from virtcap.exposition.catalogue import CATALOGUE, UNIT_LABEL, MetricFamily
@@ -90,8 +91,14 @@ def demo() -> Demo:
     maintenance = {down: (Maintenance("api", "demo", until=time.time() + 3600),)}
     fleet = views(store, time.time(), 600, {config.hypervisors[0].name: 1}, maintenance)
     tasks = TaskHealth(dict.fromkeys(catalogue.TASK_KINDS, 1), dict.fromkeys(catalogue.TASK_KINDS, 0))
-    body = render(fleet, {"created": 2}, tasks, tolerance)
-    assert FragmentCache().render(fleet, {"created": 2}, tasks, tolerance) == body
+    # the per-domain series too, which are opt-in
+    everything = ExpositionSection(domains=True)
+    flavors = {"m1.small": "configured", "g1.large": "discovered"}
+    body = render(fleet, {"created": 2}, tasks, tolerance, exposition=everything, flavors=flavors)
+    cached = FragmentCache().render(
+        fleet, {"created": 2}, tasks, tolerance, exposition=everything, flavors=flavors
+    )
+    assert cached == body
     return Demo(body.decode(), units)
 
 

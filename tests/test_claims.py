@@ -306,6 +306,16 @@ def test_capacity_is_the_audit_json_from_the_live_snapshot(server: Server, tmp_p
         check=True,
     )
     expected = json.loads(one_shot.stdout)
+
+    def flavors_fitted(document: dict[str, Any]) -> list[list[str]]:
+        return [sorted(hypervisor["schedulable"]) for hypervisor in document["hypervisors"]]
+
+    # a flavor discovered on one hypervisor is fitted on those audited before it at their next audit
+    wait_for(
+        lambda: flavors_fitted(call(server, "GET", "/api/v1/capacity")[1]) == flavors_fitted(expected),
+        30,
+        what="every discovered flavor fitted on every hypervisor",
+    )
     # the failure tolerance (each hypervisor's evacuation) is computed in the background
     wait_for(
         lambda: call(server, "GET", "/api/v1/capacity")[1]["failure_tolerance"] is not None,

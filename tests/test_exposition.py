@@ -6,6 +6,7 @@ import asyncio
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client.core import Metric
@@ -199,9 +200,9 @@ def test_the_fragment_cache_renders_what_a_whole_render_does(monkeypatch: pytest
     rendered: list[str] = []
     whole_fleet = exposition_module.build_families
 
-    def counting(hypervisors: tuple[HypervisorView, ...]) -> list[Metric]:
+    def counting(hypervisors: tuple[HypervisorView, ...], *options: Any) -> list[Metric]:
         rendered.extend(view.name for view in hypervisors)
-        return whole_fleet(hypervisors)
+        return whole_fleet(hypervisors, *options)
 
     monkeypatch.setattr(exposition_module, "build_families", counting)
     cache = FragmentCache()

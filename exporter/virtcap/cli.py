@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -31,6 +32,7 @@ from virtcap.config import Config, ConfigError, load_config
 from virtcap.demo import demo_config
 from virtcap.exposition.report import fleet_document, render_tables
 from virtcap.logs import LEVELS, setup_logging
+from virtcap.model.discovery import discover, host_flavors
 from virtcap.place import add_place_command, run_place
 from virtcap.service.tolerance import one_shot_tolerance
 from virtcap.units import format_bytes, parse_duration, parse_size
@@ -89,6 +91,14 @@ def build_parser() -> argparse.ArgumentParser:
             flag, dest=field_name, type=_duration, default=default, metavar="DURATION",
             help=f"{meaning} (default: {default:g}s)",
         )  # fmt: skip
+    serve.add_argument(
+        "--collector.domains",
+        dest="collector_domains",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="per-domain allocation and info series, one per domain and resource "
+        "(default: the configuration's exposition.domains, off)",
+    )
     serve.add_argument("--log.level", dest="log_level", choices=tuple(LEVELS), default="info")
     serve.add_argument("--log.format", dest="log_format", choices=("logfmt", "json"), default="logfmt")
 
@@ -162,11 +172,17 @@ def run_audit(args: argparse.Namespace) -> int:
         if settings.enabled
         else None
     )
+    discovery = (
+        discover((s.name, host_flavors(s.facts)) for s in snapshots if s.facts is not None)
+        if config.discover_flavors
+        else None
+    )
     if args.format == "json":
-        json.dump(fleet_document(snapshots, tolerance), sys.stdout, indent=2)
+        configured = [flavor.name for flavor in config.flavors]
+        json.dump(fleet_document(snapshots, tolerance, discovery, configured), sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        sys.stdout.write(render_tables(snapshots, tolerance))
+        sys.stdout.write(render_tables(snapshots, tolerance, discovery))
     return 0
 
 
@@ -176,13 +192,21 @@ def listen_address(args: argparse.Namespace) -> str:
     return DEMO_LISTEN_ADDRESS if args.demo else f":{DEFAULT_PORT}"
 
 
+def with_collectors(config: Config, args: argparse.Namespace) -> Config:
+    """The configuration with the `--collector.*` flags given, which win over its `exposition`."""
+    if args.collector_domains is None:
+        return config
+    exposition = config.exposition.model_copy(update={"domains": bool(args.collector_domains)})
+    return dataclasses.replace(config, exposition=exposition)
+
+
 def run_serve(args: argparse.Namespace) -> int:
-    config = fleet_config(args)
+    config = with_collectors(fleet_config(args), args)
     web_config = WebConfigSource(args.web_config_file)
     address = listen_address(args)
     parse_listen_address(address)
     setup_logging(args.log_level, args.log_format)
-    reload_config = None if args.demo else (lambda: load_config(args.config))
+    reload_config = None if args.demo else (lambda: with_collectors(load_config(args.config), args))
     limits = ConnectionLimits(args.max_connections, args.read_timeout, args.idle_timeout)
     return asyncio.run(serve(config, address, web_config, reload_config, limits))
 

@@ -26,6 +26,7 @@ from virtcap.claims.cli import PASSWORD_VARIABLE, extra_spec_argument
 from virtcap.config import Config, load_config
 from virtcap.demo import demo_config
 from virtcap.dryrun import FleetEntry, PlacementError, dry_run, render_answer
+from virtcap.service.flavors import with_discovered_flavors
 from virtcap.web.models import PlacementAnswer, PlacementBody, placement_body_error
 
 EXIT_NOT_PLACED = 1
@@ -40,7 +41,7 @@ def add_place_command(commands: Any) -> None:
         "one by one, all or nothing; and why each hypervisor refused the instance that found no host. "
         "Exit 0 when all fit, 1 when not, 2 when the request cannot be answered.",
     )
-    place.add_argument("--flavor", help="a configured flavor")
+    place.add_argument("--flavor", help="a configured flavor, or one discovered in the fleet's Nova metadata")
     place.add_argument("--vcpu", type=int, help="a flavor made up for the request: its vCPUs")
     place.add_argument("--memory", help="its memory, such as 8GiB")
     place.add_argument("--disk", help="its root disk, such as 80GiB (default: 0)")
@@ -134,6 +135,9 @@ def parse_body(document: dict[str, Any]) -> PlacementBody:
 def place_locally(config: Config, body: PlacementBody) -> PlacementAnswer:
     """One audit of the fleet (no pending claims: there is no ledger), then the engine."""
     snapshots = asyncio.run(audit_fleet_once(config))
+    # a flavor by name: a configured one, or one discovered in the fleet's Nova metadata
+    audited = [(snapshot.name, snapshot.facts) for snapshot in snapshots if snapshot.facts is not None]
+    config = with_discovered_flavors(config, audited)
     return dry_run(config, body, [FleetEntry.of(snapshot) for snapshot in snapshots])
 
 

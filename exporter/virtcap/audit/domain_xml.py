@@ -17,6 +17,7 @@ from virtcap.model.facts import (
     NovaFlavor,
     NovaInstance,
     NovaOwner,
+    ProjectOwner,
 )
 from virtcap.units import parse_cpu_set
 
@@ -71,6 +72,18 @@ class DiskReference:
 
 
 @dataclass(frozen=True, slots=True)
+class OwnershipMetadata:
+    """Where domains that Nova did not define say whose they are: an element below `<metadata>`,
+    each step of `path` in `namespace`, as `<x:owner xmlns:x="NAMESPACE"><x:project id="ID">NAME
+    </x:project></x:owner>` for the path ("owner", "project"). The project id is the attribute
+    `id_attribute`, or the element's text where the attribute is absent; the name is the text."""
+
+    namespace: str
+    path: tuple[str, ...] = ("project",)
+    id_attribute: str = "id"
+
+
+@dataclass(frozen=True, slots=True)
 class DomainDefinition:
     name: str
     uuid: str
@@ -84,9 +97,11 @@ class DomainDefinition:
     nova: NovaInstance | None
     problems: tuple[str, ...] = ()
     placement: DomainPlacement = field(default_factory=DomainPlacement)
+    owner: ProjectOwner | None = None
+    """From the `ownership` metadata element, where one is configured and present."""
 
 
-def parse_domain_xml(xml: str) -> DomainDefinition:
+def parse_domain_xml(xml: str, ownership: OwnershipMetadata | None = None) -> DomainDefinition:
     try:
         root = ET.fromstring(xml)
     except ET.ParseError as error:
@@ -133,7 +148,25 @@ def parse_domain_xml(xml: str) -> DomainDefinition:
         nova=nova,
         problems=tuple(problems),
         placement=placement,
+        owner=_metadata_owner(top.get("metadata"), ownership) if ownership is not None else None,
     )
+
+
+MAX_OWNER_CHARS = 255
+"""A project id or name longer than this is cut: it becomes a label value on every project series."""
+
+
+def _metadata_owner(metadata: ET.Element | None, ownership: OwnershipMetadata) -> ProjectOwner | None:
+    if metadata is None:
+        return None
+    element = metadata.find("/".join(f"{{{ownership.namespace}}}{step}" for step in ownership.path))
+    if element is None:
+        return None
+    name = (element.text or "").strip()[:MAX_OWNER_CHARS]
+    project_id = (element.get(ownership.id_attribute) or "").strip()[:MAX_OWNER_CHARS] or name
+    if not project_id:
+        return None
+    return ProjectOwner(project_id=project_id, project_name=name)
 
 
 def _required_text(element: ET.Element | None, tag: str) -> str:

@@ -29,7 +29,13 @@ import libvirt
 
 from virtcap.audit.capabilities import CapabilitiesError, numa_cells, parse_capabilities
 from virtcap.audit.domain_states import ACTIVE_STATES, state_from_libvirt
-from virtcap.audit.domain_xml import NON_LOCAL_DEVICES, DiskReference, DomainXMLError, parse_domain_xml
+from virtcap.audit.domain_xml import (
+    NON_LOCAL_DEVICES,
+    DiskReference,
+    DomainXMLError,
+    OwnershipMetadata,
+    parse_domain_xml,
+)
 from virtcap.audit.libvirt_api import VirConnect, VirDomain, VirNodeDevice, VirStoragePool
 from virtcap.audit.node_devices import NodeDeviceError, mediated_device, pci_device, pci_name_address
 from virtcap.audit.replay import VCPU_STATS, CaptureFileError, ReplayConnection, is_replay_uri, open_replay
@@ -136,6 +142,7 @@ def audit_host(
     *,
     layout: HostLayout | None = None,
     previous_vcpu_wait: VcpuWait | None = None,
+    ownership: OwnershipMetadata | None = None,
 ) -> HostFacts:
     """Read everything capacity accounting needs from one hypervisor.
 
@@ -143,6 +150,7 @@ def audit_host(
     audit) or, for a one-shot audit, a second sample taken `cpu_window` seconds after the first.
     `layout` is the connection's (read_host_layout), read here when not given. The vCPU wait
     counter goes on from `previous_vcpu_wait`, the last audit's (virtcap.model.contention).
+    `ownership` is where domains' metadata names their project, when the configuration says so.
     """
     started = time.monotonic()
     problems: list[str] = []
@@ -168,7 +176,7 @@ def audit_host(
     domains = []
     for domain, state_code in _list_domains(conn):
         try:
-            facts = _audit_domain(domain, state_code, volumes)
+            facts = _audit_domain(domain, state_code, volumes, ownership)
         except DomainUnreadableError as unreadable:
             problems.append(str(unreadable))
             continue
@@ -611,12 +619,17 @@ def _list_domains(conn: VirConnect) -> list[tuple[VirDomain, int | None]]:
         raise AuditError(f"cannot list domains: {error.get_error_message()}") from None
 
 
-def _audit_domain(domain: VirDomain, state_code: int | None, volumes: _VolumeIndex) -> DomainFacts | None:
+def _audit_domain(
+    domain: VirDomain,
+    state_code: int | None,
+    volumes: _VolumeIndex,
+    ownership: OwnershipMetadata | None = None,
+) -> DomainFacts | None:
     """None when the domain vanished while being read (undefined between list and read)."""
     try:
         if state_code is None:
             state_code = int(domain.info()[0])
-        definition = parse_domain_xml(domain.XMLDesc(0))
+        definition = parse_domain_xml(domain.XMLDesc(0), ownership)
     except libvirt.libvirtError as error:
         if error.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
             return None
@@ -645,6 +658,7 @@ def _audit_domain(domain: VirDomain, state_code: int | None, volumes: _VolumeInd
         nova=definition.nova,
         problems=tuple(problems),
         placement=definition.placement,
+        owner=definition.owner,
     )
 
 

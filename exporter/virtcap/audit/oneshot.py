@@ -9,6 +9,7 @@ from virtcap.audit.hypervisor import AuditError, audit_host, open_read_only, red
 from virtcap.audit.threads import run_in_daemon_thread
 from virtcap.config import Config, Hypervisor
 from virtcap.model.facts import HostFacts
+from virtcap.service.flavors import with_discovered_flavors
 from virtcap.service.snapshot import HypervisorSnapshot
 
 CPU_SAMPLE_WINDOW = 0.5
@@ -18,23 +19,24 @@ CPU_SAMPLE_WINDOW = 0.5
 def audit_hypervisor_blocking(hypervisor: Hypervisor, cpu_window: float) -> HostFacts:
     conn = open_read_only(hypervisor.uri)
     try:
-        return audit_host(conn, hypervisor.uri, hypervisor.disk, cpu_window=cpu_window)
+        return audit_host(
+            conn, hypervisor.uri, hypervisor.disk, cpu_window=cpu_window, ownership=hypervisor.ownership
+        )
     finally:
         conn.close()
 
 
 async def audit_fleet_once(config: Config, cpu_window: float = CPU_SAMPLE_WINDOW) -> list[HypervisorSnapshot]:
     slots = asyncio.Semaphore(config.audit.concurrency)
-    flavors = config.flavor_demands
 
-    async def audit_one(hypervisor: Hypervisor) -> HypervisorSnapshot:
+    async def audit_one(hypervisor: Hypervisor) -> HostFacts | HypervisorSnapshot:
         async with slots:
             call = run_in_daemon_thread(
                 lambda: audit_hypervisor_blocking(hypervisor, cpu_window), name=f"audit-{hypervisor.name}"
             )
             try:
                 async with asyncio.timeout(config.audit.timeout):
-                    facts = await call
+                    return await call
             except TimeoutError:
                 return HypervisorSnapshot.failed(
                     hypervisor,
@@ -42,6 +44,16 @@ async def audit_fleet_once(config: Config, cpu_window: float = CPU_SAMPLE_WINDOW
                 )
             except AuditError as error:
                 return HypervisorSnapshot.failed(hypervisor, f"{error} ({redact_uri(hypervisor.uri)})")
-        return HypervisorSnapshot.audited(hypervisor, facts, flavors)
 
-    return list(await asyncio.gather(*(audit_one(h) for h in config.hypervisors)))
+    found = await asyncio.gather(*(audit_one(h) for h in config.hypervisors))
+    # Every audit first: the flavors discovered anywhere in the fleet are fitted everywhere.
+    audited = [
+        (h.name, facts)
+        for h, facts in zip(config.hypervisors, found, strict=True)
+        if isinstance(facts, HostFacts)
+    ]
+    flavors = with_discovered_flavors(config, audited).flavor_demands
+    return [
+        HypervisorSnapshot.audited(hypervisor, facts, flavors) if isinstance(facts, HostFacts) else facts
+        for hypervisor, facts in zip(config.hypervisors, found, strict=True)
+    ]

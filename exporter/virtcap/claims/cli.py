@@ -71,7 +71,9 @@ def add_claim_commands(commands: Any) -> None:
         "MEMORY_MB=4096; repeat it for more classes",
     )
     create.add_argument(
-        "--flavor", help="a configured flavor: the claim asks for what one instance of it asks for"
+        "--flavor",
+        help="a configured flavor, or one discovered in the fleet's Nova metadata: the claim asks for "
+        "what one instance of it asks for",
     )
     create.add_argument(
         "--extra-spec",

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
+from virtcap.audit.domain_xml import OwnershipMetadata
 from virtcap.config.errors import clip, explain_validation_error
 from virtcap.config.schema import (
     AVAILABILITY_ZONE,
@@ -25,6 +26,7 @@ from virtcap.config.schema import (
     ClaimSettings,
     ConfigFile,
     DiskSource,
+    ExpositionSection,
     FailureToleranceSettings,
     FlavorSection,
     HostGroupSection,
@@ -83,6 +85,9 @@ class Hypervisor:
         """Its availability zone, None where it is in none (Nova's default zone)."""
         return next((name for kind, name in self.groups if kind == AVAILABILITY_ZONE), None)
 
+    ownership: OwnershipMetadata | None = None
+    """Where its domains' metadata names their project (`ownership`), besides Nova's own."""
+
 
 @dataclass(frozen=True, slots=True)
 class Flavor:
@@ -110,6 +115,10 @@ class Config:
     """`scheduler.weighers`: the RAM, CPU and disk weighers' multipliers of a dry-run placement."""
     failure_tolerance: FailureToleranceSettings = field(default_factory=FailureToleranceSettings)
     """`scheduler.failure_tolerance`: the background simulation of hypervisors lost."""
+    exposition: ExpositionSection = field(default_factory=ExpositionSection)
+    discover_flavors: bool = True
+    """Nova flavors of existing domains join `flavors` (virtcap.service.flavors); the configured
+    ones win on the same name."""
 
     @property
     def flavor_demands(self) -> dict[str, Demand]:
@@ -148,6 +157,15 @@ def build_config(parsed: ConfigFile, source: str) -> Config:
         entries = [HypervisorSection(name=socket.gethostname() or "localhost", uri=LOCAL_URI)]
     aliases = {entry.name: entry.alias() for entry in parsed.pci.alias}
     group_policies = {(section.kind, section.name): section for section in parsed.host_groups}
+    ownership = (
+        OwnershipMetadata(
+            namespace=parsed.ownership.metadata_namespace,
+            path=tuple(parsed.ownership.element.split("/")),
+            id_attribute=parsed.ownership.id_attribute,
+        )
+        if parsed.ownership is not None
+        else None
+    )
     hypervisors = []
     disjoint: set[tuple[int, int]] = set()
     for index, entry in enumerate(entries):
@@ -167,6 +185,7 @@ def build_config(parsed: ConfigFile, source: str) -> Config:
                 disk=disk,
                 maintenance=maintenance,
                 groups=groups,
+                ownership=ownership,
             )
         )
     flavors = tuple(
@@ -195,6 +214,8 @@ def build_config(parsed: ConfigFile, source: str) -> Config:
         pci_aliases=aliases,
         multipliers=Multipliers(**parsed.scheduler.weighers.model_dump()),
         failure_tolerance=parsed.scheduler.failure_tolerance,
+        exposition=parsed.exposition,
+        discover_flavors=parsed.discover_flavors,
     )
 
 

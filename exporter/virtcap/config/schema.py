@@ -59,6 +59,7 @@ __all__ = [
     "DevicesSection",
     "DiskSource",
     "Duration",
+    "ExpositionSection",
     "FlavorSection",
     "Groups",
     "HostGroupSection",
@@ -66,6 +67,7 @@ __all__ = [
     "MaintenanceSection",
     "MdevTypeSection",
     "Name",
+    "OwnershipSection",
     "PciAliasSection",
     "PciDeviceSpecSection",
     "PciSection",
@@ -727,6 +729,61 @@ class SchedulerSection(_Section):
     failure_tolerance: FailureToleranceSettings = FailureToleranceSettings()
 
 
+_XML_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
+
+
+def _namespace_uri(value: str) -> str:
+    if not value or any(character.isspace() or character in "{}" for character in value):
+        raise ValueError(f"expected a namespace URI without spaces or braces, got {brief_repr(value, 60)}")
+    return value
+
+
+def _element_path(value: str) -> str:
+    if not all(_XML_NAME.fullmatch(step) for step in value.split("/")):
+        raise ValueError(
+            "expected an element's name, or a path of names joined by / (owner/project), "
+            f"got {brief_repr(value, 60)}"
+        )
+    return value
+
+
+def _attribute_name(value: str) -> str:
+    if not _XML_NAME.fullmatch(value):
+        raise ValueError(
+            f"expected an attribute's name (letters, digits, _ . -), got {brief_repr(value, 60)}"
+        )
+    return value
+
+
+class OwnershipSection(_Section):
+    """Where domains that Nova did not define say whose they are, in their `<metadata>`: an element
+    in a namespace of the operator's, such as `<x:owner xmlns:x="NAMESPACE"><x:project id="ID">NAME
+    </x:project></x:owner>`. Nova's own owner metadata always comes first."""
+
+    metadata_namespace: Annotated[str, Field(max_length=MAX_URI_CHARS), AfterValidator(_namespace_uri)]
+    """The namespace URI of the element and of each element on its path."""
+    element: Annotated[str, Field(max_length=MAX_NAME_CHARS), AfterValidator(_element_path)] = "project"
+    """The element below `<metadata>`: a local name, or a path of them (`owner/project`)."""
+    id_attribute: Annotated[str, Field(max_length=MAX_NAME_CHARS), AfterValidator(_attribute_name)] = "id"
+    """The attribute holding the project's id; where it is absent the element's text is the id.
+    The element's text is the project's name."""
+
+
+MAX_TOP_PROJECTS = 1000
+
+
+class ExpositionSection(_Section):
+    """What /metrics shows beyond the hypervisors' own series: bounded, since each project and
+    each domain is a series per resource."""
+
+    domains: bool = False
+    """Per-domain allocation and info series (`hypervisor_domain_allocated`, `hypervisor_domain_info`):
+    one series per domain and resource; `virtcap serve --collector.domains` turns them on too."""
+    top_projects: int = Field(default=20, ge=0, le=MAX_TOP_PROJECTS)
+    """The projects with the most allocated memory fleet-wide get series of their own; the others
+    are summed as `project_id="other"`. 0: no project series."""
+
+
 class ConfigFile(_Section):
     audit: AuditSettings = AuditSettings()
     claims: ClaimSettings = ClaimSettings()
@@ -734,10 +791,15 @@ class ConfigFile(_Section):
     defaults: PolicySection = PolicySection()
     hypervisors: list[HypervisorSection] | None = None
     flavors: list[FlavorSection] = []
+    discover_flavors: bool = True
+    """Nova flavors found in the metadata of existing domains join the configured ones (which win
+    on the same name)."""
     pci: PciSection = PciSection()
     host_groups: Annotated[
         list[HostGroupSection], Field(max_length=MAX_HOST_GROUPS), AfterValidator(_unique_groups)
     ] = []
+    ownership: OwnershipSection | None = None
+    exposition: ExpositionSection = ExpositionSection()
 
     @model_validator(mode="after")
     def _unique_names(self) -> Self:

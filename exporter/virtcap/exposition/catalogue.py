@@ -503,6 +503,47 @@ VCPU_WAIT = MetricFamily(
     "domain yet)",
 )
 
+PROJECT_ALLOCATED = MetricFamily(
+    "hypervisor_project_allocated",
+    "gauge",
+    "Allocated to the project's counted domains on the hypervisor, as of the last background audit: "
+    "the fleet's largest projects by allocated memory (exposition.top_projects), the others summed "
+    'as project_id="other"; domains without an owner are project_id="unknown".',
+    ("hypervisor", "project_id", "project_name", "resource", "unit"),
+    UNIT_LABEL,
+    meaning="allocations of the project's counted domains, as the capacity counts them (summed over "
+    "projects: the hypervisor's allocation); the owner is Nova's metadata, else the configured "
+    "`ownership` element, else `unknown`; the fleet's `exposition.top_projects` largest projects by "
+    'allocated memory each have series, the rest are summed as `project_id="other"`',
+)
+PROJECT_DOMAINS = MetricFamily(
+    "hypervisor_project_domains",
+    "gauge",
+    "Counted domains of the project on the hypervisor, as of the last background audit (the same "
+    "projects as hypervisor_project_allocated).",
+    ("hypervisor", "project_id", "project_name"),
+    meaning="counted domains of the project (the same projects and `other` as above)",
+)
+DOMAIN_ALLOCATED = MetricFamily(
+    "hypervisor_domain_allocated",
+    "gauge",
+    "What the domain is allocated, in any state (the capacity counts it in the counted states only), "
+    "as of the last background audit. Only with exposition.domains or --collector.domains.",
+    ("hypervisor", "uuid", "resource", "unit"),
+    UNIT_LABEL,
+    meaning="opt-in (`exposition.domains`, `--collector.domains`): the domain's allocation whatever "
+    "its state; join `hypervisor_domain_info` on `hypervisor, uuid` for its name, state and project",
+)
+DOMAIN_INFO = MetricFamily(
+    "hypervisor_domain_info",
+    "info",
+    "The domain's name, state, Nova flavor and project as of the last background audit, value 1. "
+    "Only with exposition.domains or --collector.domains.",
+    ("hypervisor", "uuid"),
+    info_labels=("name", "state", "flavor", "project_id", "project_name"),
+    meaning="opt-in, value 1 (`flavor` empty for a domain Nova did not define)",
+)
+
 RESOURCE_AMOUNTS: tuple[MetricFamily, ...] = (
     RESOURCE_TOTAL,
     RESOURCE_RESERVED,
@@ -557,6 +598,10 @@ HYPERVISOR_FAMILIES: tuple[MetricFamily, ...] = (
     HYPERVISOR_MAINTENANCE,
     MAINTENANCE_END,
     VCPU_WAIT,
+    PROJECT_ALLOCATED,
+    PROJECT_DOMAINS,
+    DOMAIN_ALLOCATED,
+    DOMAIN_INFO,
 )
 """The families of the hypervisors, in the order they are rendered (/metrics and /probe)."""
 
@@ -721,7 +766,21 @@ STORAGE_FAMILIES: tuple[MetricFamily, ...] = (
 hypervisors that see them (virtcap.model.storage): rendered after the fleet's failure tolerance
 and only on /metrics (a single target's /probe cannot tell which pools others share)."""
 
-EXPORTER_FAMILIES: tuple[MetricFamily, ...] = (BUILD_INFO, CLAIMS, TASK_FAILURES, TASKS_DEAD)
+FLAVOR_SOURCES = ("configured", "discovered")
+FLAVOR_INFO = MetricFamily(
+    "virtcap_flavor_info",
+    "info",
+    "The flavors headroom is reported for, value 1: configured, or discovered in the Nova metadata of "
+    "existing domains as of the last background audits.",
+    ("flavor",),
+    info_labels=("source",),
+    label_values={"source": FLAVOR_SOURCES},
+    meaning="value 1 per flavor of the headroom families: `configured`, or `discovered` in the Nova "
+    "metadata of existing domains (`discover_flavors`); a discovered flavor goes when no domain carries "
+    "it any more",
+)
+
+EXPORTER_FAMILIES: tuple[MetricFamily, ...] = (BUILD_INFO, CLAIMS, TASK_FAILURES, TASKS_DEAD, FLAVOR_INFO)
 """The exporter's own families, rendered after the hypervisors' and only on /metrics."""
 
 CATALOGUE: tuple[MetricFamily, ...] = (

@@ -12,15 +12,17 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from virtcap import __version__
+from virtcap.config.schema import ExpositionSection
 from virtcap.exposition import catalogue
 from virtcap.exposition.catalogue import AUDIT_OUTCOMES, CLAIM_OUTCOMES
-from virtcap.model.capacity import HostCapacity
+from virtcap.model.capacity import HostCapacity, domain_allocation
 from virtcap.model.facts import CpuIdentity, DomainState, HostFacts
 from virtcap.model.maintenance import Maintenance, maintenance_end
+from virtcap.model.ownership import ProjectRanking, domain_project, largest_projects, shown_projects
 from virtcap.model.placement import cell_amounts
 from virtcap.model.resources import display_order
 from virtcap.model.storage import shared_pools
@@ -112,21 +114,38 @@ class TaskHealth:
     dead: Mapping[str, int]
 
 
+DEFAULT_EXPOSITION = ExpositionSection()
+
+
+def projects_shown(hypervisors: Iterable[HypervisorView], exposition: ExpositionSection) -> dict[str, str]:
+    """The projects with series of their own: the largest by allocated memory among the shown
+    hypervisors (a /probe: the one target's), id to the name shown."""
+    if not exposition.top_projects:
+        return {}
+    usages = (usage for view in hypervisors if view.data is not None for usage in view.data.projects)
+    return largest_projects(usages, exposition.top_projects)
+
+
 def render(
     hypervisors: Iterable[HypervisorView],
     claim_outcomes: Mapping[str, int] | None = None,
     tasks: TaskHealth | None = None,
     tolerance: ToleranceReport | None = None,
+    *,
+    exposition: ExpositionSection = DEFAULT_EXPOSITION,
+    projects: Mapping[str, str] | None = None,
+    flavors: Mapping[str, str] | None = None,
 ) -> bytes:
     """The exposition; the fleet's failure tolerance and the exporter's own families (build info,
     claim outcomes, task health) come with `claim_outcomes`, and are left out of a single
-    target's /probe."""
+    target's /probe. `projects`: those with series of their own (a /probe passes the fleet's),
+    by default the largest among these hypervisors."""
     views = tuple(hypervisors)
-    families = build_families(views)
+    families = build_families(views, exposition, projects)
     if claim_outcomes is not None:
         families += fleet_families(tolerance, views)
         families += storage_families(views)
-        families += exporter_families(claim_outcomes, tasks)
+        families += exporter_families(claim_outcomes, tasks, flavors)
     return _generate(families)
 
 
@@ -145,6 +164,14 @@ class FragmentCache:
     def __init__(self) -> None:
         self._headers = _family_chunks(_generate(build_families(())).decode())
         self._fragments: dict[str, tuple[HypervisorView, list[str]]] = {}
+        self._rendered_with: tuple[ExpositionSection, dict[str, str]] | None = None
+        """The options and shown projects the kept fragments were rendered with."""
+        self._ranking = ProjectRanking()
+
+    @property
+    def projects(self) -> Mapping[str, str]:
+        """The projects with series of their own as of the last render (id to name shown)."""
+        return self._rendered_with[1] if self._rendered_with is not None else {}
 
     def render(
         self,
@@ -152,13 +179,28 @@ class FragmentCache:
         claim_outcomes: Mapping[str, int] | None = None,
         tasks: TaskHealth | None = None,
         tolerance: ToleranceReport | None = None,
+        *,
+        exposition: ExpositionSection = DEFAULT_EXPOSITION,
+        flavors: Mapping[str, str] | None = None,
     ) -> bytes:
+        hypervisors = tuple(hypervisors)
+        for view in hypervisors:
+            self._ranking.update(view.name, view.data.projects if view.data is not None else ())
+        self._ranking.keep_only({view.name for view in hypervisors})
+        # Which projects have series of their own is the fleet's: when it changes (rarely: the
+        # largest projects stay the largest), every hypervisor with data is rendered again.
+        largest = self._ranking.largest(exposition.top_projects) if exposition.top_projects else {}
+        rendered_with = (exposition, largest)
+        if rendered_with != self._rendered_with:
+            self._fragments = {name: kept for name, kept in self._fragments.items() if kept[0].data is None}
+            self._rendered_with = rendered_with
+        projects = rendered_with[1]
         fragments = {}
         for view in hypervisors:
             kept = self._fragments.get(view.name)
             # Equal views render equally; `data` is compared by identity (see HypervisorView).
             if kept is None or kept[0] != view or kept[0].data is not view.data:
-                text = _generate(build_families((view,))).decode()
+                text = _generate(build_families((view,), exposition, projects)).decode()
                 kept = (view, [_samples_only(chunk) for chunk in _family_chunks(text)])
             fragments[view.name] = kept
         self._fragments = fragments  # removed hypervisors are forgotten
@@ -172,7 +214,7 @@ class FragmentCache:
             body += _generate(
                 fleet_families(tolerance, shown)
                 + storage_families(shown)
-                + exporter_families(claim_outcomes, tasks)
+                + exporter_families(claim_outcomes, tasks, flavors)
             )
         return body
 
@@ -256,7 +298,15 @@ def storage_families(hypervisors: Iterable[HypervisorView]) -> list[Metric]:
     return [built[family] for family in catalogue.STORAGE_FAMILIES]
 
 
-def exporter_families(claim_outcomes: Mapping[str, int], tasks: TaskHealth | None = None) -> list[Metric]:
+def exporter_families(
+    claim_outcomes: Mapping[str, int],
+    tasks: TaskHealth | None = None,
+    flavors: Mapping[str, str] | None = None,
+) -> list[Metric]:
+    """`flavors`: each flavor of the headroom families and its source (configured, discovered)."""
+    flavor_info = catalogue.FLAVOR_INFO.info()
+    for flavor, source in (flavors or {}).items():
+        flavor_info.add_metric([flavor], {"source": source})
     info = catalogue.BUILD_INFO.gauge()
     info.add_metric([__version__], 1)
     claims = catalogue.CLAIMS.counter()
@@ -273,17 +323,27 @@ def exporter_families(claim_outcomes: Mapping[str, int], tasks: TaskHealth | Non
         catalogue.CLAIMS: claims,
         catalogue.TASK_FAILURES: failures,
         catalogue.TASKS_DEAD: dead,
+        catalogue.FLAVOR_INFO: flavor_info,
     }
     return [built[family] for family in catalogue.EXPORTER_FAMILIES]
 
 
-def build_families(hypervisors: Iterable[HypervisorView]) -> list[Metric]:
-    """The hypervisors' families, in the catalogue's order, each built from its catalogue entry."""
+def build_families(
+    hypervisors: Iterable[HypervisorView],
+    exposition: ExpositionSection = DEFAULT_EXPOSITION,
+    projects: Mapping[str, str] | None = None,
+) -> list[Metric]:
+    """The hypervisors' families, in the catalogue's order, each built from its catalogue entry;
+    `projects` are those with series of their own (see projects_shown), by default the largest
+    among these hypervisors."""
+    hypervisors = tuple(hypervisors)
+    shown = projects_shown(hypervisors, exposition) if projects is None else projects
     gauges = {f: f.gauge() for f in catalogue.HYPERVISOR_FAMILIES if f.type == "gauge"}
     audits = catalogue.AUDITS.counter()
     vcpu_wait = catalogue.VCPU_WAIT.counter()
     info = catalogue.HYPERVISOR_INFO.info()
     group_info = catalogue.GROUP_INFO.info()
+    domain_info = catalogue.DOMAIN_INFO.info()
     up = gauges[catalogue.HYPERVISOR_UP]
     domains = gauges[catalogue.DOMAINS]
     problems = gauges[catalogue.AUDIT_PROBLEMS]
@@ -336,12 +396,17 @@ def build_families(hypervisors: Iterable[HypervisorView]) -> list[Metric]:
         _add_cells(gauges, name, capacity, facts)
         _add_devices(gauges, name, capacity)
         _add_resources(gauges, name, capacity)
+        if exposition.top_projects:
+            _add_projects(gauges, name, snapshot, shown)
+        if exposition.domains:
+            _add_domains(gauges, domain_info, name, snapshot)
     built: dict[catalogue.MetricFamily, Metric] = {
         **gauges,
         catalogue.AUDITS: audits,
         catalogue.VCPU_WAIT: vcpu_wait,
         catalogue.HYPERVISOR_INFO: info,
         catalogue.GROUP_INFO: group_info,
+        catalogue.DOMAIN_INFO: domain_info,
     }
     return [built[family] for family in catalogue.HYPERVISOR_FAMILIES]
 
@@ -371,6 +436,45 @@ def _add_resources(gauges: _Gauges, name: str, capacity: HostCapacity) -> None:
             gauges[catalogue.RESOURCE_ALLOCATED].add_metric(
                 [*labels, state.value], rc.allocated_by_state[state]
             )
+
+
+def _add_projects(gauges: _Gauges, name: str, snapshot: HypervisorSnapshot, shown: Mapping[str, str]) -> None:
+    """The shown projects' allocations and domains on the hypervisor, the others summed."""
+    allocated = gauges[catalogue.PROJECT_ALLOCATED]
+    domains = gauges[catalogue.PROJECT_DOMAINS]
+    for project in shown_projects(snapshot.projects, shown):
+        labels = [name, project.project_id, project.project_name]
+        domains.add_metric(labels, project.domains)
+        for resource, amount in project.allocated.items():
+            allocated.add_metric([*labels, resource.label, resource.unit], amount)
+
+
+def _add_domains(gauges: _Gauges, info: InfoMetricFamily, name: str, snapshot: HypervisorSnapshot) -> None:
+    """Each domain's allocation and identity: opt-in, one series per domain and resource."""
+    assert snapshot.facts is not None
+    dedicated = snapshot.hypervisor.policy.cpu_dedicated_set if snapshot.hypervisor is not None else None
+    allocated = gauges[catalogue.DOMAIN_ALLOCATED]
+    seen: set[str] = set()
+    for domain in snapshot.facts.domains:
+        # libvirt keeps UUIDs unique on a hypervisor; a definition without one is told by its name
+        uuid = domain.uuid or domain.name
+        if uuid in seen:
+            continue
+        seen.add(uuid)
+        project_id, project_name = domain_project(domain)
+        info.add_metric(
+            [name, uuid],
+            {
+                "name": domain.name,
+                "state": domain.state.value,
+                "flavor": domain.nova.flavor.name if domain.nova is not None else "",
+                "project_id": project_id,
+                "project_name": project_name,
+            },
+        )
+        allocation = domain_allocation(domain, dedicated)
+        for resource in display_order(allocation):
+            allocated.add_metric([name, uuid, resource.label, resource.unit], allocation[resource])
 
 
 def _add_flavors(gauges: _Gauges, name: str, capacity: HostCapacity) -> None:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
 from virtcap.model.capacity import HostCapacity, ResourceCapacity
+from virtcap.model.discovery import DiscoveredFlavor, FlavorDiscovery, definition_text
 from virtcap.model.facts import DomainState
 from virtcap.model.maintenance import Maintenance, maintenance_end, maintenance_reason
 from virtcap.model.numa import HostCell
+from virtcap.model.ownership import UNKNOWN, ProjectUsage, fleet_projects
 from virtcap.model.pci import PciPool
 from virtcap.model.placement import cell_amounts
 from virtcap.model.resources import display_order
@@ -85,7 +87,7 @@ def hypervisor_document(snapshot: HypervisorSnapshot) -> dict[str, Any]:
         "groups": groups_document(snapshot),
     }
     if capacity is None or facts is None:
-        document.update(domains=None, resources={}, schedulable={}, problems=[])
+        document.update(domains=None, resources={}, schedulable={}, problems=[], projects=[])
         return document
     document.update(
         hostname=facts.hostname,
@@ -116,8 +118,49 @@ def hypervisor_document(snapshot: HypervisorSnapshot) -> dict[str, Any]:
             for gpu in capacity.vgpus.gpus
         ],
         problems=[*facts.problems, *capacity.problems],
+        projects=[project_document(project) for project in fleet_projects(snapshot.projects)],
     )
     return document
+
+
+def project_document(project: ProjectUsage) -> dict[str, Any]:
+    """One project's counted domains and their allocations, in each class's unit."""
+    return {
+        "project_id": project.project_id,
+        "project_name": project.project_name,
+        "domains": project.domains,
+        "allocated": {resource.label: amount for resource, amount in project.allocated.items()},
+    }
+
+
+def discovered_flavor_document(found: DiscoveredFlavor) -> dict[str, Any]:
+    flavor = found.flavor
+    return {
+        "name": flavor.name,
+        "vcpus": flavor.vcpus,
+        "memory_bytes": flavor.memory_mib * 1024**2,
+        "root_disk_bytes": flavor.root_gib * 1024**3,
+        "ephemeral_disk_bytes": flavor.ephemeral_gib * 1024**3,
+        "swap_bytes": flavor.swap_mib * 1024**2,
+        "extra_specs": dict(flavor.extra_specs),
+        "domains": found.domains,
+        "hypervisors": list(found.hypervisors),
+    }
+
+
+def _discovery_document(discovery: FlavorDiscovery, configured: Collection[str]) -> list[dict[str, Any]]:
+    """Each name found once, with the definition used; `configured`: a configured flavor of the
+    name wins; `other_definitions`: the definitions of the name not used (a conflict)."""
+    return [
+        {
+            **discovered_flavor_document(found),
+            "configured": name in configured,
+            "other_definitions": [
+                discovered_flavor_document(other) for other in discovery.conflicts.get(name, ())[1:]
+            ],
+        }
+        for name, found in sorted(discovery.flavors.items())
+    ]
 
 
 def _cell_document(capacity: HostCapacity, cell: HostCell) -> dict[str, Any]:
@@ -165,11 +208,16 @@ def _pool_document(pool: PciPool) -> dict[str, Any]:
 
 
 def fleet_document(
-    snapshots: Iterable[HypervisorSnapshot], tolerance: ToleranceReport | None = None
+    snapshots: Iterable[HypervisorSnapshot],
+    tolerance: ToleranceReport | None = None,
+    discovery: FlavorDiscovery | None = None,
+    configured_flavors: Collection[str] = (),
 ) -> dict[str, Any]:
     """Every hypervisor's document; with the fleet's failure tolerance, each one's `evacuation`
     (null for a hypervisor it did not take: down or stale) and the fleet's `failure_tolerance`
-    (null while it is off or not computed yet)."""
+    (null while it is off or not computed yet). The fleet's `projects`, every one, the most
+    allocated memory first; the `discovered_flavors` (null while discovery is off)."""
+    snapshots = list(snapshots)
     hypervisors = []
     for snapshot in snapshots:
         document = hypervisor_document(snapshot)
@@ -177,7 +225,15 @@ def fleet_document(
             evacuation = tolerance.evacuations.get(snapshot.name)
             document["evacuation"] = _evacuation_document(evacuation) if evacuation is not None else None
         hypervisors.append(document)
-    return {"hypervisors": hypervisors, "failure_tolerance": _tolerance_document(tolerance)}
+    projects = fleet_projects(usage for snapshot in snapshots for usage in snapshot.projects)
+    return {
+        "hypervisors": hypervisors,
+        "failure_tolerance": _tolerance_document(tolerance),
+        "projects": [project_document(project) for project in projects],
+        "discovered_flavors": _discovery_document(discovery, configured_flavors)
+        if discovery is not None
+        else None,
+    }
 
 
 def _tolerance_document(tolerance: ToleranceReport | None) -> dict[str, Any] | None:
@@ -206,7 +262,12 @@ def _evacuation_document(evacuation: HostEvacuation) -> dict[str, Any]:
     }
 
 
-def render_tables(snapshots: Iterable[HypervisorSnapshot], tolerance: ToleranceReport | None = None) -> str:
+def render_tables(
+    snapshots: Iterable[HypervisorSnapshot],
+    tolerance: ToleranceReport | None = None,
+    discovery: FlavorDiscovery | None = None,
+) -> str:
+    snapshots = list(snapshots)
     parts = []
     for snapshot in snapshots:
         text = _render_one(snapshot)
@@ -219,7 +280,38 @@ def render_tables(snapshots: Iterable[HypervisorSnapshot], tolerance: ToleranceR
             f"fleet: can lose {tolerance.tolerated} hypervisor(s) together with every domain re-homed "
             f"(the most allocated memory first; tried up to {tolerance.bound})"
         )
+    projects = fleet_projects(usage for snapshot in snapshots for usage in snapshot.projects)
+    if any(project.project_id != UNKNOWN for project in projects):  # no owner known: nothing to tell
+        parts.append(_projects_text(projects))
+    if discovery is not None and discovery.conflicts:
+        parts.append(_conflicts_text(discovery))
     return "\n\n".join(parts) + "\n"
+
+
+PROJECTS_SHOWN = 10
+"""Projects listed in the tables, the most allocated memory first; the JSON document has them all."""
+
+
+def _projects_text(projects: list[ProjectUsage]) -> str:
+    lines = ["projects (counted domains and their allocations, the most memory first):"]
+    for project in projects[:PROJECTS_SHOWN]:
+        amounts = ", ".join(
+            f"{resource.label} {format_bytes(amount) if resource.unit == 'bytes' else amount}"
+            for resource, amount in project.allocated.items()
+        )
+        name = project.project_name or "-"
+        lines.append(f"  {name} ({project.project_id}): {project.domains} domain(s), {amounts}")
+    if len(projects) > PROJECTS_SHOWN:
+        lines.append(f"  and {len(projects) - PROJECTS_SHOWN} more")
+    return "\n".join(lines)
+
+
+def _conflicts_text(discovery: FlavorDiscovery) -> str:
+    lines = ["discovered flavors defined differently across the fleet (the first definition is used):"]
+    for name, definitions in discovery.conflicts.items():
+        lines.append(f"  {name}:")
+        lines.extend(f"    {definition_text(found)}" for found in definitions)
+    return "\n".join(lines)
 
 
 UNPLACED_SHOWN = 3

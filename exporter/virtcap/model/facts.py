@@ -44,6 +44,15 @@ class NovaOwner:
 
 
 @dataclass(frozen=True, slots=True)
+class ProjectOwner:
+    """Whose a domain is, read from the metadata element the configuration names (`ownership`):
+    the owner of domains Nova did not define, or whose Nova metadata names none."""
+
+    project_id: str
+    project_name: str
+
+
+@dataclass(frozen=True, slots=True)
 class NovaInstance:
     """What nova-compute wrote into `<nova:instance>`: enough to compute the allocation Nova's
     scheduler made for the instance, and whose it is."""
@@ -126,6 +135,8 @@ class DomainFacts:
     nova: NovaInstance | None
     problems: tuple[str, ...] = ()
     placement: DomainPlacement = field(default_factory=DomainPlacement)
+    owner: ProjectOwner | None = None
+    """From the configured metadata element (`ownership`); None where it is not configured or absent."""
 
 
 @dataclass(frozen=True, slots=True)

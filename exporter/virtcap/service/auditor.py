@@ -40,6 +40,7 @@ from virtcap.claims.ledger import ClaimLedger
 from virtcap.config import AuditSettings, Hypervisor
 from virtcap.model.facts import CpuIdentity, CpuTimes, HostFacts, VcpuWait
 from virtcap.model.placement import Demand
+from virtcap.service.flavors import FlavorCatalog
 from virtcap.service.snapshot import HypervisorSnapshot
 from virtcap.service.store import SnapshotStore
 from virtcap.service.supervise import Supervisor
@@ -63,8 +64,14 @@ class HypervisorAuditor:
         slots: asyncio.Semaphore,
         supervisor: Supervisor,
         claims: ClaimLedger | None = None,
+        *,
+        catalog: FlavorCatalog | None = None,
     ) -> None:
         self.hypervisor = hypervisor
+        self.catalog = catalog
+        """The fleet's discovered flavors: this audit's are recorded, the merged set is fitted."""
+        self.fitted: Mapping[str, Demand] | None = None
+        """The flavors the last audit was fitted with (None before, and while an audit fits)."""
         self.supervisor = supervisor
         self.claims = claims
         self.settings = settings
@@ -171,13 +178,17 @@ class HypervisorAuditor:
         if identity != self._identity:  # a new connection may find another host (or CPU)
             self._identity = identity
             self.store.set_identity(self.name, identity)
+        flavors = self.flavors
+        if self.catalog is not None:
+            self.catalog.record(self.name, facts)
+            self.fitted = None  # this audit fits the newest flavors: no need to audit it again for them
+            flavors = self.catalog.demands(self.flavors)
+        self.fitted = flavors
         # The capacity fits flavors into NUMA cells and devices, milliseconds a host: in a thread.
         if self.claims is not None:
-            await self.claims.record_audit(self.hypervisor, facts, self.flavors)
+            await self.claims.record_audit(self.hypervisor, facts, flavors)
         else:
-            snapshot = await asyncio.to_thread(
-                HypervisorSnapshot.audited, self.hypervisor, facts, self.flavors
-            )
+            snapshot = await asyncio.to_thread(HypervisorSnapshot.audited, self.hypervisor, facts, flavors)
             self.store.record(snapshot, "success")
         return True
 
@@ -212,6 +223,7 @@ class HypervisorAuditor:
                 previous_cpu=self._previous_cpu,
                 layout=layout,
                 previous_vcpu_wait=self._vcpu_wait,
+                ownership=self.hypervisor.ownership,
             )
         except AuditError:
             self.connection.mark_broken()
@@ -250,14 +262,24 @@ class FleetAuditor:
         self.supervisor = supervisor
         self.claims = claims
         self.auditors: dict[str, HypervisorAuditor] = {}
+        self.catalog = FlavorCatalog()
+        """The flavors discovered in the fleet's Nova metadata (see virtcap.service.flavors)."""
+        self.catalog.on_change = self._refit
         self._settings: AuditSettings | None = None
         self._slots = asyncio.Semaphore(1)
 
     async def apply(
-        self, hypervisors: tuple[Hypervisor, ...], settings: AuditSettings, flavors: Mapping[str, Demand]
+        self,
+        hypervisors: tuple[Hypervisor, ...],
+        settings: AuditSettings,
+        flavors: Mapping[str, Demand],
+        *,
+        discover_flavors: bool = False,
     ) -> None:
         """Start auditing this fleet: removed hypervisors stop (and lose their series), changed
-        ones restart with their new settings, new ones start."""
+        ones restart with their new settings, new ones start. With `discover_flavors`, headroom
+        is also reported for the flavors found in the fleet's Nova metadata."""
+        self.catalog.discover = discover_flavors
         if settings != self._settings:
             self._settings = settings
             self._slots = asyncio.Semaphore(settings.concurrency)
@@ -271,15 +293,31 @@ class FleetAuditor:
             # the names the maintenance API knows, and their configuration's; after `track`: the
             # store it touches must not look ready with no hypervisor tracked yet
             self.claims.configure(hypervisors)
+        self.catalog.track(wanted)
         for name, hypervisor in wanted.items():
             if name in self.auditors:
                 self.auditors[name].flavors = flavors
                 continue
             auditor = HypervisorAuditor(
-                hypervisor, settings, flavors, self.store, self._slots, self.supervisor, self.claims
+                hypervisor,
+                settings,
+                flavors,
+                self.store,
+                self._slots,
+                self.supervisor,
+                self.claims,
+                catalog=self.catalog,
             )
             self.auditors[name] = auditor
             auditor.start()
+
+    def _refit(self, flavors: Mapping[str, Demand]) -> None:
+        """Other flavors are in use (one discovered, or gone): every hypervisor fitted with the
+        previous ones is audited again soon, so that headroom is reported for the same flavors
+        everywhere (a burst of changes is one audit each: pokes coalesce)."""
+        for auditor in self.auditors.values():
+            if auditor.fitted is not None and auditor.fitted is not flavors:
+                auditor.poke()
 
     async def stop(self) -> None:
         await asyncio.gather(*(auditor.stop() for auditor in self.auditors.values()))

@@ -10,6 +10,7 @@ from virtcap.config import Hypervisor
 from virtcap.model.capacity import HostCapacity, host_capacity
 from virtcap.model.facts import HostFacts
 from virtcap.model.maintenance import Maintenance, in_effect, maintenance_reason
+from virtcap.model.ownership import ProjectUsage, host_projects
 from virtcap.model.placement import Demand
 from virtcap.model.resources import Amounts
 
@@ -39,6 +40,8 @@ class HypervisorSnapshot:
     flavors: Mapping[str, Demand] = field(default_factory=dict)
     maintenance: tuple[Maintenance, ...] = ()
     """The maintenance entries in effect when its capacity was computed (none: in service)."""
+    projects: tuple[ProjectUsage, ...] = ()
+    """The counted domains' allocations per project (they do not depend on pending claims)."""
 
     @classmethod
     def audited(
@@ -70,6 +73,7 @@ class HypervisorSnapshot:
             hypervisor,
             flavors,
             maintenance,
+            host_projects(facts, hypervisor.policy),
         )
 
     @classmethod

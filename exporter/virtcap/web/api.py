@@ -95,7 +95,11 @@ async def create_claim(request: web.Request) -> web.Response:
     if ttl > settings.max_ttl:
         message = f"ttl: at most {settings.max_ttl:g}s (claims.max_ttl), got {ttl:g}s"
         raise json_error(web.HTTPBadRequest, message)
-    amounts, extra_specs = await asyncio.to_thread(_asked, body, request.app[EXPORTER].config)
+    exporter = request.app[EXPORTER]
+    # a flavor by name: a configured one, or one discovered in the fleet's Nova metadata
+    amounts, extra_specs = await asyncio.to_thread(
+        _asked, body, exporter.fleet.catalog.effective(exporter.config)
+    )
     claim_request = ClaimRequest(
         hypervisor=body.hypervisor,
         amounts=amounts,
@@ -220,9 +224,13 @@ async def capacity(request: web.Request) -> web.Response:
         for state in store.hypervisors.values()
         if state.latest is not None
     ]
+    exporter = request.app[EXPORTER]
+    catalog = exporter.fleet.catalog
+    discovery = catalog.discovery if catalog.discover else None
+    configured = [flavor.name for flavor in exporter.config.flavors]
     # built and encoded in a thread: a fleet's cells, pools and GPUs are no small document; with
     # the failure tolerance last computed in the background (each hypervisor's evacuation)
-    document = await asyncio.to_thread(fleet_document, snapshots, store.tolerance)
+    document = await asyncio.to_thread(fleet_document, snapshots, store.tolerance, discovery, configured)
     document["generated_at"] = iso_time(time.time())
     body = await asyncio.to_thread(json.dumps, document)
     return web.Response(text=body, content_type="application/json")
@@ -244,7 +252,8 @@ async def placements(request: web.Request) -> web.Response:
     fleet = fleet_entries(request.app[STORE], time.time(), exporter.config.audit.staleness_bound)
     claims = list(_ledger(request).claims.values())
     try:
-        answer = await asyncio.to_thread(dry_run, exporter.config, body, fleet, claims)
+        config = exporter.fleet.catalog.effective(exporter.config)  # discovered flavors by name too
+        answer = await asyncio.to_thread(dry_run, config, body, fleet, claims)
     except PlacementError as error:
         raise json_error(web.HTTPBadRequest, str(error)) from None
     text = await asyncio.to_thread(answer.model_dump_json)

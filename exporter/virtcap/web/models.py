@@ -209,7 +209,8 @@ class ClaimBody(BaseModel):
         default=None,
         min_length=1,
         max_length=MAX_NAME_CHARS,
-        description="A configured flavor: the claim asks for what one instance of it asks for, its "
+        description="A configured flavor (or one discovered in the fleet's Nova metadata): the claim "
+        "asks for what one instance of it asks for, its "
         "Placement request (summed into one allocation, as every claim is) and, with its extra specs, "
         f"its share of the NUMA cells and devices. Nothing is asked for beside it: none of "
         f"{_STANDARD_FIELDS}, resources or extra_specs.",
@@ -531,6 +532,45 @@ class HypervisorCapacity(BaseModel):
     )
 
 
+class ProjectAllocation(BaseModel):
+    """One project's counted domains and what they are allocated, as the capacity counts it."""
+
+    project_id: str = Field(
+        description="Nova's owner (`<nova:owner><nova:project uuid>`), else the configured `ownership` "
+        "metadata element's id, else `unknown`."
+    )
+    project_name: str = Field(description="The name recorded with it (Nova's, or the element's text).")
+    domains: int = Field(description="Counted domains of the project.")
+    allocated: dict[str, int] = Field(
+        description="Per resource (`vcpu`, `pcpu`, `memory`, `disk`, `vgpu`, `custom_*`), in the class's "
+        "unit (cpus, bytes, integer)."
+    )
+
+
+class DiscoveredFlavorDefinition(BaseModel):
+    """A flavor as Nova wrote it into the metadata of existing domains."""
+
+    name: str
+    vcpus: int
+    memory_bytes: int
+    root_disk_bytes: int
+    ephemeral_disk_bytes: int
+    swap_bytes: int
+    extra_specs: dict[str, str]
+    domains: int = Field(description="Domains carrying this definition, in any state.")
+    hypervisors: list[str] = Field(description="Where they are.")
+
+
+class DiscoveredFlavor(DiscoveredFlavorDefinition):
+    """A flavor discovered in the fleet: the definition used, and the others of its name."""
+
+    configured: bool = Field(description="A configured flavor of the same name wins over this one.")
+    other_definitions: list[DiscoveredFlavorDefinition] = Field(
+        description="Other definitions of the same name in the fleet (a conflict), not used: the one "
+        "most domains carry is."
+    )
+
+
 class CapacityDocument(BaseModel):
     """The fleet's capacity, from the live snapshots."""
 
@@ -540,6 +580,16 @@ class CapacityDocument(BaseModel):
         description="How many hypervisors the fleet can lose together with every domain re-homed "
         "by the scheduler (see the README's Failure tolerance); null while it is off or not "
         "computed yet. Each hypervisor's `evacuation` is in `hypervisors`.",
+    )
+    projects: list[ProjectAllocation] = Field(
+        default_factory=list,
+        description="Every project of the fleet, the most allocated memory first; each hypervisor's "
+        "are in its `projects`.",
+    )
+    discovered_flavors: list[DiscoveredFlavor] | None = Field(
+        default=None,
+        description="The flavors found in the Nova metadata of existing domains, which headroom is "
+        "reported for beside the configured ones; null with `discover_flavors: false`.",
     )
     generated_at: Annotated[str, WithJsonSchema(_DATE_TIME)]
 
@@ -618,7 +668,10 @@ class PlacementBody(BaseModel):
         Annotated[Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)], Tag("name")]
         | Annotated[PlacementFlavor, Tag("object")],
         Discriminator(_flavor_kind),
-    ] = Field(description="A configured flavor by name, or a flavor made up for the request.")
+    ] = Field(
+        description="A configured flavor by name (or one discovered in the fleet's Nova metadata), or a "
+        "flavor made up for the request."
+    )
     count: int = Field(
         default=1, ge=1, le=MAX_PLACEMENT_COUNT, strict=True, description="How many instances."
     )

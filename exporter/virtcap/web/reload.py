@@ -61,11 +61,14 @@ class ConfigReloads:
         exporter.claims.settings = config.claims.model_copy(update={"database": running_database})
         exporter.config = config
         exporter.cache.stale_after = config.audit.staleness_bound
+        exporter.cache.exposition = config.exposition
         if exporter.tolerance is not None:
             exporter.tolerance.configure(
                 config.failure_tolerance, config.multipliers, config.audit.staleness_bound
             )
         exporter.writers.replace_users(writer_hashes(config))
-        await exporter.fleet.apply(config.hypervisors, config.audit, config.flavor_demands)
+        await exporter.fleet.apply(
+            config.hypervisors, config.audit, config.flavor_demands, discover_flavors=config.discover_flavors
+        )
         exporter.store.touch()
         log.info("configuration reloaded", extra={"hypervisors": len(config.hypervisors)})

@@ -9,10 +9,13 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import gzip
 import time
+from collections.abc import Callable, Mapping
 
 from virtcap.claims.ledger import ClaimLedger
+from virtcap.config.schema import ExpositionSection
 from virtcap.exposition.families import FragmentCache, TaskHealth, views
 from virtcap.service.store import SnapshotStore
 from virtcap.service.supervise import Supervisor
@@ -37,6 +40,10 @@ class MetricsCache:
         """The store version the body shows."""
         self._gzipped: bytes | None = None
         self._fragments = FragmentCache()
+        self.exposition = ExpositionSection()
+        """`exposition`: the project and domain series; set by whoever configures the exporter."""
+        self.flavor_sources: Callable[[], Mapping[str, str]] | None = None
+        """Each flavor of the headroom families and its source, as of now (read on the event loop)."""
         # Its own thread: renders never queue behind other work of the default pool, and the
         # fragment cache is rendered by one thread at a time.
         self._renderer = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="render")
@@ -46,6 +53,11 @@ class MetricsCache:
         if self._gzipped is None:
             self._gzipped = gzip.compress(self.body, compresslevel=6)
         return self._gzipped
+
+    @property
+    def projects(self) -> Mapping[str, str]:
+        """The projects with series of their own in the last render (a /probe shows the same)."""
+        return self._fragments.projects
 
     async def run(self) -> None:
         while True:
@@ -60,14 +72,17 @@ class MetricsCache:
                 self.claims.maintenance_now(),
             )
             tasks = TaskHealth(dict(self.supervisor.failures), self.supervisor.dead_by_kind())
-            body = await asyncio.get_running_loop().run_in_executor(
-                self._renderer,
+            flavors = self.flavor_sources() if self.flavor_sources is not None else None
+            render = functools.partial(
                 self._fragments.render,
                 snapshot,
                 dict(self.claims.outcomes),
                 tasks,
                 self.store.tolerance,
+                exposition=self.exposition,
+                flavors=flavors,
             )
+            body = await asyncio.get_running_loop().run_in_executor(self._renderer, render)
             self.body, self.version, self._gzipped = body, version, None
             self.rendered.set()
             # Rendering a large fleet takes a while: never spend more than a third of the time on it.

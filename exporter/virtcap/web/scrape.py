@@ -32,5 +32,10 @@ async def probe(request: web.Request) -> web.Response:
     pending = exporter.claims.pending()
     maintenance = exporter.claims.maintenance_now()
     everyone = views(exporter.store, time.time(), exporter.cache.stale_after, pending, maintenance)
-    body = render([view for view in everyone if view.name == target])
+    # the fleet's largest projects, as /metrics shows them: a target's `other` is the same projects'
+    body = render(
+        [view for view in everyone if view.name == target],
+        exposition=exporter.cache.exposition,
+        projects=exporter.cache.projects,
+    )
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})

@@ -76,6 +76,7 @@ async def serve(
     await claims.start()
     fleet = FleetAuditor(store, supervisor, claims)
     cache = MetricsCache(store, config.audit.staleness_bound, claims, supervisor)
+    cache.exposition = config.exposition
     exporter = Exporter(
         config,
         store,
@@ -90,6 +91,8 @@ async def serve(
             store, supervisor, config.failure_tolerance, config.multipliers, config.audit.staleness_bound
         ),
     )
+    # the running configuration's flavors (reloads replace it) and those discovered meanwhile
+    cache.flavor_sources = lambda: fleet.catalog.sources(exporter.config.flavors)
     runner = web.AppRunner(build_app(exporter), handle_signals=False, shutdown_timeout=SHUTDOWN_GRACE_SECONDS)
     await runner.setup()
     assert exporter.connections is not None and exporter.tolerance is not None
@@ -104,7 +107,9 @@ async def serve(
         ) from None
     # Listening first: a taken port fails before a thousand hypervisors are connected to, and
     # /-/healthy answers while the first audits run (/-/ready tells when they are done).
-    await fleet.apply(config.hypervisors, config.audit, config.flavor_demands)
+    await fleet.apply(
+        config.hypervisors, config.audit, config.flavor_demands, discover_flavors=config.discover_flavors
+    )
     supervisor.start("render-metrics", "render", cache.run)
     supervisor.start("expire-claims", "expire-claims", claims.expire_forever)
     supervisor.start("connection-sweeper", "connections", exporter.connections.sweep_forever)
