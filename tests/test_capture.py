@@ -399,6 +399,12 @@ def test_serving_captures_exposes_what_serving_the_hosts_does(
                 return len(series(samples, "hypervisor_schedulable_instances")) == up * flavors
 
             wait_for(every_flavor_fitted, 20, what="every discovered flavor fitted everywhere")
+
+            def every_evacuation_computed() -> bool:
+                # the failure tolerance is computed in the background, after the audits
+                return len(series(server.samples(), "hypervisor_evacuation_feasible")) == up
+
+            wait_for(every_evacuation_computed, 30, what="every hypervisor's evacuation")
             samples = server.samples()
             page = server.get("/")[1].decode()
         return samples, page

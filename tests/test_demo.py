@@ -13,6 +13,7 @@ from tests.serving import parse_samples, series, value
 from virtcap.audit.oneshot import audit_fleet_once
 from virtcap.config import Config
 from virtcap.demo import DEMO_DIR, demo_config
+from virtcap.demo.fleetgen import project_id
 from virtcap.demo.generate import captured_hosts, demo_hosts, main
 from virtcap.exposition.families import render, views
 from virtcap.model.capacity import HostCapacity
@@ -337,3 +338,78 @@ def test_az_2s_nfs_export_is_one_shared_pool() -> None:
     assert value(samples, "hypervisor_storage_pool_provisioned_ratio", pool=key) == 1.5
     assert value(samples, "hypervisor_storage_pool_volumes", pool=key) == 3
     assert len(series(samples, "hypervisor_storage_pool_capacity_bytes")) == 1
+
+
+# The demo's projects, fleet-wide (the audit's `projects`; compute-05's in maintenance count: its
+# guests still hold what they hold). Memory in GiB, per hypervisor:
+#   analytics    524 = compute-03's 24 Nova instances 172 (16 m1.large, 2 m1.xlarge, 6 m1.small:
+#                      128 + 32 + 12) + compute-04's database 256 + compute-08's two rp1.xlarge 96
+#   web-shop     472 = the Nova instances of compute-01 80, compute-02 94, compute-04 106 (53
+#                      m1.small), compute-06's Windows guests 104, compute-08's floating guests 76
+#                      (m1.large 8 + m1.medium 4 + 2 r1.large 64) and compute-10's 12
+#   edge-cdn     244 = compute-06's other 24 instances (its 348 held less the Windows guests' 104)
+#   batch        230 = compute-04's 115 plain domains, their owner element's project
+#   unknown      126 = the plain domains of compute-01 70, compute-02 48 and compute-05 8
+#   ml-training   92 = compute-09's 2 g1.xlarge 56 and 2 g1.large 24, compute-10's g1.large 12
+#   telco         24 = compute-08's p1.xlarge 8 and rp1.large 16
+#   platform      10 = compute-11's 20 service guests of 512 MiB, their owner element's project
+# 1722 in all: the fleet's 1714 in service and compute-05's 8.
+PROJECTS = {
+    # name: (domains, memory GiB, vCPUs, pinned CPUs)
+    "analytics": (27, 524, 118, 8),  # 24 + 1 + 2 domains; vCPUs 86 + 32; pCPUs 2 x 4
+    "web-shop": (125, 472, 176, 0),  # 33 + 27 + 53 + 6 + 4 + 2; vCPUs 40 + 47 + 53 + 16 + 14 + 6
+    "edge-cdn": (24, 244, 50, 0),
+    "batch": (115, 230, 115, 0),  # m1.small's: one vCPU and 2 GiB each
+    "unknown": (44, 126, 62, 1),  # 27 + 13 + 4; vCPUs 35 + 24 + 3; compute-05's pinned guest
+    "ml-training": (5, 92, 0, 14),  # pCPUs 4 + 4 + 2 + 2 + 2
+    "telco": (2, 24, 0, 6),  # pCPUs 4 + 2
+    "platform": (20, 10, 20, 0),
+}
+TOP_PROJECTS = 5
+"""demo.yaml's exposition.top_projects: the five largest by memory have series of their own, the
+other three (ml-training, telco, platform) are summed as `other`."""
+
+
+def test_the_demos_projects_from_nova_an_owner_element_and_neither() -> None:
+    config, snapshots = _demo_audit()
+    assert config.exposition.top_projects == TOP_PROJECTS
+    report = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "virtcap", "audit", "--demo", "--format", "json"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        ).stdout
+    )
+    found = {
+        p["project_name"]: (
+            p["domains"],
+            p["allocated"].get("memory", 0) / GIB,
+            p["allocated"].get("vcpu", 0),
+            p["allocated"].get("pcpu", 0),
+        )
+        for p in report["projects"]
+    }
+    assert found == PROJECTS
+    assert sum(memory for _, memory, _, _ in PROJECTS.values()) == 1722 == 1714 + 8
+    # Nova's owner ids, the owner element's id attribute, and virtcap's own `unknown`
+    ids = {p["project_name"]: p["project_id"] for p in report["projects"]}
+    assert ids["analytics"] == project_id("analytics") and ids["batch"] == project_id("batch")
+    assert ids["unknown"] == "unknown"
+
+    store = SnapshotStore()
+    store.track([h.name for h in config.hypervisors])
+    for snapshot in snapshots:
+        store.record(snapshot, "success" if snapshot.up else "failure")
+    body = render(views(store, time.time(), 600), {}, exposition=config.exposition).decode()
+    shown: dict[str, float] = {}
+    for labels, amount in series(
+        parse_samples(body), "hypervisor_project_allocated", resource="memory"
+    ).items():
+        name = dict(labels)["project_name"]
+        shown[name] = shown.get(name, 0) + amount / GIB
+    largest = sorted(PROJECTS, key=lambda name: -PROJECTS[name][1])[:TOP_PROJECTS]
+    assert largest == ["analytics", "web-shop", "edge-cdn", "batch", "unknown"]
+    # the other three as one: 92 + 24 + 10
+    assert shown == {name: PROJECTS[name][1] for name in largest} | {"other": 126}
