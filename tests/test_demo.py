@@ -87,15 +87,15 @@ def test_compute_04_alone_cannot_be_lost_though_the_sums_say_the_fleet_can_lose_
         return sum(r.used for r in offered) - (sum(limits) - max(limits))
 
     resources = {resource for c in in_service.values() for resource in c.resources}
-    # memory, in GiB: used 1714 (az-1 1390 + az-2 324, test_group_totals...) - (limit 2624 - 767.5)
+    # memory, in GiB: used 1714 (az-1 1390 + az-2 324, GROUP_TOTALS below) - (limit 2624 - 767.5)
     assert bound(in_service, Resource.MEMORY) == -142.5 * GIB
     # vCPUs: used 538 - (limit 1040 - 256)
     assert bound(in_service, Resource.VCPU) == -246
     assert all(bound(in_service, resource) <= 0 for resource in resources)
     # within az-1 (in service: compute-01, -04, -06, -08, -09, -10): memory 1390 - (2055 - 767.5)
-    az_1 = {n: c for n, c in in_service.items() if n in {"compute-01", "compute-04", "compute-06"}}
-    az_1 |= {n: c for n, c in in_service.items() if n in {"compute-08", "compute-09", "compute-10"}}
+    az_1 = {n: c for n, c in in_service.items() if n in MEMBERS["availability_zone", "az-1"]}
     assert bound(az_1, Resource.MEMORY) == 102.5 * GIB
+    assert bound(az_1, Resource.VCPU) == 25  # 361 - (592 - 256)
 
     states = [scheduler_host(SimulatedHost(name, snapshot, up=True)) for name, snapshot in up.items()]
     tolerance = fleet_tolerance(states, multipliers=config.multipliers)
