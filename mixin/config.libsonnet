@@ -29,6 +29,29 @@
     // An audit older than this is stale (keep it above a few audit intervals).
     auditStaleSeconds: 600,
 
+    // Host groups (hypervisor_group_info{kind, group}). PromQL cannot join two series that both
+    // have several per hypervisor (a host in two aggregates has two memberships, and several
+    // resources or flavors): the per-group resource rules join one resource at a time, these
+    // resources (add any custom resource class you want per-group totals of)...
+    groupResources: ['vcpu', 'pcpu', 'memory', 'disk'],
+    // ... and the per-group rules of flavors and projects are computed for these kinds only, whose
+    // groups never overlap (a hypervisor is in at most one group of each).
+    exclusiveGroupKinds: ['availability_zone', 'rack'],
+
+    // HypervisorFlavorHeadroomLow for the flavors of the configuration only (false), or also for
+    // those virtcap discovered in the Nova metadata of existing domains (true).
+    flavorHeadroomDiscovered: false,
+    // (A maintenance without an end is overdue once it has lasted `for.maintenanceOverdue`.)
+
+    // CPU contention: the share of time the average running vCPU waited for a physical CPU (its
+    // steal time) above which a hypervisor is contended, measured over this window.
+    cpuContentionRatio: 0.10,
+    cpuContentionWindow: '5m',
+    // A shared storage pool whose volumes add up to more than this share of its capacity is
+    // over-provisioned (thin provisioning: it can fill before its volumes do). Cinder's
+    // max_over_subscription_ratio defaults to 20: raise this where overcommit is deliberate.
+    storagePoolProvisionedRatio: 1.0,
+
     // How long each condition must hold before the alert fires.
     'for': {
       overcommitted: '15m',
@@ -44,6 +67,10 @@
       auditStale: '10m',
       inventoryRefused: '10m',
       exporterDown: '5m',
+      groupHostFailure: '30m',
+      maintenanceOverdue: '168h',
+      cpuContention: '15m',
+      storagePoolOverProvisioned: '30m',
     },
     severity: {
       overcommitted: 'warning',
@@ -59,6 +86,10 @@
       auditStale: 'warning',
       inventoryRefused: 'warning',
       exporterDown: 'critical',
+      groupHostFailure: 'warning',
+      maintenanceOverdue: 'info',
+      cpuContention: 'warning',
+      storagePoolOverProvisioned: 'warning',
     },
     // Each alert's runbook_url is this, '#', and the alert's name in lower case (its section).
     runbookURL: 'https://github.com/virtcap/virtcap/blob/main/mixin/runbook.md',

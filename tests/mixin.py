@@ -34,6 +34,10 @@ FOR_KEYS = (
     "auditStale",
     "inventoryRefused",
     "exporterDown",
+    "groupHostFailure",
+    "maintenanceOverdue",
+    "cpuContention",
+    "storagePoolOverProvisioned",
 )
 
 

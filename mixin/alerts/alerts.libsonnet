@@ -2,4 +2,7 @@
 (import 'capacity.libsonnet')
 + (import 'headroom.libsonnet')
 + (import 'failure_tolerance.libsonnet')
++ (import 'maintenance.libsonnet')
++ (import 'contention.libsonnet')
++ (import 'storage.libsonnet')
 + (import 'exporter.libsonnet')

@@ -1,5 +1,7 @@
 // Each hypervisor against its allocation-ratio policy and its physical memory, and its forecast.
-// No aggregation: every series keeps its labels, the fleet label among them.
+// No aggregation: every series keeps its labels, the fleet label among them. What a host holds
+// (overcommit, memory pressure) still matters in maintenance, its guests still run there; a host in
+// maintenance takes nothing new, so its being nearly exhausted does not.
 local alert = (import '../lib/alerts.libsonnet').alert;
 
 {
@@ -25,6 +27,7 @@ local alert = (import '../lib/alerts.libsonnet').alert;
             |||
               (hypervisor_resource_used{%(selector)s} / hypervisor_resource_limit{%(selector)s}) > %(nearlyExhaustedRatio)g
                 and hypervisor_resource_used{%(selector)s} <= hypervisor_resource_limit{%(selector)s}
+                unless on (%(fleetLabel)s, job, instance, hypervisor) hypervisor_maintenance{%(selector)s} == 1
             ||| % $._config,
             'A hypervisor has almost none of a resource left to allocate.',
             '{{ $labels.hypervisor }} has allocated {{ $value | humanizePercentage }} of its {{ $labels.resource }} limit.',

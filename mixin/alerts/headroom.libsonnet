@@ -1,5 +1,6 @@
 // What is left for the next instance, fleet-wide (per fleet, from the recording rules of
-// rules/headroom.libsonnet) or per NUMA cell.
+// rules/headroom.libsonnet, which leave the hypervisors in maintenance out) or per NUMA cell (of
+// the hypervisors in service: nothing new is placed on one in maintenance).
 local alert = (import '../lib/alerts.libsonnet').alert;
 
 {
@@ -12,9 +13,22 @@ local alert = (import '../lib/alerts.libsonnet').alert;
             $._config,
             'HypervisorFlavorHeadroomLow',
             'flavorHeadroom',
-            |||
-              flavor:hypervisor_schedulable_instances:sum < %(flavorHeadroomMinimum)s
-            ||| % $._config,
+            // The flavors of the configuration, by default: those virtcap discovered in the Nova
+            // metadata of existing domains (virtcap_flavor_info{source="discovered"}, which no
+            // exporter of the fleet configures) are left out unless flavorHeadroomDiscovered. Left
+            // out, not selected: an exporter too old to export virtcap_flavor_info has every
+            // flavor alerted on, as before.
+            (
+              if $._config.flavorHeadroomDiscovered then |||
+                flavor:hypervisor_schedulable_instances:sum < %(flavorHeadroomMinimum)s
+              ||| else |||
+                flavor:hypervisor_schedulable_instances:sum < %(flavorHeadroomMinimum)s
+                  unless on (%(fleetLabel)s, flavor) (
+                    virtcap_flavor_info{%(selector)s, source="discovered"}
+                      unless on (%(fleetLabel)s, flavor) virtcap_flavor_info{%(selector)s, source="configured"}
+                  )
+              |||
+            ) % $._config,
             'Few more instances of a flavor fit in the fleet.',
             'Only {{ $value }} more instances of flavor {{ $labels.flavor }} fit in the whole fleet.',
           ),
@@ -26,6 +40,7 @@ local alert = (import '../lib/alerts.libsonnet').alert;
             |||
               (hypervisor_numa_cell_hugepages{%(selector)s} - hypervisor_numa_cell_hugepages_reserved{%(selector)s}) > 0
                 and hypervisor_numa_cell_hugepages_free{%(selector)s} <= 0
+                unless on (%(fleetLabel)s, job, instance, hypervisor) hypervisor_maintenance{%(selector)s} == 1
             ||| % $._config,
             'A NUMA cell has no hugepages of a size left for guests.',
             'Cell {{ $labels.cell }} of {{ $labels.hypervisor }} has no {{ $labels.page_size_bytes | humanize1024 }}B hugepage free of the {{ $value | humanize }} it offers guests beyond the reserved ones, as Nova counts them: no guest backed by pages of that size fits in the cell.',

@@ -14,6 +14,14 @@ function(config) config {
   fleetVariable:: g.queryVariable('fleet', 'Fleet', 'label_values(hypervisor_up{%(selector)s}, %(fleetLabel)s)' % config, multi=false),
   hypervisorVariable:: g.queryVariable('hypervisor', 'Hypervisor', 'label_values(hypervisor_up{%(s)s}, hypervisor)' % self),
   flavorVariable:: g.queryVariable('flavor', 'Flavor', 'label_values(hypervisor_schedulable_instances{%(s)s}, flavor)' % self),
+  // One host group at a time (kind, then group): a hypervisor is in at most one group of the
+  // selection, so the panels may join hypervisor_group_info{kind="$kind", group="$group"} to series
+  // of several per hypervisor (flavors, projects), which overlapping groups would make many-to-many.
+  kindVariable:: g.queryVariable('kind', 'Group kind', 'label_values(hypervisor_group_info{%(s)s}, kind)' % self, multi=false),
+  groupVariable:: g.queryVariable('group', 'Group', 'label_values(hypervisor_group_info{%(s)s, kind="$kind"}, group)' % self, multi=false),
+  // the membership series of the selected group, and the join onto it of a per-hypervisor series
+  members: 'hypervisor_group_info{%(s)s, kind="$kind", group="$group"}' % self,
+  inGroup(series):: '%s * on (%s, job, instance, hypervisor) group_left () %s' % [series, config.fleetLabel, self.members],
 
   // Table columns that say nothing on a dashboard of one fleet.
   hidden:: { Time: true, job: true, instance: true, __name__: true, [config.fleetLabel]: true },

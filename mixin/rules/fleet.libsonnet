@@ -1,4 +1,4 @@
-// Domains by state and hypervisors up, per fleet.
+// Domains by state, hypervisors up (in maintenance or not) and in maintenance, per fleet.
 {
   prometheusRules+:: {
     groups+: [
@@ -16,6 +16,10 @@
           {
             record: ':hypervisor_up:count',
             expr: 'count by (%(fleetLabel)s) (hypervisor_up{%(selector)s})' % $._config,
+          },
+          {
+            record: ':hypervisor_maintenance:sum',
+            expr: 'sum by (%(fleetLabel)s) (hypervisor_maintenance{%(selector)s})' % $._config,
           },
         ],
       },

@@ -1,5 +1,9 @@
+local joins = import '../lib/joins.libsonnet';
+
 // What the next instance can still get, per fleet: instances of each flavor, hugepages of each
-// size, passthrough devices of each PCI alias, VGPUs of each mediated device type.
+// size, passthrough devices of each PCI alias, VGPUs of each mediated device type; on the
+// hypervisors in service (the exporter already reports no instance fitting on one in maintenance:
+// leaving it out keeps the sums right with an older exporter too).
 {
   prometheusRules+:: {
     groups+: [
@@ -8,23 +12,23 @@
         rules: [
           {
             record: 'flavor:hypervisor_schedulable_instances:sum',
-            expr: 'sum by (%(fleetLabel)s, flavor) (hypervisor_schedulable_instances{%(selector)s})' % $._config,
+            expr: 'sum by (%s, flavor) %s' % [$._config.fleetLabel, joins.inService($._config, 'hypervisor_schedulable_instances{%(selector)s}' % $._config)],
           },
           {
             // Nova's free hugepages (total - reserved - used) of each size, all cells of the fleet
             record: 'page_size_bytes:hypervisor_numa_cell_hugepages_free:sum',
-            expr: 'sum by (%(fleetLabel)s, page_size_bytes) (hypervisor_numa_cell_hugepages_free{%(selector)s})' % $._config,
+            expr: 'sum by (%s, page_size_bytes) %s' % [$._config.fleetLabel, joins.inService($._config, 'hypervisor_numa_cell_hugepages_free{%(selector)s}' % $._config)],
           },
         ] + [
           {
             record: 'alias:hypervisor_pci_alias_devices%s:sum' % quantity,
-            expr: 'sum by (%(fleetLabel)s, alias) (hypervisor_pci_alias_devices%(quantity)s{%(selector)s})' % $._config { quantity: quantity },
+            expr: 'sum by (%s, alias) %s' % [$._config.fleetLabel, joins.inService($._config, 'hypervisor_pci_alias_devices%s{%s}' % [quantity, $._config.selector])],
           }
           for quantity in ['', '_free']
         ] + [
           {
             record: 'mdev_type:hypervisor_gpu_vgpus%s:sum' % quantity,
-            expr: 'sum by (%(fleetLabel)s, mdev_type) (hypervisor_gpu_vgpus%(quantity)s{%(selector)s})' % $._config { quantity: quantity },
+            expr: 'sum by (%s, mdev_type) %s' % [$._config.fleetLabel, joins.inService($._config, 'hypervisor_gpu_vgpus%s{%s}' % [quantity, $._config.selector])],
           }
           for quantity in ['', '_free']
         ],

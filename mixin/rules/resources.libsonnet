@@ -1,5 +1,10 @@
+local joins = import '../lib/joins.libsonnet';
+
 // Fleet totals and ratios per resource, the sum-based bound of the loss of the largest hypervisor,
-// and the same ratios per hypervisor. Every aggregation keeps the fleet label (config.libsonnet):
+// and the same ratios per hypervisor. The fleet figures are of the hypervisors in service: one in
+// maintenance offers nothing, so its capacity (and what its domains use) is left out, and it is
+// neither the largest hypervisor the fleet can lose nor one more to count on; the per-hypervisor
+// ratios describe the host, in maintenance or not. Every aggregation keeps the fleet label (config.libsonnet):
 // the totals of two fleets federated into one Prometheus stay two totals. The rules after the sums
 // read them, so they stay in this one group, evaluated in order.
 {
@@ -10,26 +15,28 @@
         rules: [
           {
             record: 'resource:hypervisor_resource_%s:sum' % quantity,
-            expr: 'sum by (%(fleetLabel)s, resource, unit) (%(series)s)' % $._config {
-              series:
+            expr: 'sum by (%(fleetLabel)s, resource, unit) %(series)s' % $._config {
+              series: joins.inService(
+                $._config,
                 // Used only where there is a limit: a resource whose total is unknown (disk
                 // without its storage found) still exports used, and counting it would inflate
                 // every comparison with the limit and total sums (utilization, overcommit, N+1).
                 if quantity == 'used'
                 then 'hypervisor_resource_used{%(selector)s} and hypervisor_resource_limit{%(selector)s}' % $._config
                 else 'hypervisor_resource_%s{%s}' % [quantity, $._config.selector],
+              ),
             },
           }
           for quantity in ['total', 'reserved', 'limit', 'used', 'free', 'claimed', 'actual_usage']
         ] + [
           {
             record: 'resource:hypervisor_resource_limit:max',
-            expr: 'max by (%(fleetLabel)s, resource, unit) (hypervisor_resource_limit{%(selector)s})' % $._config,
+            expr: 'max by (%s, resource, unit) %s' % [$._config.fleetLabel, joins.inService($._config, 'hypervisor_resource_limit{%(selector)s}' % $._config)],
           },
           {
             // hypervisors that offer the resource at all: the N+1 test is meaningless below two
             record: 'resource:hypervisor_resource_offered:count',
-            expr: 'count by (%(fleetLabel)s, resource, unit) (hypervisor_resource_limit{%(selector)s} > 0)' % $._config,
+            expr: 'count by (%s, resource, unit) %s' % [$._config.fleetLabel, joins.inService($._config, 'hypervisor_resource_limit{%(selector)s} > 0' % $._config)],
           },
           {
             // The sum-based bound of the loss of one host (kubernetes-mixin's KubeCPUOvercommit):

@@ -2,3 +2,7 @@
 (import 'resources.libsonnet')
 + (import 'headroom.libsonnet')
 + (import 'fleet.libsonnet')
++ (import 'groups.libsonnet')
++ (import 'projects.libsonnet')
++ (import 'contention.libsonnet')
++ (import 'storage.libsonnet')
