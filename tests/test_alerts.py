@@ -4,6 +4,7 @@ and the alerts firing on the demo where meant."""
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import subprocess
@@ -13,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from tests.claims_client import call
 from tests.mixin import (
     ALERTS_FILE,
     FLEET_LABEL,
@@ -24,8 +26,10 @@ from tests.mixin import (
     groupings,
     jsonnet,
 )
-from tests.prometheus import FLEET, running_prometheus, scrape_config
+from tests.prometheus import FLEET, Prometheus, running_prometheus, scrape_config
 from tests.serving import running_server, wait_for
+from tests.test_demo import GROUP_HEADROOM, GROUP_TOTALS
+from virtcap.model.resources import GIB
 
 GENERATED = {"alerts.jsonnet": ALERTS_FILE, "rules.jsonnet": RULES_FILE}
 SEVERITIES = {"critical", "warning", "info"}
@@ -200,14 +204,22 @@ EXPECTED_ON_DEMO = {
     ("HypervisorResourceOvercommitted", (("hypervisor", "compute-02"), ("resource", "vcpu"))),
     ("HypervisorResourceNearlyExhausted", (("hypervisor", "compute-03"), ("resource", "memory"))),
     ("HypervisorMemoryPressure", (("hypervisor", "compute-03"), ("resource", "memory"))),
-    # the one hypervisor whose domains would not all find a host, though the sums say they would
+    # the one hypervisor whose domains would not all find a host, though the fleet's sums say they
+    # would; and the groups it is in that hold more than one hypervisor in service: its zone and
+    # its rack (r1: compute-01 and compute-04, compute-05 being in maintenance)
     ("HypervisorFleetCannotTolerateHostFailure", (("hypervisor", "compute-04"),)),
+    ("HypervisorGroupCannotTolerateHostFailure", (("group", "az-1"), ("kind", "availability_zone"))),
+    ("HypervisorGroupCannotTolerateHostFailure", (("group", "r1"), ("kind", "rack"))),
     ("HypervisorFlavorHeadroomLow", (("flavor", "p1.8xlarge"),)),
     (
         "HypervisorHugepagesExhausted",
         (("cell", "0"), ("hypervisor", "compute-08"), ("page_size_bytes", "2097152")),
     ),
     ("HypervisorVgpuHeadroomLow", (("mdev_type", "nvidia-232"),)),
+    # az-2's NFS export: 150 GiB of volumes on 100 GiB
+    ("HypervisorStoragePoolOverProvisioned", (("pool", "netfs://nfs1.demo/export/nova"),)),
+    # compute-05's maintenance has no end: a reminder after a week (every `for` is shortened here)
+    ("HypervisorMaintenanceOverdue", (("hypervisor", "compute-05"),)),
     ("HypervisorAuditFailing", (("hypervisor", "compute-07"),)),
 }
 
@@ -274,11 +286,122 @@ def test_the_demo_trips_exactly_the_alerts_it_is_meant_to(tmp_path: Path) -> Non
             assert evacuation["annotations"]["description"].startswith(
                 "If compute-04 failed, 1 of its domains would find no host"
             )
-            # ... though by the sums the fleet can lose any host (demo.yaml): the others have
-            # 608.5 GiB of memory free for compute-04's 592
+            # ... though by the fleet's sums it can lose any host (demo.yaml): the others in
+            # service have 734.5 GiB of memory free for compute-04's 592 (tests/test_demo.py)
             shortfall = {
                 r["metric"]["resource"]: float(r["value"][1])
                 for r in prometheus.query("resource:hypervisor_failover_shortfall:sum")
             }
             assert all(value <= 0 for value in shortfall.values()), shortfall
-            assert (shortfall["memory"], shortfall["vcpu"]) == (-16.5 * 2**30, -87)
+            assert (shortfall["memory"], shortfall["vcpu"]) == (-142.5 * 2**30, -246)
+            # within az-1 the sums say it too: 1390 GiB used - (2055 - 767.5)
+            zone = {
+                r["metric"]["resource"]: float(r["value"][1])
+                for r in prometheus.query(
+                    'group_resource:hypervisor_failover_shortfall:sum{kind="availability_zone", group="az-1"}'
+                )
+            }
+            assert (zone["memory"], zone["vcpu"]) == (102.5 * 2**30, 25)
+            _assert_group_rules(prometheus)
+
+
+def _assert_group_rules(prometheus: Prometheus) -> None:
+    """The per-group recording rules on the demo: tests/test_demo.py's hand-computed totals (of
+    the hypervisors in service, each once per group it is in) and flavor headroom (per kind whose
+    groups do not overlap: zones and racks)."""
+
+    def values(rule: str) -> dict[tuple[str, ...], float]:
+        found: dict[tuple[str, ...], float] = {}
+        for sample in prometheus.query(rule):
+            labels = sample["metric"]
+            key = (labels["kind"], labels["group"], labels.get("resource") or labels["flavor"])
+            found[key] = float(sample["value"][1])
+        return found
+
+    expected_totals = {
+        (kind, group, resource): numbers
+        for (kind, group), totals in GROUP_TOTALS.items()
+        for resource, numbers in totals.items()
+    }
+    parts = ("limit", "used", "free")
+    rules = {part: values(f"group_resource:hypervisor_resource_{part}:sum") for part in parts}
+    for (kind, group, resource), numbers in expected_totals.items():
+        scale = GIB if resource == "memory" else 1
+        got = tuple(rules[part].get((kind, group, resource), 0.0) / scale for part in parts)
+        assert got == numbers, (kind, group, resource)
+    headroom = values("group_flavor:hypervisor_schedulable_instances:sum")
+    for (kind, group), flavors in GROUP_HEADROOM.items():
+        if kind in {"availability_zone", "rack"}:
+            for flavor, count in flavors.items():
+                assert headroom[kind, group, flavor] == count, (kind, group, flavor)
+    assert {key[:2] for key in headroom} == {key for key in GROUP_HEADROOM if key[0] != "aggregate"}
+
+
+# Issue 16's acceptance: a host put into maintenance through the API leaves the fleet's capacity
+# and the host-failure alerts within one audit interval (the demo's: 15 s), and comes back when
+# released. compute-04 is the host the fleet alert is about; while it is out, compute-06's domains
+# no longer all find a host in az-1 (compute-04 took 12 of them), so the alerts move: compute-06
+# fires, in its zone az-1, its rack r2 and its aggregate windows; rack r1 (compute-01 and the two
+# hosts in maintenance) has none left.
+HOST_FAILURE = {"HypervisorFleetCannotTolerateHostFailure", "HypervisorGroupCannotTolerateHostFailure"}
+IN_SERVICE = {
+    ("HypervisorFleetCannotTolerateHostFailure", (("hypervisor", "compute-04"),)),
+    ("HypervisorGroupCannotTolerateHostFailure", (("group", "az-1"), ("kind", "availability_zone"))),
+    ("HypervisorGroupCannotTolerateHostFailure", (("group", "r1"), ("kind", "rack"))),
+}
+COMPUTE_04_OUT = {
+    ("HypervisorFleetCannotTolerateHostFailure", (("hypervisor", "compute-06"),)),
+    ("HypervisorGroupCannotTolerateHostFailure", (("group", "az-1"), ("kind", "availability_zone"))),
+    ("HypervisorGroupCannotTolerateHostFailure", (("group", "r2"), ("kind", "rack"))),
+    ("HypervisorGroupCannotTolerateHostFailure", (("group", "windows"), ("kind", "aggregate"))),
+}
+AUDIT_INTERVAL = 15.0
+"""demo.yaml's audit.interval."""
+
+
+def test_a_host_in_maintenance_through_the_api_leaves_fleet_capacity_and_the_alerts(tmp_path: Path) -> None:
+    short = {"for": dict.fromkeys(FOR_KEYS, "0s")}
+    rules = tmp_path / "rules-with-short-for"
+    rules.mkdir()
+    (rules / "alerts.yaml").write_text(jsonnet("alerts.jsonnet", short))
+    (rules / "rules.yaml").write_text(jsonnet("rules.jsonnet", short))
+    writer = {"Authorization": "Basic " + base64.b64encode(b"demo:demo").decode()}
+    path = "/api/v1/hypervisors/compute-04/maintenance"
+    with running_server(["--demo"], tmp_path) as server:
+        target = server.base_url.removeprefix("http://")
+        config = scrape_config(target, rule_files=[rules / "rules.yaml", rules / "alerts.yaml"])
+        with running_prometheus(config, tmp_path) as prometheus:
+
+            def fleet(resource: str) -> float | None:
+                found = prometheus.query(f'resource:hypervisor_resource_limit:sum{{resource="{resource}"}}')
+                return float(found[0]["value"][1]) if found else None
+
+            def failing() -> set[tuple[str, tuple[tuple[str, str], ...]]]:
+                alerts = prometheus.api("alerts")["alerts"]
+                return {
+                    _key(a)
+                    for a in alerts
+                    if a["state"] == "firing" and a["labels"]["alertname"] in HOST_FAILURE
+                }
+
+            def state() -> tuple[float | None, float | None, set[tuple[str, tuple[tuple[str, str], ...]]]]:
+                return fleet("memory"), fleet("vcpu"), failing()
+
+            # the fleet in service (compute-05 is in maintenance by the configuration): 2624 GiB of
+            # memory and 1040 vCPUs (tests/test_demo.py's GROUP_TOTALS, az-1 + az-2)
+            in_service = (2624 * GIB, 1040.0, IN_SERVICE)
+            wait_for(lambda: state() == in_service, 30, interval=0.5, what="the demo's fleet in service")
+
+            started = time.monotonic()
+            status, held = call(server, "PUT", path, {"reason": "acceptance"}, writer)
+            assert status == 200 and held["in_maintenance"] is True, held
+            # compute-04 out: 767.5 GiB and 256 vCPUs fewer
+            without = ((2624 - 767.5) * GIB, 1040.0 - 256, COMPUTE_04_OUT)
+            wait_for(lambda: state() == without, AUDIT_INTERVAL, interval=0.25, what="compute-04 out")
+            assert time.monotonic() - started < AUDIT_INTERVAL
+
+            started = time.monotonic()
+            status, released = call(server, "DELETE", path, headers=writer)
+            assert status == 200 and released["in_maintenance"] is False, released
+            wait_for(lambda: state() == in_service, AUDIT_INTERVAL, interval=0.25, what="compute-04 back")
+            assert time.monotonic() - started < AUDIT_INTERVAL

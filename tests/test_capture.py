@@ -380,7 +380,7 @@ def test_serving_captures_exposes_what_serving_the_hosts_does(
         replayed = replayed.replace(TEST_HOSTS[name][0], replay_uri(path))
     # the demo's own captures and broken one, and the captures of its test-driver hosts
     test_driver_hosts = sum(1 for name in captures if TEST_HOSTS[name][0] in demo)
-    assert test_driver_hosts == 6
+    assert test_driver_hosts == 7
     assert replayed.count("replay://") == demo.count("replay://") + test_driver_hosts
     up = len(demo_config().hypervisors) - 1  # all but the unreachable compute-07
     (tmp_path / "live").mkdir()
@@ -399,6 +399,12 @@ def test_serving_captures_exposes_what_serving_the_hosts_does(
                 return len(series(samples, "hypervisor_schedulable_instances")) == up * flavors
 
             wait_for(every_flavor_fitted, 20, what="every discovered flavor fitted everywhere")
+
+            def every_evacuation_computed() -> bool:
+                # the failure tolerance is computed in the background, after the audits
+                return len(series(server.samples(), "hypervisor_evacuation_feasible")) == up
+
+            wait_for(every_evacuation_computed, 30, what="every hypervisor's evacuation")
             samples = server.samples()
             page = server.get("/")[1].decode()
         return samples, page

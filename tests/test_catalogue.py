@@ -7,7 +7,7 @@ import asyncio
 import re
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -27,12 +27,10 @@ from virtcap.service.tolerance import one_shot_tolerance
 README = Path(__file__).parent.parent / "README.md"
 NOT_IN_THE_DEMO_YET = frozenset(
     {
-        # No demo host reports vCPU delays (test-driver hosts cannot, the demo's captures were made
-        # without them), and none has a shared storage pool: issue 16 adds both to the demo, which
-        # then renders these too (tests/test_contention_libvirtd.py and tests/test_shared_storage.py
-        # render them meanwhile).
+        # No demo host reports vCPU delays, and none can: libvirt's test driver has no vCPU
+        # statistics and the demo's captures are frozen (a counter that never moves would show no
+        # contention). tests/test_contention_libvirtd.py renders it from a real libvirtd.
         catalogue.VCPU_WAIT.name,
-        *(family.name for family in catalogue.STORAGE_FAMILIES),
     }
 )
 UNITS = {"cpus", "bytes", "integer"}
@@ -78,11 +76,6 @@ class Demo:
 @pytest.fixture(scope="module")
 def demo() -> Demo:
     config = demo_config()
-    if not any(hypervisor.groups for hypervisor in config.hypervisors):
-        # until the demo's configuration has groups (issue 16: the demo gains them later), one
-        # membership so that hypervisor_group_info renders
-        first, *others = config.hypervisors
-        config = replace(config, hypervisors=(replace(first, groups=(("rack", "r1"),)), *others))
     store = SnapshotStore()
     store.track([h.name for h in config.hypervisors])
     units = {}

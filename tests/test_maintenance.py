@@ -270,8 +270,10 @@ def test_every_hypervisor_shows_its_maintenance_and_only_a_changed_one_is_render
     assert sorted(rendered) == sorted(["compute-01", down])
     assert body == render(fleet)
     samples = parse_samples(body.decode())
+    configured = {s.name for s in audited if s.capacity is not None and s.capacity.maintenance is not None}
+    assert configured == {"compute-05"}  # the demo's own, by its configuration
     for snapshot in audited:
-        expected = 1 if snapshot.name in held else 0
+        expected = 1 if snapshot.name in held or snapshot.name in configured else 0
         assert value(samples, "hypervisor_maintenance", hypervisor=snapshot.name) == expected
     assert value(samples, "hypervisor_maintenance_end_timestamp_seconds", hypervisor="compute-01") == 2e9
     assert value(samples, "hypervisor_maintenance_end_timestamp_seconds", hypervisor=down) is None

@@ -58,7 +58,7 @@ def test_an_unknown_scheduler_key_is_named() -> None:
 
 # --- the demo ----------------------------------------------------------------------------------
 
-DEMO_HOSTS = [f"compute-{n:02d}" for n in range(1, 11)]
+DEMO_HOSTS = [f"compute-{n:02d}" for n in range(1, 12)]
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -99,10 +99,10 @@ def test_a_batch_that_does_not_fit_the_demo_names_every_host_and_its_reason() ->
         ],
     }
     assert rejections["compute-05"] == {
-        "filter": "Placement",
-        "reasons": ["Requested pcpu 8 PCPU > max_unit 2 PCPU: larger than the whole hypervisor"],
+        "filter": "ComputeFilter",
+        "reasons": ["hypervisor compute-05 is in maintenance: kernel upgrade (set by the configuration)"],
     }
-    for name in ("compute-01", "compute-02", "compute-04", "compute-06"):
+    for name in ("compute-01", "compute-02", "compute-04", "compute-06", "compute-11"):
         assert rejections[name]["reasons"] == [
             "Requested pcpu 8 PCPU: no inventory of PCPU on this hypervisor"
         ]
@@ -140,15 +140,15 @@ def test_the_table_says_how_many_do_not_fit_and_why_each_host_refused() -> None:
     lines = run.stdout.splitlines()
     assert (
         lines[0]
-        == "NoValidHost: 33 of 40 instance(s) would fit, 7 would not; nothing is placed (all or nothing)."
+        == "NoValidHost: 38 of 40 instance(s) would fit, 2 would not; nothing is placed (all or nothing)."
     )
     assert (
-        "  the 33 that fit would go to: compute-01 x4, compute-03 x1, compute-04 x3, compute-06 x3,"
-        " compute-10 x22" in lines
+        "  the 38 that fit would go to: compute-01 x4, compute-03 x1, compute-04 x3, compute-06 x3,"
+        " compute-10 x22, compute-11 x5" in lines
     )
     refused = {line.split()[0]: line.split()[1] for line in lines if line.startswith("  compute-")}
     assert sorted(refused) == DEMO_HOSTS
-    assert refused["compute-07"] == "ComputeFilter"
+    assert refused["compute-07"] == refused["compute-05"] == "ComputeFilter"  # down, in maintenance
     assert any(
         "compute-01  Placement      claim refused: Free disk 0.00 GiB < requested 20 GiB" in x for x in lines
     )

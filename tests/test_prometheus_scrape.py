@@ -13,7 +13,7 @@ def test_prometheus_scrapes_the_demo(tmp_path: Path) -> None:
         target = server.base_url.removeprefix("http://")
         with running_prometheus(scrape_config(target), tmp_path) as prometheus:
             wait_for(lambda: prometheus.query('up{job="virtcap"} == 1'), 30, interval=0.25, what="target up")
-            wait_for(lambda: len(prometheus.query("hypervisor_up")) == 10, 10, interval=0.25, what="series")
+            wait_for(lambda: len(prometheus.query("hypervisor_up")) == 11, 10, interval=0.25, what="series")
             down = prometheus.query("hypervisor_up == 0")
             assert [r["metric"]["hypervisor"] for r in down] == ["compute-07"]
             over = prometheus.query('hypervisor_resource_free{resource="vcpu"} < 0')

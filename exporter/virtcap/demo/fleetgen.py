@@ -17,6 +17,9 @@ from virtcap.audit.domain_xml import NOVA_NAMESPACE
 
 POOL_PATH = "/var/lib/libvirt/images"
 TEST_NAMESPACE = "http://libvirt.org/schemas/domain/test/1.0"
+OWNER_NAMESPACE = "http://virtcap.example/xmlns/owner/1.0"
+"""The namespace of the owner element a site's tooling writes into the domains Nova did not
+define (the demo's `ownership` configuration reads it)."""
 
 # libvirt's virDomainState numbers, as the test driver's <test:runstate> takes them.
 RUNNING, BLOCKED, PAUSED, SHUTDOWN, SHUTOFF, CRASHED, PMSUSPENDED = 1, 2, 3, 4, 5, 6, 7
@@ -56,6 +59,21 @@ class DomainSpec:
     hugepages: bool = False
     pins: tuple[int, ...] | None = None
     """One host CPU per vCPU, as Nova pins dedicated guests."""
+    project: str | None = None
+    """The Keystone project Nova recorded as the owner (with a flavor only), or the project the
+    site's own owner element names (without)."""
+
+
+@dataclass(frozen=True)
+class SharedPoolSpec:
+    """An NFS export a host mounts as a libvirt `netfs` pool: hosts mounting the same export see
+    the same volumes, each host under a pool name of its own."""
+
+    name: str
+    server: str
+    export: str
+    volumes: tuple[tuple[str, int, int], ...]
+    """Name, capacity and allocation of each volume, in GiB."""
 
 
 @dataclass
@@ -67,6 +85,7 @@ class HostSpec:
     pool_used_gib: int
     model: str = "Xeon-Gold-6338"
     domains: list[DomainSpec] = field(default_factory=list)
+    shared_pools: tuple[SharedPoolSpec, ...] = ()
 
 
 FLAVORS = (
@@ -91,6 +110,7 @@ def node_xml(host: HostSpec) -> str:
     ]
     lines.extend(_domain_xml(domain) for domain in host.domains)
     lines.append(_pool_xml(host))
+    lines.extend(_shared_pool_xml(host, pool) for pool in host.shared_pools)
     lines.append("</node>")
     return "\n".join(lines) + "\n"
 
@@ -115,7 +135,13 @@ def _domain_xml(domain: DomainSpec) -> str:
             f"<nova:flavor name={quoteattr(f.name)}><nova:memory>{f.memory_mib}</nova:memory>"
             f"<nova:disk>{f.root_gib}</nova:disk><nova:swap>{f.swap_mib}</nova:swap>"
             f"<nova:ephemeral>{f.ephemeral_gib}</nova:ephemeral><nova:vcpus>{f.vcpus}</nova:vcpus>"
-            f"{_extra_specs_xml(f.extra_specs)}</nova:flavor></nova:instance></metadata>"
+            f"{_extra_specs_xml(f.extra_specs)}</nova:flavor>{_nova_owner_xml(domain.project)}"
+            "</nova:instance></metadata>"
+        )
+    elif domain.project is not None:
+        parts.append(
+            f"    <metadata><owner:project xmlns:owner='{OWNER_NAMESPACE}' id='{project_id(domain.project)}'>"
+            f"{escape(domain.project)}</owner:project></metadata>"
         )
     parts.append("    <os><type arch='x86_64'>hvm</type></os>")
     parts.append("    <devices>")
@@ -124,6 +150,21 @@ def _domain_xml(domain: DomainSpec) -> str:
     parts.append(f"    <test:runstate>{domain.state}</test:runstate>")
     parts.append("  </domain>")
     return "\n".join(parts)
+
+
+def project_id(name: str) -> str:
+    """A Keystone id (32 hex digits, no dashes), the same for the project wherever it is named."""
+    return _stable_uuid(f"project/{name}").replace("-", "")
+
+
+def _nova_owner_xml(project: str | None) -> str:
+    if project is None:
+        return ""
+    user_id = _stable_uuid(f"user/{project}").replace("-", "")
+    return (
+        f"<nova:owner><nova:user uuid='{user_id}'>{escape(project)}-admin</nova:user>"
+        f"<nova:project uuid='{project_id(project)}'>{escape(project)}</nova:project></nova:owner>"
+    )
 
 
 def _extra_specs_xml(specs: tuple[tuple[str, str], ...]) -> str:
@@ -170,6 +211,27 @@ def _pool_xml(host: HostSpec) -> str:
             f"    <allocation unit='GiB'>{host.pool_used_gib}</allocation>",
             f"    <available unit='GiB'>{available}</available>",
             f"    <target><path>{POOL_PATH}</path></target>",
+            *volumes,
+            "  </pool>",
+        ]
+    )
+
+
+def _shared_pool_xml(host: HostSpec, pool: SharedPoolSpec) -> str:
+    # The test driver gives a pool the capacity it gives every pool (100 GiB) and the allocation
+    # its volumes add up to, whatever the XML says: only the volumes' sizes are written.
+    volumes = [
+        f"    <volume type='file'><name>{name}</name><capacity unit='GiB'>{capacity}</capacity>"
+        f"<allocation unit='GiB'>{allocation}</allocation></volume>"
+        for name, capacity, allocation in pool.volumes
+    ]
+    return "\n".join(
+        [
+            "  <pool type='netfs'>",
+            f"    <name>{pool.name}</name><uuid>{_stable_uuid(f'{host.name}/{pool.name}')}</uuid>",
+            f"    <source><host name='{pool.server}'/><dir path='{pool.export}'/>"
+            "<format type='nfs'/></source>",
+            f"    <target><path>/var/lib/nova/mnt/{pool.name}</path></target>",
             *volumes,
             "  </pool>",
         ]

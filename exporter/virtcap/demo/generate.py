@@ -27,6 +27,7 @@ from virtcap.demo.fleetgen import (
     DomainSpec,
     FlavorSpec,
     HostSpec,
+    SharedPoolSpec,
     random_domain,
     write_fleet,
 )
@@ -84,7 +85,75 @@ def demo_hosts() -> list[HostSpec]:
     hosts.append(_memory_bound_host(rng))
     hosts.append(_pinned_host(rng))
     hosts.append(_edge_host(rng))
-    return sorted(hosts, key=lambda host: host.name)
+    hosts.append(_zone_spare())
+    on_nfs = {"compute-02": NFS, "compute-03": NFS_AS_INSTANCES, "compute-11": NFS}
+    hosts = [
+        replace(host, shared_pools=(on_nfs[host.name],)) if host.name in on_nfs else host for host in hosts
+    ]
+    return sorted((_owned(host) for host in hosts), key=lambda host: host.name)
+
+
+# The projects the demo's domains belong to: Nova's owner for its instances, the site's own owner
+# element (demo.yaml's `ownership`) for some plain domains, and none (`unknown`) for the others.
+NOVA_PROJECTS = {
+    "compute-01": "web-shop",
+    "compute-02": "web-shop",
+    "compute-03": "analytics",
+    "compute-04": "web-shop",
+}
+"""The project of the Nova instances of each test-driver host, but compute-06's and compute-04's
+database."""
+OWNED_PLAIN = {"compute-04": "batch", "compute-11": "platform"}
+"""The plain domains an owner element names a project for: compute-04's (batch jobs) and
+compute-11's service guests; those of compute-01, -02 and -05 have none."""
+
+
+def _owned(host: HostSpec) -> HostSpec:
+    """Each domain's project, by the rules above: set after the draws, which it leaves as they were."""
+
+    def project(domain: DomainSpec) -> str | None:
+        if domain.flavor is None:
+            return OWNED_PLAIN.get(host.name)
+        if domain.flavor.name == DATABASE.name:
+            return "analytics"
+        if host.name == "compute-06":  # the edge node: a shop's Windows front ends and a CDN
+            specs = dict(domain.flavor.extra_specs)
+            return "web-shop" if "resources:CUSTOM_WINDOWS_LICENCE" in specs else "edge-cdn"
+        return NOVA_PROJECTS.get(host.name)
+
+    return replace(host, domains=[replace(domain, project=project(domain)) for domain in host.domains])
+
+
+NFS = SharedPoolSpec(
+    "nova-nfs",
+    "nfs1.demo",
+    "/export/nova",
+    (
+        ("golden-ubuntu-24.04.qcow2", 20, 4),
+        ("golden-windows-2022.qcow2", 50, 18),
+        ("scratch-01.qcow2", 80, 8),
+    ),
+)
+"""The NFS export the hosts of availability zone az-2 mount: 150 GiB of volumes promised on a pool
+the test driver says holds 100 GiB (thin provisioning, 1.5 times), 30 GiB of them written."""
+NFS_AS_INSTANCES = replace(NFS, name="instances-nfs", export="/export/nova/")
+"""The same export, mounted under another name and written with a trailing slash: still one pool."""
+
+
+def _zone_spare() -> HostSpec:
+    """compute-11, the spare of availability zone az-2 (compute-02, compute-03): evacuations stay
+    in their zone, and compute-10, the other zone's spare, cannot take their domains. 48 CPUs and
+    192 GiB, running twenty small service guests (512 MiB, one vCPU, roots on network volumes)
+    that compute-03's 14 GiB of free memory can take in; room for all of compute-03's 172 GiB
+    or compute-02's 142. Its own generator, so that the other hosts' draws stay as they were."""
+    rng = random.Random(20261122)
+    service = FlavorSpec("s1.tiny", 1, 512, 0)
+    states = _states(rng, 20, 2, 0, 0)
+    domains = [
+        random_domain(rng, "compute-11", i, state, nova_share=0.0, local_share=0.0, flavors=(service,))
+        for i, state in enumerate(states)
+    ]
+    return HostSpec("compute-11", 48, 192, 2000, 100, domains=domains)
 
 
 DATABASE = FlavorSpec("r1.8xlarge", 32, 256 * 1024, 0)
@@ -212,6 +281,7 @@ def _pinned(
     cell: int,
     first_core: int,
     *,
+    project: str,
     page_size_kib: int | None = None,
     pci: tuple[str, ...] = (),
     mdevs: tuple[hostgen.MdevSpec, ...] = (),
@@ -226,6 +296,7 @@ def _pinned(
         flavor=flavor,
         pci=pci,
         mdevs=mdevs,
+        project=project,
     )
 
 
@@ -239,7 +310,12 @@ def _shared(
         state=state,
         pins=shared_cpus,
         flavor=flavor,
+        project="web-shop",
     )
+
+
+ML = "ml-training"
+"""The project of the GPU guests."""
 
 
 def numa_host() -> hostgen.HostSpec:
@@ -254,23 +330,41 @@ def numa_host() -> hostgen.HostSpec:
     nics = (hostgen.NicSpec(cell=0, bus=0x3B, vfs=8), hostgen.NicSpec(cell=1, bus=0xD8, vfs=8))
     shared_cpus = tuple(sorted(hostgen.cpu_id(layout, cell, 0, t) for cell in (0, 1) for t in (0, 1)))
     guests = (
-        _pinned(layout, "compute-08-db-01", RP1_XLARGE, 0, 1, page_size_kib=hostgen.PAGE_1G_KIB),
+        _pinned(
+            layout,
+            "compute-08-db-01",
+            RP1_XLARGE,
+            0,
+            1,
+            project="analytics",
+            page_size_kib=hostgen.PAGE_1G_KIB,
+        ),
         _pinned(
             layout,
             "compute-08-nfv-01",
             P1_XLARGE,
             0,
             3,
+            project="telco",
             page_size_kib=hostgen.PAGE_2M_KIB,
             pci=nics[0].vf_addresses[:1],
         ),
-        _pinned(layout, "compute-08-db-02", RP1_XLARGE, 1, 1, page_size_kib=hostgen.PAGE_1G_KIB),
+        _pinned(
+            layout,
+            "compute-08-db-02",
+            RP1_XLARGE,
+            1,
+            1,
+            project="analytics",
+            page_size_kib=hostgen.PAGE_1G_KIB,
+        ),
         _pinned(
             layout,
             "compute-08-nfv-02",
             RP1_LARGE,
             1,
             3,
+            project="telco",
             page_size_kib=hostgen.PAGE_1G_KIB,
             pci=nics[1].vf_addresses[:2],
         ),
@@ -310,14 +404,31 @@ def gpu_host() -> hostgen.HostSpec:
         return (hostgen.MdevSpec(hostgen.stable_uuid(f"mdev/{name}"), type_id, gpu.address),)
 
     guests = (
-        _pinned(layout, "compute-09-ml-01", G1_XLARGE, 0, 1, mdevs=vgpu("ml-01", gpus[0], "nvidia-232")),
-        _pinned(layout, "compute-09-ml-02", G1_XLARGE, 0, 3, mdevs=vgpu("ml-02", gpus[0], "nvidia-232")),
+        _pinned(
+            layout,
+            "compute-09-ml-01",
+            G1_XLARGE,
+            0,
+            1,
+            project=ML,
+            mdevs=vgpu("ml-01", gpus[0], "nvidia-232"),
+        ),
+        _pinned(
+            layout,
+            "compute-09-ml-02",
+            G1_XLARGE,
+            0,
+            3,
+            project=ML,
+            mdevs=vgpu("ml-02", gpus[0], "nvidia-232"),
+        ),
         _pinned(
             layout,
             "compute-09-viz-01",
             G1_LARGE,
             1,
             1,
+            project=ML,
             pci=nic.vf_addresses[0:1],
             mdevs=vgpu("viz-01", gpus[1], "nvidia-230"),
         ),
@@ -327,6 +438,7 @@ def gpu_host() -> hostgen.HostSpec:
             G1_LARGE,
             1,
             2,
+            project=ML,
             pci=nic.vf_addresses[1:2],
             mdevs=vgpu("viz-02", gpus[1], "nvidia-230"),
         ),
@@ -358,7 +470,16 @@ def spare_host() -> hostgen.HostSpec:
     )
     vgpu = hostgen.MdevSpec(hostgen.stable_uuid("mdev/compute-10-viz-01"), "nvidia-230", gpu.address)
     guests = (
-        _pinned(layout, "compute-10-viz-01", G1_LARGE, 3, 3, pci=nics[3].vf_addresses[:1], mdevs=(vgpu,)),
+        _pinned(
+            layout,
+            "compute-10-viz-01",
+            G1_LARGE,
+            3,
+            3,
+            project=ML,
+            pci=nics[3].vf_addresses[:1],
+            mdevs=(vgpu,),
+        ),
         _shared("compute-10-web-01", SHARED_LARGE, shared_cpus),
         _shared("compute-10-app-01", SHARED_MEDIUM, shared_cpus),
     )
