@@ -72,6 +72,11 @@ class DomainChanges:
         with self._lock:
             self._unknown = True
 
+    def marked(self, uuid: str) -> bool:
+        """Marked and not yet taken: what waits for the next audit."""
+        with self._lock:
+            return uuid in self._domains
+
     def take(self) -> Changes:
         """Everything marked so far, leaving nothing marked: one atomic swap."""
         with self._lock:
