@@ -21,7 +21,7 @@ import libvirt
 
 from virtcap.audit.domain_cache import DomainCache
 from virtcap.audit.events import start_libvirt_event_thread
-from virtcap.audit.hypervisor import audit_host
+from virtcap.audit.hypervisor import HostLayout, audit_host, read_host_layout
 from virtcap.audit.subscriptions import ConnectionEvents, Subscription
 from virtcap.config import DiskSource
 from virtcap.model.facts import HostFacts
@@ -61,6 +61,7 @@ class Watched:
         self.resync_every = resync_every
         self.conn: Any = None
         self.cache = DomainCache(resync_every)
+        self.layout: HostLayout | None = None
         self._subscription: Subscription | None = None
         self.connect()
 
@@ -73,6 +74,7 @@ class Watched:
         self._subscription = events.subscribe(self.conn, self.cache.changes)
         self.cache.domain_events = self._subscription.domain_events
         self.cache.pool_events = self._subscription.pool_events
+        self.layout = read_host_layout(self.conn)  # once per connection, as the auditor reads it
 
     def settle(self) -> None:
         self.admin.defineXML(self.sentinel_xml)
@@ -82,12 +84,12 @@ class Watched:
             time.sleep(0.002)
 
     def audit(self, disk: DiskSource | None = None) -> HostFacts:
-        return audit_host(self.conn, self.uri, disk, cache=self.cache)
+        return audit_host(self.conn, self.uri, disk, layout=self.layout, cache=self.cache)
 
     def full_audit(self, disk: DiskSource | None = None) -> HostFacts:
         """A full audit of the same state, without the cache (on the same connection: a test://
         URI opened again would be another host)."""
-        return audit_host(self.conn, self.uri, disk)
+        return audit_host(self.conn, self.uri, disk, layout=self.layout)
 
     def close(self) -> None:
         if self.conn is None:

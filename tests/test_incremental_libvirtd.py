@@ -6,6 +6,10 @@ incremental audits showing what one with `audit.incremental: false` shows."""
 from __future__ import annotations
 
 import contextlib
+import json
+import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -240,3 +244,76 @@ def test_serve_with_incremental_audits_shows_what_full_audits_show(lab: Lab, tmp
         audits = value(full.samples(), "virtcap_audits_total", hypervisor="local", outcome="success")
         assert reads["incremental"] is not None and reads["full"] is not None and audits is not None
         assert reads["incremental"] < reads["full"], reads
+
+
+ROUND_TRIPS = """
+import json, sys
+import libvirt
+from tests.incremental import Watched
+from virtcap.config import DiskSource
+
+uri, prefix, pool_name, log, sentinel_xml = sys.argv[1:6]
+volumes = json.loads(sys.argv[6])
+admin = libvirt.open(uri)
+
+
+def calls():
+    # every remote procedure call the client sent (program REMOTE, not keepalive)
+    with open(log, errors="replace") as lines:
+        return sum("RPC_CLIENT_MSG_TX_QUEUE" in line and "prog=536903814" in line for line in lines)
+
+
+watched = Watched(uri, admin, sentinel_xml)
+disk = DiskSource(pool=pool_name)
+result = {}
+defined = 0
+for count in (2, 8):
+    while defined < count:
+        admin.defineXML(
+            f"<domain type='qemu'><name>{prefix}-rt-{defined}</name><memory unit='MiB'>16</memory>"
+            "<vcpu>1</vcpu><os><type arch='x86_64' machine='pc'>hvm</type></os><devices>"
+            f"<disk type='file' device='disk'><source file='{volumes[defined]}'/><target dev='vda'/></disk>"
+            "</devices></domain>"
+        )
+        defined += 1
+    watched.settle()
+    before = calls()
+    changed = watched.audit(disk)
+    middle = calls()
+    steady = watched.audit(disk)
+    after = calls()
+    full = watched.full_audit(disk)
+    result[count] = {
+        "changed": middle - before, "steady": after - middle, "full": calls() - after,
+        "steady_reads": steady.domain_reads, "domains": len(full.domains),
+    }
+watched.finish()
+print(json.dumps(result))
+"""
+
+
+def test_a_steady_incremental_audit_costs_round_trips_independent_of_the_domains(
+    lab: Lab, tmp_path: Path
+) -> None:
+    """Counted in libvirt's own log of the remote procedure calls the client sends."""
+    log = tmp_path / "client.log"
+    volumes = [lab.volume(f"rt-{index}", 16) for index in range(8)]
+    environment = {
+        **os.environ,
+        "LIBVIRT_LOG_FILTERS": "1:rpc.net_client 1:rpc",
+        "LIBVIRT_LOG_OUTPUTS": f"1:file:{log}",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", ROUND_TRIPS, lab.uri, lab.prefix, lab.pool_name, str(log), sentinel(lab),
+         json.dumps(volumes)],
+        env=environment, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = {int(count): figures for count, figures in json.loads(done.stdout).items()}
+    few, many = result[2], result[8]
+    assert few["steady_reads"] == many["steady_reads"] == 0
+    assert many["domains"] - few["domains"] == 6
+    assert few["steady"] == many["steady"] > 0, result
+    # a full audit reads every domain's definition (and every volume) again
+    assert many["full"] - few["full"] >= 6, result
+    assert many["steady"] < few["full"], result
