@@ -5,6 +5,7 @@ incremental audits showing what one with `audit.incremental: false` shows."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -23,8 +24,11 @@ from tests.claims_client import HASH, WRITER
 from tests.incremental import Watched, comparable, new_uuid
 from tests.libvirtd import Libvirtd
 from tests.serving import Samples, Server, running_server, series, value, wait_for
+from virtcap.audit.connection import HypervisorConnection
 from virtcap.audit.domain_xml import NOVA_NAMESPACE
-from virtcap.config import DiskSource
+from virtcap.audit.events import start_libvirt_event_thread
+from virtcap.audit.hypervisor import audit_host
+from virtcap.config import AuditSettings, DiskSource
 
 pytestmark = pytest.mark.libvirtd
 
@@ -317,3 +321,44 @@ def test_a_steady_incremental_audit_costs_round_trips_independent_of_the_domains
     # a full audit reads every domain's definition (and every volume) again
     assert many["full"] - few["full"] >= 6, result
     assert many["steady"] < few["full"], result
+
+
+def test_the_daemon_accepts_every_event_and_a_reconnect_starts_with_a_full_audit(libvirtd: Libvirtd) -> None:
+    settings = AuditSettings(incremental=True, resync_every=1000)
+
+    async def scenario() -> list[tuple[bool, bool, bool]]:
+        start_libvirt_event_thread()
+        connection = HypervisorConnection("local", libvirtd.uri, settings, lambda _reason: None, lambda: None)
+
+        def audit() -> tuple[bool, bool, bool]:
+            conn, _opened = connection.get()
+            cache = connection.cache
+            assert cache is not None
+            facts = audit_host(conn, libvirtd.uri, None, cache=cache)
+            return cache.domain_events, cache.pool_events, facts.full_audit
+
+        kinds = [await asyncio.to_thread(audit), await asyncio.to_thread(audit)]
+        connection.mark_broken()  # as after a failed call: the next audit reconnects
+        kinds += [await asyncio.to_thread(audit), await asyncio.to_thread(audit)]
+        await connection.close(in_use=False)
+        return kinds
+
+    assert asyncio.run(scenario()) == [
+        (True, True, True),
+        (True, True, False),
+        (True, True, True),
+        (True, True, False),
+    ]
+
+
+def test_without_incremental_audits_the_connection_has_no_cache(libvirtd: Libvirtd) -> None:
+    async def scenario() -> bool:
+        connection = HypervisorConnection(
+            "local", libvirtd.uri, AuditSettings(incremental=False), lambda _reason: None, lambda: None
+        )
+        await asyncio.to_thread(connection.get)
+        has_cache = connection.cache is not None
+        await connection.close(in_use=False)
+        return has_cache
+
+    assert asyncio.run(scenario()) is False
