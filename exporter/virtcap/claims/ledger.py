@@ -7,8 +7,10 @@ claims/scheduling.py: the same host states, multipliers and answers as a dry-run
 one lock, so two concurrent claims can never both take the last free resources. It counts in
 `used`, each instance on its hypervisor, until the audit finds its domain (reconciled: the domain
 now carries the allocation), its TTL passes (expired) or it is deleted, all its instances
-together. Claims live in SQLite (WAL, synchronous FULL): one acknowledged with 201 was committed
-first, in one transaction with every instance, and survives a crash.
+together. Claims live in SQLite (WAL, synchronous FULL), or in PostgreSQL shared by replicas
+(claims/postgres.py, where the fit test and the write are one transaction under a ledger-wide
+lock): one acknowledged with 201 was committed first, in one transaction with every instance,
+and survives a crash.
 
 When the database refuses writes (read-only, full, locked, failing disk), creating and deleting
 claims fail with ClaimStorageError and change nothing; reconciliation and expiry go on in
