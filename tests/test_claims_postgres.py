@@ -398,3 +398,44 @@ def test_the_fixture_database_needs_the_password(postgres: Postgres, claims_url:
         psycopg.connect(claims_url, password="wrong", connect_timeout=5).close()
     psycopg.connect(claims_url, password=PASSWORD, connect_timeout=5).close()
     assert USER in claims_url and PASSWORD not in claims_url
+
+
+def test_a_replica_sees_at_once_what_another_committed(claims_url: str) -> None:
+    """The notice wakes the other replica well before its poll; its next transaction hands over
+    the other's claims before its own work, and what it already saw is not handed over again."""
+    first_claim = Claim("first", "small", {Resource.VCPU: 1}, 1.0, 4e9, None, "a")
+    second_claim = Claim("second", "big", {Resource.VCPU: 2}, 1.0, 4e9, None, "b")
+
+    async def scenario() -> None:
+        one = PostgresClaimDatabase(claims_url, PASSWORD)
+        other = PostgresClaimDatabase(claims_url, PASSWORD)
+        try:
+            assert await one.start() == LedgerState([], {})
+            assert await other.start() == LedgerState([], {})
+            await other.wait()  # listening from now on (the first call connects and returns)
+            assert await other.changes() is None
+            handed: list[LedgerState | None] = []
+
+            async def insert(claim: Claim, changed: LedgerState | None, writes: Writes) -> None:
+                handed.append(changed)
+                await writes.insert(claim)
+
+            waiting = asyncio.create_task(other.wait())
+            started = time.monotonic()
+            await one.transaction(lambda changed, writes: insert(first_claim, changed, writes))
+            await waiting
+            assert time.monotonic() - started < 1.0  # the notice, not the 2 s poll
+            assert await other.changes() == LedgerState([first_claim], {})
+            assert await other.changes() is None
+
+            await one.transaction(lambda changed, writes: insert(second_claim, changed, writes))
+            await other.transaction(lambda changed, writes: insert(Claim(
+                "third", "big", {Resource.VCPU: 1}, 1.0, 4e9, None, "c"), changed, writes))  # fmt: skip
+            assert handed[0] is None and handed[1] is None  # one wrote alone
+            assert handed[2] is not None and {c.id for c in handed[2].claims} == {"first", "second"}
+            assert other.up and one.up
+        finally:
+            await one.close()
+            await other.close()
+
+    _run(scenario())

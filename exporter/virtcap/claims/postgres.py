@@ -227,12 +227,12 @@ class PostgresClaimDatabase:
     async def _open(self) -> LedgerState:
         async with self._busy:
             conn = await self._connection()
-            state = await self._bounded(conn, self._migrate_and_read(conn))
+            state, self._seen = await self._bounded(conn, self._migrate_and_read(conn))
             self._opened = True
             self._answered()
             return state
 
-    async def _migrate_and_read(self, conn: psycopg.AsyncConnection[Any]) -> LedgerState:
+    async def _migrate_and_read(self, conn: psycopg.AsyncConnection[Any]) -> tuple[LedgerState, int]:
         async with conn.transaction():
             await conn.execute("SELECT pg_advisory_xact_lock(%s)", (LEDGER_LOCK,))
             await conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version integer NOT NULL)")
@@ -252,8 +252,9 @@ class PostgresClaimDatabase:
                 )
             return await self._read(conn)
 
-    async def _read(self, conn: psycopg.AsyncConnection[Any]) -> LedgerState:
-        """Everything, as one snapshot: within a transaction of the caller's."""
+    async def _read(self, conn: psycopg.AsyncConnection[Any]) -> tuple[LedgerState, int]:
+        """Everything, as one snapshot (within a transaction of the caller's), and its version:
+        the caller records it as seen once the state is handed over."""
 
         async def rows(query: str) -> list[Any]:
             return await (await conn.execute(query)).fetchall()
@@ -273,13 +274,14 @@ class PostgresClaimDatabase:
                 "SELECT hypervisor, reason, until, since, set_by FROM maintenance"
             )
         }
-        self._seen = version[0][0]
-        return LedgerState(claims, maintenance)
+        return LedgerState(claims, maintenance), int(version[0][0])
 
-    async def _read_if_changed(self, conn: psycopg.AsyncConnection[Any]) -> LedgerState | None:
+    async def _read_if_changed(
+        self, conn: psycopg.AsyncConnection[Any]
+    ) -> tuple[LedgerState | None, int | None]:
         row = await (await conn.execute("SELECT version FROM ledger_version")).fetchone()
         if row is not None and row[0] == self._seen:
-            return None
+            return None, self._seen
         return await self._read(conn)
 
     async def wait(self) -> None:
@@ -313,7 +315,7 @@ class PostgresClaimDatabase:
                 return await self._open()
             async with self._busy:
                 conn = await self._connection()
-                state = await self._bounded(conn, self._snapshot(conn))
+                state, self._seen = await self._bounded(conn, self._snapshot(conn))
                 self._answered()
                 return state
         except StorageError as error:
@@ -324,7 +326,7 @@ class PostgresClaimDatabase:
             log.error("claims not followed", extra={"error": _brief(error)})
         return None
 
-    async def _snapshot(self, conn: psycopg.AsyncConnection[Any]) -> LedgerState | None:
+    async def _snapshot(self, conn: psycopg.AsyncConnection[Any]) -> tuple[LedgerState | None, int | None]:
         async with conn.transaction():
             await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             return await self._read_if_changed(conn)
@@ -333,7 +335,11 @@ class PostgresClaimDatabase:
 
     async def transaction(self, work: Work[_T]) -> _T:
         if not self._opened:
-            await self._open()
+            try:
+                await self._open()
+            except ConfigError as error:  # a newer virtcap migrated it while this one waited for it
+                raise StorageError(str(error)) from None
+            self._seen = None  # what `_open` read is the ledger's to adopt: within the transaction
         async with self._busy:
             for attempt in range(1, RETRIES + 1):
                 conn = await self._connection()
@@ -351,11 +357,12 @@ class PostgresClaimDatabase:
         transaction = _Transaction(self, conn)
         await self._bounded(conn, transaction.begin())
         try:
-            changed = await self._bounded(conn, transaction.lock_and_read())
+            changed, self._seen = await self._bounded(conn, transaction.lock_and_read())
+            # handed over: the work adopts it before anything else (claims/storage.py)
             result = await work(changed, transaction)
             version = await self._bounded(conn, transaction.finish())
         except BaseException:
-            if not conn.closed and not conn.broken:
+            if self._conn is conn and not conn.closed and not conn.broken:  # (not abandoned)
                 with contextlib.suppress(Exception):
                     await self._bounded(conn, conn.execute("ROLLBACK"))
             raise
@@ -391,7 +398,7 @@ class _Transaction:
     async def begin(self) -> None:
         await self._conn.execute("BEGIN")
 
-    async def lock_and_read(self) -> LedgerState | None:
+    async def lock_and_read(self) -> tuple[LedgerState | None, int | None]:
         await self._conn.execute("SELECT pg_advisory_xact_lock(%s)", (LEDGER_LOCK,))
         return await self._database._read_if_changed(self._conn)
 

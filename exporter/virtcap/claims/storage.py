@@ -49,7 +49,8 @@ class Writes(Protocol):
 
 Work = Callable[["LedgerState | None", Writes], Awaitable[_T]]
 """A transaction's work: given what others changed since this exporter last saw the ledger (None:
-nothing, or nobody else writes to it), it decides and writes; an exception rolls everything back."""
+nothing, or nobody else writes to it), which it adopts before anything else, it decides and
+writes; an exception rolls everything back."""
 
 
 class ClaimStorage(Protocol):
