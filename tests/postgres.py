@@ -123,12 +123,35 @@ class Postgres:
         """A fast shutdown (SIGINT): connections are ended, as when a database is restarted."""
         if self.process is None or self.process.poll() is not None:
             return
+        self.resume()  # should a test have failed while it was paused
         self.process.send_signal(signal.SIGINT)
         try:
             self.process.wait(timeout=30)
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+
+    def processes(self) -> list[int]:
+        """The server and its backends (each connection's own process)."""
+        assert self.process is not None
+        children = []
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == self.process.pid:
+                    children.append(int(stat.parent.name))
+        return [self.process.pid, *children]
+
+    def pause(self) -> None:
+        """Every process of the server stopped: connections stay open and nothing answers, as
+        when a database host hangs or its network drops packets."""
+        for pid in self.processes():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        for pid in self.processes():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
 
     def connect(self, database: str) -> psycopg.Connection[Any]:
         """A superuser's connection through the socket (trusted), in autocommit."""

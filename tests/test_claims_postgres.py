@@ -439,3 +439,33 @@ def test_a_replica_sees_at_once_what_another_committed(claims_url: str) -> None:
             await other.close()
 
     _run(scenario())
+
+
+def test_a_hung_database_gives_503_within_seconds_and_metrics_go_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nothing answers (every server process stopped, connections open): each claim call ends
+    within the exporter's bound, /metrics is not held up, and all works again once it answers."""
+    monkeypatch.setenv("PGPASSWORD", PASSWORD)
+    with running_postgres() as own:
+        url = own.url(own.create_database())
+        with running_server(["--config", str(write_config(tmp_path, url))], tmp_path) as server:
+            status, before = claim(server, hypervisor="small", vcpu=1)
+            assert status == 201, before
+            own.pause()
+            try:
+                for _ in range(3):
+                    started = time.monotonic()
+                    status, refused = claim(server, hypervisor="small", vcpu=1)
+                    assert status == 503, refused
+                    assert time.monotonic() - started < 5
+                    started = time.monotonic()
+                    assert server.get("/metrics")[0] == 200
+                    assert time.monotonic() - started < 1
+                wait_for(lambda: value(server.samples(), "virtcap_claims_database_up") == 0, 10, what="down")
+            finally:
+                own.resume()
+            wait_for(lambda: claim(server, hypervisor="small", vcpu=1)[0] == 201, 20, 0.5, "claims again")
+            wait_for(lambda: value(server.samples(), "virtcap_claims_database_up") == 1, 5, what="up")
+            wait_for(lambda: pending(server, "small") == 2, 5, what="both claims shown")
+            assert all(v == 0 for (name, _), v in server.samples().items() if name == "virtcap_tasks_dead")
