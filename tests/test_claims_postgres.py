@@ -452,6 +452,7 @@ def test_a_hung_database_gives_503_within_seconds_and_metrics_go_on(
         with running_server(["--config", str(write_config(tmp_path, url))], tmp_path) as server:
             status, before = claim(server, hypervisor="small", vcpu=1)
             assert status == 201, before
+            threads = server.threads()
             own.pause()
             try:
                 for _ in range(3):
@@ -463,6 +464,8 @@ def test_a_hung_database_gives_503_within_seconds_and_metrics_go_on(
                     assert server.get("/metrics")[0] == 200
                     assert time.monotonic() - started < 1
                 wait_for(lambda: value(server.samples(), "virtcap_claims_database_up") == 0, 10, what="down")
+                # no thread left waiting on the hung server (as libpq's cancel request would be)
+                assert server.threads() <= threads + 2
             finally:
                 own.resume()
             wait_for(lambda: claim(server, hypervisor="small", vcpu=1)[0] == 201, 20, 0.5, "claims again")
