@@ -7,12 +7,16 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import math
 import signal
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -22,14 +26,21 @@ import pytest
 from tests.claims_client import HASH, WRITER, auth, call, claim
 from tests.postgres import PASSWORD, USER, Postgres, running_postgres
 from tests.serving import Server, free_port, running_server, value, wait_for
+from tests.test_claims_engine import hypervisor as engine_hypervisor
+from tests.test_claims_engine import request as engine_request
+from tests.test_claims_engine import shapes as engine_shapes
+from tests.test_scheduler import fleet_facts, guest
 from virtcap.claims.database import SCHEMA_VERSION
+from virtcap.claims.ledger import ClaimLedger, ClaimRejectedError
 from virtcap.claims.postgres import PostgresClaimDatabase, redact
 from virtcap.claims.records import Claim
 from virtcap.claims.storage import LedgerState, Writes
-from virtcap.config import ConfigError
+from virtcap.config import ClaimSettings, ConfigError
 from virtcap.demo import DEMO_DIR
+from virtcap.model.facts import HostFacts
 from virtcap.model.maintenance import Maintenance
 from virtcap.model.resources import GIB, Resource
+from virtcap.service.store import SnapshotStore
 
 SMALL = DEMO_DIR / "compute-05.xml"
 BIG = DEMO_DIR / "compute-04.xml"
@@ -472,3 +483,63 @@ def test_a_hung_database_gives_503_within_seconds_and_metrics_go_on(
             wait_for(lambda: value(server.samples(), "virtcap_claims_database_up") == 1, 5, what="up")
             wait_for(lambda: pending(server, "small") == 2, 5, what="both claims shown")
             assert all(v == 0 for (name, _), v in server.samples().items() if name == "virtcap_tasks_dead")
+
+
+# --- two ledgers in one process, one database: what each replica's audits do to the other
+
+
+@asynccontextmanager
+async def shared_ledger(url: str, facts: HostFacts) -> AsyncIterator[ClaimLedger]:
+    """A replica's ledger on `url`, with one good audit of h0 (`facts`) and its follow task."""
+    store = SnapshotStore()
+    store.track(["h0"])
+    ledger = ClaimLedger(ClaimSettings(database=url), store, PostgresClaimDatabase(url, PASSWORD))
+    await ledger.start()
+    await ledger.record_audit(engine_hypervisor("h0"), replace(facts, audited_at=time.time()), {})
+    following = asyncio.create_task(ledger.follow_forever())
+    try:
+        yield ledger
+    finally:
+        following.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await following
+        await ledger.stop()
+
+
+def test_a_claim_one_replica_reconciled_counts_on_the_other_until_its_own_audit(claims_url: str) -> None:
+    """Replicas audit at their own times: when one finds a claim's domain, the other, whose last
+    audit has not, must go on counting the claim, or it would count neither and overfill."""
+    # 2 vCPUs, 4 GiB, 10 GiB fit 3 times on 2 cpus, 16 GiB (less 512 MiB reserved), 30 GiB
+    empty = fleet_facts(engine_shapes((2, 16, 30)))["h0"]
+    built = replace(empty, domains=(guest("d0", 4, 2, 10),))  # the domain of the first claim
+
+    async def scenario() -> None:
+        async with shared_ledger(claims_url, empty) as one, shared_ledger(claims_url, empty) as other:
+            first = await one.create(replace(engine_request("h0"), domain_uuid="uuid-d0"))
+            await one.create(engine_request("h0"))
+            await other.create(engine_request("h0"))
+            with pytest.raises(ClaimRejectedError):
+                await one.create(engine_request("h0"))
+            # `one` audits the new domain: the claim is reconciled there, its row stays
+            await one.record_audit(engine_hypervisor("h0"), replace(built, audited_at=time.time()), {})
+            assert first.id not in one.claims and one.outcomes["reconciled"] == 1
+            with pytest.raises(ClaimRejectedError):  # the domain holds what the claim did
+                await one.create(engine_request("h0"))
+            # `other` has not audited it: the claim still counts there, nothing more fits
+            await asyncio.sleep(0.5)
+            assert first.id in other.claims
+            with pytest.raises(ClaimRejectedError):
+                await other.create(engine_request("h0"))
+            # its own audit finds the domain: reconciled there too, and still nothing fits
+            await other.record_audit(engine_hypervisor("h0"), replace(built, audited_at=time.time()), {})
+            assert first.id not in other.claims and other.outcomes["reconciled"] == 1
+            with pytest.raises(ClaimRejectedError):
+                await other.create(engine_request("h0"))
+            # a deleted claim goes everywhere, at once
+            held = next(iter(other.claims.values()))
+            await other.delete(held.id)
+            await asyncio.sleep(0.5)
+            assert held.id not in one.claims
+            assert (await one.create(engine_request("h0"))).hypervisor == "h0"
+
+    _run(scenario())

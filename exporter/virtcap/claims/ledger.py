@@ -129,6 +129,9 @@ class ClaimLedger:
         self.outcomes: Counter[str] = Counter()
         self._lock = asyncio.Lock()
         self._unwritten_deletes: set[str] = set()
+        self._reconciled_here: dict[str, float] = {}
+        """On a shared database, the claims this exporter's audits reconciled, by expiry: their
+        rows stay for the replicas whose own audits have not found the domain yet (see `_forget`)."""
         """Rows the database refused to delete, of claims already released in memory."""
         self._database_failing = False
         self._retry_unwritten_at = 0.0
@@ -163,7 +166,10 @@ class ClaimLedger:
         """The stored claims and maintenance as another exporter left them: the capacity of every
         hypervisor whose claims or maintenance changed is recomputed. The claims released here
         whose delete the database refused stay released."""
-        claims = {claim.id: claim for claim in state.claims if claim.id not in self._unwritten_deletes}
+        released = self._unwritten_deletes | self._reconciled_here.keys()
+        claims = {claim.id: claim for claim in state.claims if claim.id not in released}
+        stored = {claim.id for claim in state.claims}
+        self._reconciled_here = {key: ends for key, ends in self._reconciled_here.items() if key in stored}
         changed = {
             name
             for claim_id in claims.keys() ^ self.claims.keys()
@@ -435,6 +441,7 @@ class ClaimLedger:
             now = time.time()
             await self._forget([c for c in self.claims.values() if c.expires_at <= now], "expired")
             await self._end_maintenance(now)
+            await self._delete_reconciled(now)
         if self.database.shared:
             # under the lock: the transaction reads what the other exporters changed
             async with self._lock:
@@ -466,6 +473,13 @@ class ClaimLedger:
         """
         if not claims:
             return
+        if outcome == "reconciled" and self.database.shared:
+            # Another replica's audit may not have found the domain yet: deleting the row now
+            # would have it count neither the claim nor the domain until then, and take a claim
+            # on capacity that is not free. The row stays until the claim's expiry.
+            self._reconciled_here.update((claim.id, claim.expires_at) for claim in claims)
+            await self._drop(claims, outcome, refresh)
+            return
         try:
             await self._delete_rows([claim.id for claim in claims])
         except StorageError as error:
@@ -492,6 +506,19 @@ class ClaimLedger:
         self._unwritten_deletes.difference_update(ids)
         self._database_failing = False
         log.info("the claims database accepts writes again", extra={"deleted": len(ids)})
+
+    async def _delete_reconciled(self, now: float) -> None:
+        """The rows of claims reconciled here whose expiry passed (every replica has audited the
+        domain by then, or counts the claim as expired); a refusal is tried again at the next."""
+        ended = sorted(key for key, ends in self._reconciled_here.items() if ends <= now)
+        if not ended:
+            return
+        try:
+            await self._delete_rows(ended)
+        except StorageError:
+            return  # the expiry of claims says so already, once per outage
+        for key in ended:
+            self._reconciled_here.pop(key, None)
 
     async def _delete_rows(self, ids: list[str]) -> None:
         """Delete these claims' rows; idempotent, as exporters sharing the database each release
