@@ -129,10 +129,10 @@ class ClaimLedger:
         self.outcomes: Counter[str] = Counter()
         self._lock = asyncio.Lock()
         self._unwritten_deletes: set[str] = set()
+        """Rows the database refused to delete, of claims already released in memory."""
         self._reconciled_here: dict[str, float] = {}
         """On a shared database, the claims this exporter's audits reconciled, by expiry: their
         rows stay for the replicas whose own audits have not found the domain yet (see `_forget`)."""
-        """Rows the database refused to delete, of claims already released in memory."""
         self._database_failing = False
         self._retry_unwritten_at = 0.0
         self.configured: dict[str, Maintenance | None] = {}
@@ -165,7 +165,7 @@ class ClaimLedger:
     async def _adopt(self, state: LedgerState) -> None:
         """The stored claims and maintenance as another exporter left them: the capacity of every
         hypervisor whose claims or maintenance changed is recomputed. The claims released here
-        whose delete the database refused stay released."""
+        whose delete the database refused, or that an audit here reconciled, stay released."""
         released = self._unwritten_deletes | self._reconciled_here.keys()
         claims = {claim.id: claim for claim in state.claims if claim.id not in released}
         stored = {claim.id for claim in state.claims}
