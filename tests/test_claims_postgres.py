@@ -543,3 +543,20 @@ def test_a_claim_one_replica_reconciled_counts_on_the_other_until_its_own_audit(
             assert (await one.create(engine_request("h0"))).hypervisor == "h0"
 
     _run(scenario())
+
+
+def test_a_user_that_may_not_create_the_schema_is_a_configuration_error(
+    tmp_path: Path, postgres: Postgres, claims_url: str
+) -> None:
+    """Reached, and refused for good (PostgreSQL 15 lets only the owner create tables in
+    `public`): exit 2 with the database's reason, not a retry forever."""
+    name = database_of(claims_url)
+    role = f"reader_{name}"
+    with postgres.connect(name) as conn:
+        conn.execute(f"CREATE ROLE {role} LOGIN PASSWORD '{PASSWORD}'")
+    url = claims_url.replace(f"//{USER}@", f"//{role}@")
+    result = _serve_exit(write_config(tmp_path, url, password_file(tmp_path)))
+    assert result.returncode == 2, result.stderr
+    message = result.stderr.strip().splitlines()[-1]
+    assert "claims.database" in message and "permission denied" in message, message
+    assert PASSWORD not in result.stderr

@@ -210,6 +210,9 @@ class PostgresClaimDatabase:
         finishing.add_done_callback(self._abandoned.discard)
 
     def _failed(self) -> None:
+        if self._listener is not None:
+            # it may not know yet (a connection that a dead network keeps open): a new one
+            _shut_down(self._listener)
         if self._up:
             log.error("the claims database is unreachable", extra={"database": self.description})
             self._up = False
@@ -233,6 +236,8 @@ class PostgresClaimDatabase:
         except StorageError as error:
             log.error("the claims database cannot be opened yet", extra={"error": str(error)})
             return None
+        except psycopg.Error as error:  # reached, and refused: no privilege to create the tables...
+            raise ConfigError(f"claims.database: cannot open {self.description}: {_brief(error)}") from None
 
     async def _open(self) -> LedgerState:
         async with self._busy:
@@ -349,6 +354,8 @@ class PostgresClaimDatabase:
                 await self._open()
             except ConfigError as error:  # a newer virtcap migrated it while this one waited for it
                 raise StorageError(str(error)) from None
+            except psycopg.Error as error:
+                raise StorageError(f"the claims database {self.description}: {_brief(error)}") from None
             self._seen = None  # what `_open` read is the ledger's to adopt: within the transaction
         async with self._busy:
             for attempt in range(1, RETRIES + 1):
