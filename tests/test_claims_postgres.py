@@ -153,6 +153,13 @@ def test_two_replicas_racing_200_claims_never_overfill_a_hypervisor(
         assert statuses.count(409) == 200 - fitting
         accepted = {body["id"] for status, body in answers if status == 201}
         assert stored_claims(postgres, database_of(claims_url)) == accepted
+
+        # each replica answered its half: its own outcomes add up to the whole
+        def counted(outcome: str) -> float:
+            return sum(value(s.samples(), "virtcap_claims_total", outcome=outcome) or 0 for s in (one, other))
+
+        wait_for(lambda: counted("created") == fitting, 5, what="claims created, counted")
+        wait_for(lambda: counted("rejected") == 200 - fitting, 5, what="claims rejected, counted")
         # each replica shows every claim, whichever took it, within about a second
         for server in (one, other):
             wait_for(
