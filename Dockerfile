@@ -1,6 +1,7 @@
 # virtcap's exporter image: `docker build -t virtcap .`, `docker run -p 10463:10463 virtcap`.
 # The build stage compiles libvirt-python against libvirt's headers; the runtime stage carries only
-# the libvirt client library and runs as an unprivileged user.
+# the libvirt client library and libpq (psycopg's, for a claim ledger in PostgreSQL) and runs as an
+# unprivileged user.
 FROM python:3.11.10-slim-bookworm AS build
 RUN apt-get update \
     && apt-get install -y --no-install-recommends gcc pkg-config libvirt-dev \
@@ -12,7 +13,7 @@ RUN pip wheel --no-cache-dir --wheel-dir /wheels .
 
 FROM python:3.11.10-slim-bookworm
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends libvirt0 \
+    && apt-get install -y --no-install-recommends libvirt0 libpq5 \
     && rm -rf /var/lib/apt/lists/* \
     && useradd --system --uid 10463 --user-group --home-dir /var/lib/virtcap --create-home virtcap
 COPY --from=build /wheels /wheels

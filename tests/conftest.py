@@ -11,6 +11,7 @@ import pytest
 
 import virtcap.audit.hypervisor  # noqa: F401  (silences libvirt's own printing of errors)
 from tests.libvirtd import SEARCH_PATH, Libvirtd, daemon_owner, prepare, running_daemon
+from tests.postgres import Postgres, running_postgres
 
 
 @pytest.fixture(scope="session")
@@ -53,3 +54,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "libvirtd" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.libvirtd)
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[Postgres]:
+    """The session's private PostgreSQL cluster (tests/postgres.py)."""
+    with running_postgres() as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def claims_url(postgres: Postgres) -> str:
+    """A PostgreSQL URL of an empty database of the test's own, in the session's cluster."""
+    return postgres.url(postgres.create_database())

@@ -94,9 +94,11 @@ def demo() -> Demo:
     # the per-domain series too, which are opt-in
     everything = ExpositionSection(domains=True)
     flavors = {"m1.small": "configured", "g1.large": "discovered"}
-    body = render(fleet, {"created": 2}, tasks, tolerance, exposition=everything, flavors=flavors)
+    body = render(
+        fleet, {"created": 2}, tasks, tolerance, exposition=everything, flavors=flavors, database_up=True
+    )
     cached = FragmentCache().render(
-        fleet, {"created": 2}, tasks, tolerance, exposition=everything, flavors=flavors
+        fleet, {"created": 2}, tasks, tolerance, exposition=everything, flavors=flavors, database_up=True
     )
     assert cached == body
     return Demo(body.decode(), units)

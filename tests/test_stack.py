@@ -19,6 +19,7 @@ import yaml
 from tests.mixin import DASHBOARDS_DIRECTORY, FLEET_LABEL, FOR_KEYS, jsonnet
 from tests.prometheus import running_prometheus
 from tests.serving import DIES_WITH_THE_TESTS, free_port, running_server, stop_process, wait_for
+from virtcap.config import parse_config
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE = ROOT / "docker-compose.yml"
@@ -61,13 +62,59 @@ def test_every_image_is_pinned_and_every_mounted_file_exists() -> None:
         stack = yaml.safe_load(compose(*files).stdout)
         for name, service in stack["services"].items():
             image = service["image"]
-            assert re.fullmatch(r"[\w./-]+:v?\d+\.\d+\.\d+", image), (name, image)
+            # PostgreSQL's versions have two parts (15.14): its minor release is the pin
+            pinned = r"[\w./-]+:v?\d+\.\d+\.\d+" if name != "postgres" else r"postgres:\d+\.\d+"
+            assert re.fullmatch(pinned, image), (name, image)
             assert "healthcheck" in service, name
             for dependency in service.get("depends_on", {}).values():
                 assert dependency["condition"] == "service_healthy", name
             for source in bind_mounts(service).values():
                 if source.is_relative_to(ROOT):
                     assert source.exists(), (name, source)
+
+
+def test_the_ha_profile_runs_two_replicas_on_one_postgresql_ledger() -> None:
+    result = subprocess.run(
+        ["docker-compose", "-f", str(COMPOSE), "--profile", "ha", "config"],
+        capture_output=True, text=True, check=False, cwd=ROOT,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    stack = yaml.safe_load(result.stdout)
+    services = stack["services"]
+    postgres = services["postgres"]
+    assert postgres["profiles"] == ["ha"]
+    assert postgres["healthcheck"]["test"][:2] == ["CMD", "pg_isready"]
+    secret = "virtcap-postgres-password"
+    assert postgres["environment"]["POSTGRES_PASSWORD_FILE"] == f"/run/secrets/{secret}"
+    # the password is a file of the host's, ignored by git, never a value in the repository
+    secret_file = Path(stack["secrets"][secret]["file"])
+    assert secret_file.is_relative_to(ROOT)
+    ignored = (secret_file.parent / ".gitignore").read_text().splitlines()
+    assert secret_file.name in ignored
+    assert "POSTGRES_PASSWORD" not in postgres["environment"]
+    replicas = [service for name, service in services.items() if name.startswith("virtcap-ha-")]
+    assert len(replicas) == 2
+    configs = set()
+    for replica in replicas:
+        assert replica["profiles"] == ["ha"] and "healthcheck" in replica
+        assert replica["depends_on"]["postgres"]["condition"] == "service_healthy"
+        assert [entry["source"] for entry in replica["secrets"]] == [secret]
+        configs.add(bind_mounts(replica)["/etc/virtcap/virtcap.yaml"])
+    assert len({replica["ports"][0]["published"] for replica in replicas}) == 2
+    # one configuration: the same fleet, the same ledger, its password the secret
+    (config_file,) = configs
+    installed = "/usr/local/lib/python3.11/site-packages/virtcap/"
+    text = config_file.read_text().replace(installed, f"{ROOT}/exporter/virtcap/")
+    config = parse_config(text, str(config_file))
+    assert config.claims.shared and config.claims.password_file == f"/run/secrets/{secret}"
+    assert "@postgres:5432/" in config.claims.database
+    for hypervisor in config.hypervisors:
+        assert Path(hypervisor.uri.removeprefix("test://")).exists(), hypervisor.uri
+
+
+def test_the_image_has_libpq_for_a_postgresql_ledger() -> None:
+    runtime = (ROOT / "Dockerfile").read_text().rsplit("\nFROM ", 1)[1]
+    assert re.search(r"apt-get install [^\n]*\blibpq5\b", runtime), runtime
 
 
 def test_the_stack_passes_the_exporter_its_listen_address() -> None:

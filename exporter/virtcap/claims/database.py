@@ -25,9 +25,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from virtcap.claims.records import Claim
+from virtcap.claims.storage import LedgerState, StorageError, Work, assemble_claims
 from virtcap.config import ConfigError
 from virtcap.model.maintenance import Maintenance
-from virtcap.model.resources import Resource, placement_units, resource_class
+from virtcap.model.resources import placement_units
 from virtcap.units import MAX_SIZE
 
 log = logging.getLogger(__name__)
@@ -90,18 +91,42 @@ _MAINTENANCE_ROW = "INSERT OR REPLACE INTO maintenance VALUES (?, ?, ?, ?, ?)"
 
 
 class ClaimDatabase:
-    """SQLite on one dedicated thread: the event loop never waits on a disk write."""
+    """SQLite on one dedicated thread: the event loop never waits on a disk write. One exporter's
+    own: the ledger's lock is all a transaction needs (see claims/storage.py)."""
+
+    shared = False
 
     def __init__(self, path: str) -> None:
         self.path = path
+        self.description = path
+        self._failing = False
+        self.on_change: Callable[[], None] | None = None
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="claims-db")
         self._conn: sqlite3.Connection | None = None
+
+    @property
+    def up(self) -> bool:
+        return not self._failing
+
+    async def start(self) -> LedgerState:
+        return LedgerState(await self.open(), await self.maintenance())
 
     async def open(self) -> list[Claim]:
         try:
             return await self._run(self._open)
-        except (OSError, sqlite3.Error) as error:
+        except (OSError, StorageError) as error:
             raise ConfigError(f"claims.database: cannot open {self.path}: {error}") from None
+
+    async def transaction(self, work: Work[_T]) -> _T:
+        """Each write is a transaction of its own: nobody else writes to the file, and the
+        ledger's lock keeps the fit test and the write together."""
+        return await work(None, self)
+
+    async def wait(self) -> None:
+        await asyncio.sleep(3600)  # nobody else writes to the file
+
+    async def changes(self) -> LedgerState | None:
+        return None
 
     def _open(self) -> list[Claim]:
         Path(self.path).parent.mkdir(parents=True, exist_ok=True)
@@ -115,45 +140,16 @@ class ClaimDatabase:
             conn.close()
             self._conn = None
             raise
-        amounts: dict[str, dict[Resource, int]] = {}
-        for claim_id, name, amount in conn.execute(
-            "SELECT claim_id, resource_class, amount FROM claim_amounts"
-        ):
-            try:
-                resource = resource_class(name)
-            except ValueError:  # a class a later virtcap wrote: kept in the file, not counted here
-                log.warning(
-                    "claim amount of an unknown class ignored", extra={"claim": claim_id, "class": name}
-                )
-                continue
-            amounts.setdefault(claim_id, {})[resource] = amount * resource.placement_unit
-        extra_specs: dict[str, dict[str, str]] = {}
-        for claim_id, key, value in conn.execute("SELECT claim_id, key, value FROM claim_extra_specs"):
-            extra_specs.setdefault(claim_id, {})[key] = value
-        instances: dict[str, list[str]] = {}
-        for claim_id, hypervisor in conn.execute(
-            "SELECT claim_id, hypervisor FROM claim_instances ORDER BY claim_id, instance"
-        ):
-            instances.setdefault(claim_id, []).append(hypervisor)
-        rows = conn.execute(
-            "SELECT id, hypervisor, created_at, expires_at, domain_uuid, owner, flavor FROM claims"
-        ).fetchall()
-        return [
-            Claim(
-                id=row[0],
-                # a claim without instance rows (a row inserted by hand) is one instance
-                hypervisor=instances[row[0]][0] if row[0] in instances else row[1],
-                hypervisors=tuple(instances.get(row[0], ())),
-                amounts=amounts.get(row[0], {}),
-                created_at=row[2],
-                expires_at=row[3],
-                domain_uuid=row[4],
-                owner=row[5],
-                flavor=row[6],
-                extra_specs=extra_specs.get(row[0], {}),
-            )
-            for row in rows
-        ]
+        return assemble_claims(
+            conn.execute(
+                "SELECT id, hypervisor, created_at, expires_at, domain_uuid, owner, flavor FROM claims"
+            ).fetchall(),
+            conn.execute("SELECT claim_id, resource_class, amount FROM claim_amounts").fetchall(),
+            conn.execute("SELECT claim_id, key, value FROM claim_extra_specs").fetchall(),
+            conn.execute(
+                "SELECT claim_id, hypervisor FROM claim_instances ORDER BY claim_id, instance"
+            ).fetchall(),
+        )
 
     def _migrate(self, conn: sqlite3.Connection) -> None:
         version = conn.execute("PRAGMA user_version").fetchone()[0]
@@ -303,4 +299,16 @@ class ClaimDatabase:
         self._executor.shutdown(wait=True)
 
     async def _run(self, function: Callable[..., _T], *args: Any) -> _T:
-        return await asyncio.get_running_loop().run_in_executor(self._executor, function, *args)
+        try:
+            result = await asyncio.get_running_loop().run_in_executor(self._executor, function, *args)
+        except sqlite3.Error as error:
+            self._set_failing(True)
+            raise StorageError(str(error)) from error
+        self._set_failing(False)
+        return result
+
+    def _set_failing(self, failing: bool) -> None:
+        if failing != self._failing:
+            self._failing = failing
+            if self.on_change is not None:
+                self.on_change()

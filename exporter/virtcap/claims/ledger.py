@@ -7,8 +7,10 @@ claims/scheduling.py: the same host states, multipliers and answers as a dry-run
 one lock, so two concurrent claims can never both take the last free resources. It counts in
 `used`, each instance on its hypervisor, until the audit finds its domain (reconciled: the domain
 now carries the allocation), its TTL passes (expired) or it is deleted, all its instances
-together. Claims live in SQLite (WAL, synchronous FULL): one acknowledged with 201 was committed
-first, in one transaction with every instance, and survives a crash.
+together. Claims live in SQLite (WAL, synchronous FULL), or in PostgreSQL shared by replicas
+(claims/postgres.py, where the fit test and the write are one transaction under a ledger-wide
+lock): one acknowledged with 201 was committed first, in one transaction with every instance,
+and survives a crash.
 
 When the database refuses writes (read-only, full, locked, failing disk), creating and deleting
 claims fail with ClaimStorageError and change nothing; reconciliation and expiry go on in
@@ -25,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import sqlite3
 import time
 import uuid
 from collections import Counter
@@ -41,6 +42,7 @@ from virtcap.claims.scheduling import (
     pending_claims,
     schedule_fleet,
 )
+from virtcap.claims.storage import ClaimStorage, LedgerState, StorageError, Writes
 from virtcap.config import ClaimSettings, Hypervisor
 from virtcap.model.facts import HostFacts
 from virtcap.model.maintenance import Maintenance, in_effect
@@ -118,15 +120,19 @@ class ClaimStorageError(Exception):
 
 
 class ClaimLedger:
-    def __init__(self, settings: ClaimSettings, store: SnapshotStore, database: ClaimDatabase) -> None:
+    def __init__(self, settings: ClaimSettings, store: SnapshotStore, database: ClaimStorage) -> None:
         self.settings = settings
         self.store = store
         self.database = database
+        database.on_change = self._touch  # its `up` is shown in /metrics
         self.claims: dict[str, Claim] = {}
         self.outcomes: Counter[str] = Counter()
         self._lock = asyncio.Lock()
         self._unwritten_deletes: set[str] = set()
         """Rows the database refused to delete, of claims already released in memory."""
+        self._reconciled_here: dict[str, float] = {}
+        """On a shared database, the claims this exporter's audits reconciled, by expiry: their
+        rows stay for the replicas whose own audits have not found the domain yet (see `_forget`)."""
         self._database_failing = False
         self._retry_unwritten_at = 0.0
         self.configured: dict[str, Maintenance | None] = {}
@@ -138,10 +144,54 @@ class ClaimLedger:
     async def start(self) -> None:
         """Open the database and release what expired while the exporter was down. Expiry from
         then on is `expire_forever`, run (and restarted should it fail) by the server."""
-        for claim in await self.database.open():
-            self.claims[claim.id] = claim
-        self.maintenance = await self.database.maintenance()
+        state = await self.database.start()
+        if state is not None:  # None: a shared database not reachable yet, read by `follow_forever`
+            # nothing audited yet, nothing to recompute (and the store must not call itself ready)
+            self.claims.update((claim.id, claim) for claim in state.claims)
+            self.maintenance = dict(state.maintenance)
         await self.expire()
+
+    async def follow_forever(self) -> None:
+        """Read what other exporters sharing the database changed, at their notice or every few
+        seconds, and open it should it have been unreachable so far (claims/postgres.py). Runs
+        until cancelled; an unreachable database does not end it."""
+        while True:
+            await self.database.wait()
+            async with self._lock:
+                state = await self.database.changes()
+                if state is not None:
+                    await self._adopt(state)
+
+    async def _adopt(self, state: LedgerState) -> None:
+        """The stored claims and maintenance as another exporter left them: the capacity of every
+        hypervisor whose claims or maintenance changed is recomputed. The claims released here
+        whose delete the database refused, or that an audit here reconciled, stay released."""
+        released = self._unwritten_deletes | self._reconciled_here.keys()
+        claims = {claim.id: claim for claim in state.claims if claim.id not in released}
+        stored = {claim.id for claim in state.claims}
+        self._reconciled_here = {key: ends for key, ends in self._reconciled_here.items() if key in stored}
+        changed = {
+            name
+            for claim_id in claims.keys() ^ self.claims.keys()
+            for name in (claims.get(claim_id) or self.claims[claim_id]).hypervisors
+        }
+        changed.update(
+            name
+            for name in state.maintenance.keys() | self.maintenance.keys()
+            if state.maintenance.get(name) != self.maintenance.get(name)
+        )
+        self.claims.clear()
+        self.claims.update(claims)
+        self.maintenance = dict(state.maintenance)
+        if changed:
+            await self._refresh(changed)
+            self._touch()  # the pending claims of hypervisors without an audit yet, too
+
+    def _touch(self) -> None:
+        """/metrics rendered again; not before the first audits start, or the store, empty,
+        would call itself ready."""
+        if self.store.hypervisors:
+            self.store.touch()
 
     def configure(self, hypervisors: Iterable[Hypervisor]) -> None:
         """The configuration's hypervisors, at start and at every reload: the names the
@@ -175,15 +225,24 @@ class ClaimLedger:
             now = time.time()
             if until is not None and until <= now:
                 raise ValueError("until: the time has passed already; expected a time to come")
-            previous = self.maintenance.get(name)
-            kept = previous is not None and previous.active(now) and previous.since is not None
-            since = previous.since if kept and previous is not None else now
-            entry = Maintenance("api", reason, until, since, set_by)
-            if entry != previous:
-                try:
-                    await self.database.put_maintenance(name, entry)
-                except sqlite3.Error as error:
-                    raise self._refused("maintenance not set", error) from None
+
+            async def put(changed: LedgerState | None, writes: Writes) -> Maintenance | None:
+                if changed is not None:
+                    await self._adopt(changed)
+                previous = self.maintenance.get(name)
+                kept = previous is not None and previous.active(now) and previous.since is not None
+                since = previous.since if kept and previous is not None else now
+                entry = Maintenance("api", reason, until, since, set_by)
+                if entry == previous:
+                    return None
+                await writes.put_maintenance(name, entry)
+                return entry
+
+            try:
+                entry = await self.database.transaction(put)
+            except StorageError as error:
+                raise self._refused("maintenance not set", error) from None
+            if entry is not None:
                 self.maintenance[name] = entry
                 log.info(
                     "hypervisor put into maintenance",
@@ -207,12 +266,21 @@ class ClaimLedger:
                     "the API cannot lift it; remove `maintenance` from its entry in the configuration "
                     "file and reload"
                 )
-            if name in self.maintenance:
-                try:
-                    await self.database.delete_maintenance([name])
-                except sqlite3.Error as error:
-                    raise self._refused("maintenance not lifted", error) from None
-                del self.maintenance[name]
+
+            async def lift(changed: LedgerState | None, writes: Writes) -> bool:
+                if changed is not None:
+                    await self._adopt(changed)
+                if name not in self.maintenance:
+                    return False
+                await writes.delete_maintenance([name])
+                return True
+
+            try:
+                lifted = await self.database.transaction(lift)
+            except StorageError as error:
+                raise self._refused("maintenance not lifted", error) from None
+            if lifted:
+                self.maintenance.pop(name, None)
                 log.info("hypervisor out of maintenance", extra={"hypervisor": name})
                 await asyncio.shield(self._refresh({name}))
             return self.maintenance_of(name, now)
@@ -252,7 +320,13 @@ class ClaimLedger:
             raise ValueError("a domain UUID names one domain: a claim of more than one instance has none")
         amounts = whole_units(request.amounts)
         demand = Demand(amounts, claim_within(amounts, request.extra_specs), request.availability_zone)
-        async with self._lock:
+        claim_id = str(uuid.uuid4())
+
+        async def fit_and_insert(changed: LedgerState | None, writes: Writes) -> Claim:
+            """The fit test and the write in one transaction: on a shared database, after reading
+            what the other exporters claimed, under a lock they all take (claims/postgres.py)."""
+            if changed is not None:
+                await self._adopt(changed)
             # The engine fits NUMA cells and devices: in a thread, on the snapshots and claims
             # of this moment (immutable; the store's dict and the ledger's are not).
             fleet = fleet_entries(self.store, time.time(), stale_after)
@@ -273,7 +347,7 @@ class ClaimLedger:
             hosts = scheduled.result.hosts
             now = time.time()
             claim = Claim(
-                id=str(uuid.uuid4()),
+                id=claim_id,
                 hypervisor=hosts[0],
                 amounts=amounts,
                 created_at=now,
@@ -284,22 +358,26 @@ class ClaimLedger:
                 extra_specs=dict(request.extra_specs),
                 hypervisors=hosts,
             )
+            await writes.insert(claim)
+            return claim
+
+        async with self._lock:
             try:
-                await self.database.insert(claim)
-            except sqlite3.Error as error:
+                claim = await self.database.transaction(fit_and_insert)
+            except StorageError as error:
                 # An error reported at commit may come after the row reached the disk: such a row
                 # must not come back at the next start as a claim nobody was told about.
-                self._unwritten_deletes.add(claim.id)
+                self._unwritten_deletes.add(claim_id)
                 raise self._refused("claim not created", error) from None
             self.claims[claim.id] = claim
             self.outcomes["created"] += 1
             # shielded: a cancelled request must not leave the store without the claim it holds
-            await asyncio.shield(self._refresh(set(hosts)))
+            await asyncio.shield(self._refresh(set(claim.hypervisors)))
         log.info(
             "claim created",
             extra={
                 "claim": claim.id,
-                "hypervisors": sorted(set(hosts)),
+                "hypervisors": sorted(set(claim.hypervisors)),
                 "count": claim.count,
                 "owner": claim.owner,
             },
@@ -308,17 +386,24 @@ class ClaimLedger:
 
     async def delete(self, claim_id: str) -> Claim | None:
         """Raises ClaimStorageError, with the claim still held, when the database refuses."""
-        async with self._lock:
+
+        async def remove(changed: LedgerState | None, writes: Writes) -> Claim | None:
+            if changed is not None:
+                await self._adopt(changed)
             claim = self.claims.get(claim_id)
-            if claim is None:
-                return None
+            if claim is not None:
+                await writes.delete([claim.id])
+            return claim
+
+        async with self._lock:
             try:
-                await self.database.delete([claim.id])
-            except sqlite3.Error as error:
+                claim = await self.database.transaction(remove)
+            except StorageError as error:
                 # Released in memory only, it would come back at the next start: the client is
                 # told it failed, and may try again.
                 raise self._refused("claim not deleted", error) from None
-            await self._drop([claim], "deleted")
+            if claim is not None:
+                await self._drop([claim], "deleted")
         return claim
 
     async def record_audit(
@@ -356,9 +441,15 @@ class ClaimLedger:
             now = time.time()
             await self._forget([c for c in self.claims.values() if c.expires_at <= now], "expired")
             await self._end_maintenance(now)
-        # outside the lock: these claims are gone from memory already, and a database that is
-        # locked by someone else must not hold up claims for its busy timeout
-        await self._delete_unwritten()
+            await self._delete_reconciled(now)
+        if self.database.shared:
+            # under the lock: the transaction reads what the other exporters changed
+            async with self._lock:
+                await self._delete_unwritten()
+        else:
+            # outside the lock: these claims are gone from memory already, and a database that is
+            # locked by someone else must not hold up claims for its busy timeout
+            await self._delete_unwritten()
 
     async def expire_forever(self) -> None:
         """`expire()` every second until cancelled. A database that refuses writes does not end it;
@@ -382,9 +473,16 @@ class ClaimLedger:
         """
         if not claims:
             return
+        if outcome == "reconciled" and self.database.shared:
+            # Another replica's audit may not have found the domain yet: deleting the row now
+            # would have it count neither the claim nor the domain until then, and take a claim
+            # on capacity that is not free. The row stays until the claim's expiry.
+            self._reconciled_here.update((claim.id, claim.expires_at) for claim in claims)
+            await self._drop(claims, outcome, refresh)
+            return
         try:
-            await self.database.delete(claim.id for claim in claims)
-        except sqlite3.Error as error:
+            await self._delete_rows([claim.id for claim in claims])
+        except StorageError as error:
             self._unwritten_deletes.update(claim.id for claim in claims)
             self._database_failing = True
             log.error(
@@ -398,8 +496,8 @@ class ClaimLedger:
             return
         ids = sorted(self._unwritten_deletes)
         try:
-            await self.database.delete(ids)
-        except sqlite3.Error as error:
+            await self._delete_rows(ids)
+        except StorageError as error:
             self._retry_unwritten_at = time.monotonic() + UNWRITTEN_RETRY_SECONDS
             if not self._database_failing:  # once per outage, not at every retry
                 log.error("the claims database refuses writes", extra={"error": str(error)})
@@ -409,6 +507,30 @@ class ClaimLedger:
         self._database_failing = False
         log.info("the claims database accepts writes again", extra={"deleted": len(ids)})
 
+    async def _delete_reconciled(self, now: float) -> None:
+        """The rows of claims reconciled here whose expiry passed (every replica has audited the
+        domain by then, or counts the claim as expired); a refusal is tried again at the next."""
+        ended = sorted(key for key, ends in self._reconciled_here.items() if ends <= now)
+        if not ended:
+            return
+        try:
+            await self._delete_rows(ended)
+        except StorageError:
+            return  # the expiry of claims says so already, once per outage
+        for key in ended:
+            self._reconciled_here.pop(key, None)
+
+    async def _delete_rows(self, ids: list[str]) -> None:
+        """Delete these claims' rows; idempotent, as exporters sharing the database each release
+        the same expired and reconciled claims."""
+
+        async def delete(changed: LedgerState | None, writes: Writes) -> None:
+            if changed is not None:
+                await self._adopt(changed)
+            await writes.delete(ids)
+
+        await self.database.transaction(delete)
+
     async def _end_maintenance(self, now: float) -> None:
         """Drop the API's entries whose end passed, and recompute the hypervisors whose capacity
         counts other entries than those in effect now (an end passed, the configuration's too).
@@ -416,14 +538,21 @@ class ClaimLedger:
         dropped again at the next start."""
         ended = sorted(name for name, entry in self.maintenance.items() if not entry.active(now))
         if ended:
+
+            async def delete(changed: LedgerState | None, writes: Writes) -> None:
+                if changed is not None:
+                    await self._adopt(changed)
+                await writes.delete_maintenance(ended)
+
             try:
-                await self.database.delete_maintenance(ended)
-            except sqlite3.Error as error:
+                await self.database.transaction(delete)
+            except StorageError as error:
                 log.error(
                     "maintenance ended, in memory only", extra={"hypervisors": ended, "error": str(error)}
                 )
             for name in ended:
-                del self.maintenance[name]
+                if self.maintenance.pop(name, None) is None:
+                    continue  # another exporter ended it first
                 log.info("hypervisor out of maintenance: its end passed", extra={"hypervisor": name})
         if ended or self._maintenance_shown:
             # only while some hypervisor is (or was) in maintenance: a fleet without any costs nothing
@@ -444,13 +573,14 @@ class ClaimLedger:
             self._maintenance_shown = shown
             self.store.touch()
 
-    def _refused(self, what: str, error: sqlite3.Error) -> ClaimStorageError:
+    def _refused(self, what: str, error: StorageError) -> ClaimStorageError:
         log.error(f"{what}: the claims database refuses writes", extra={"error": str(error)})
         return ClaimStorageError(f"the claims database refuses writes ({error}); {what}")
 
     async def _drop(self, claims: list[Claim], outcome: str, refresh: bool = True) -> None:
         for claim in claims:
-            del self.claims[claim.id]
+            if self.claims.pop(claim.id, None) is None:
+                continue  # another exporter sharing the database released it first
             self.outcomes[outcome] += 1
             log.info(
                 f"claim {outcome}", extra={"claim": claim.id, "hypervisors": sorted(set(claim.hypervisors))}

@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Annotated, ClassVar, Literal, Self
+from urllib.parse import parse_qsl, urlsplit
 
 from pydantic import (
     AfterValidator,
@@ -24,6 +25,7 @@ from pydantic import (
     Field,
     PlainValidator,
     ValidationInfo,
+    field_validator,
     model_validator,
 )
 
@@ -672,18 +674,50 @@ class FlavorSection(_Section):
         return self
 
 
+_POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+
+
 class ClaimSettings(_Section):
     database: str = Field(default="/var/lib/virtcap/claims.sqlite", min_length=1, max_length=MAX_PATH_CHARS)
+    """A SQLite file, or a `postgresql://` URL of a ledger shared by replicas (claims/postgres.py)."""
+    password_file: str | None = Field(default=None, min_length=1, max_length=MAX_PATH_CHARS)
+    """A file whose content is the PostgreSQL password, read at start (beside libpq's PGPASSWORD
+    and PGPASSFILE): never in the URL, which shows in logs."""
     default_ttl: Duration = 900.0
     max_ttl: Duration = 86400.0
     writers: dict[str, BcryptHash] = {}
     """User name to bcrypt hash: who may create and delete claims (read-only scrapes never can)."""
+
+    @field_validator("database")
+    @classmethod
+    def _no_password(cls, value: str) -> str:
+        if value.lower().startswith(_POSTGRES_SCHEMES) and _url_password(value):
+            raise ValueError(
+                "the URL carries a password, which would show wherever the URL does; give it through "
+                "PGPASSWORD, PGPASSFILE or claims.password_file"
+            )
+        return value
+
+    @property
+    def shared(self) -> bool:
+        """The database is a PostgreSQL URL."""
+        return self.database.lower().startswith(_POSTGRES_SCHEMES)
 
     @model_validator(mode="after")
     def _sane(self) -> Self:
         if self.default_ttl > self.max_ttl:
             raise ValueError("default_ttl is longer than max_ttl")
         return self
+
+
+def _url_password(url: str) -> bool:
+    """A password in the URL's user part or among its parameters."""
+    parts = urlsplit(url)
+    try:
+        password = parts.password
+    except ValueError:
+        password = None
+    return password is not None or any(key.lower() == "password" for key, _ in parse_qsl(parts.query))
 
 
 def parse_multiplier(value: object) -> float:

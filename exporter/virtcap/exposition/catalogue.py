@@ -25,7 +25,7 @@ UNIT_LABEL = "unit label"
 
 AUDIT_OUTCOMES = ("success", "failure", "timeout")
 CLAIM_OUTCOMES = ("created", "rejected", "reconciled", "expired", "deleted")
-TASK_KINDS = ("audit", "render", "expire-claims", "connections", "failure-tolerance")
+TASK_KINDS = ("audit", "render", "expire-claims", "follow-claims", "connections", "failure-tolerance")
 """The kinds of supervised background tasks (service/supervise.py), as web/server.py starts them."""
 
 
@@ -300,6 +300,15 @@ CLAIMS = MetricFamily(
     ("outcome",),
     label_values={"outcome": CLAIM_OUTCOMES},
     meaning="claims by outcome",
+)
+CLAIMS_DATABASE_UP = MetricFamily(
+    "virtcap_claims_database_up",
+    "gauge",
+    "1 when the last exchange with the claims database succeeded, 0 while it refuses writes or "
+    "cannot be reached: creating and deleting claims and setting maintenance then answer 503.",
+    (),
+    meaning="1 while the claims database (SQLite file or shared PostgreSQL) answers and accepts "
+    "writes; 0 while claim and maintenance changes answer 503 (/metrics goes on either way)",
 )
 TASK_FAILURES = MetricFamily(
     "virtcap_task_failures_total",
@@ -790,7 +799,14 @@ FLAVOR_INFO = MetricFamily(
     "it any more",
 )
 
-EXPORTER_FAMILIES: tuple[MetricFamily, ...] = (BUILD_INFO, CLAIMS, TASK_FAILURES, TASKS_DEAD, FLAVOR_INFO)
+EXPORTER_FAMILIES: tuple[MetricFamily, ...] = (
+    BUILD_INFO,
+    CLAIMS,
+    CLAIMS_DATABASE_UP,
+    TASK_FAILURES,
+    TASKS_DEAD,
+    FLAVOR_INFO,
+)
 """The exporter's own families, rendered after the hypervisors' and only on /metrics."""
 
 CATALOGUE: tuple[MetricFamily, ...] = (

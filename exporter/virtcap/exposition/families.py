@@ -137,6 +137,7 @@ def render(
     exposition: ExpositionSection = DEFAULT_EXPOSITION,
     projects: Mapping[str, str] | None = None,
     flavors: Mapping[str, str] | None = None,
+    database_up: bool | None = None,
 ) -> bytes:
     """The exposition; the fleet's failure tolerance and the exporter's own families (build info,
     claim outcomes, task health) come with `claim_outcomes`, and are left out of a single
@@ -147,7 +148,7 @@ def render(
     if claim_outcomes is not None:
         families += fleet_families(tolerance, views)
         families += storage_families(views)
-        families += exporter_families(claim_outcomes, tasks, flavors)
+        families += exporter_families(claim_outcomes, tasks, flavors, database_up)
     return _generate(families)
 
 
@@ -184,6 +185,7 @@ class FragmentCache:
         *,
         exposition: ExpositionSection = DEFAULT_EXPOSITION,
         flavors: Mapping[str, str] | None = None,
+        database_up: bool | None = None,
     ) -> bytes:
         hypervisors = tuple(hypervisors)
         for view in hypervisors:
@@ -216,7 +218,7 @@ class FragmentCache:
             body += _generate(
                 fleet_families(tolerance, shown)
                 + storage_families(shown)
-                + exporter_families(claim_outcomes, tasks, flavors)
+                + exporter_families(claim_outcomes, tasks, flavors, database_up)
             )
         return body
 
@@ -304,8 +306,10 @@ def exporter_families(
     claim_outcomes: Mapping[str, int],
     tasks: TaskHealth | None = None,
     flavors: Mapping[str, str] | None = None,
+    database_up: bool | None = None,
 ) -> list[Metric]:
-    """`flavors`: each flavor of the headroom families and its source (configured, discovered)."""
+    """`flavors`: each flavor of the headroom families and its source (configured, discovered);
+    `database_up`: whether the claims database answers (its family left out when None)."""
     flavor_info = catalogue.FLAVOR_INFO.info()
     for flavor, source in (flavors or {}).items():
         flavor_info.add_metric([flavor], {"source": source})
@@ -314,6 +318,9 @@ def exporter_families(
     claims = catalogue.CLAIMS.counter()
     for outcome in CLAIM_OUTCOMES:
         claims.add_metric([outcome], claim_outcomes.get(outcome, 0))
+    database = catalogue.CLAIMS_DATABASE_UP.gauge()
+    if database_up is not None:
+        database.add_metric([], 1 if database_up else 0)
     failures = catalogue.TASK_FAILURES.counter()
     dead = catalogue.TASKS_DEAD.gauge()
     if tasks is not None:
@@ -323,6 +330,7 @@ def exporter_families(
     built: dict[catalogue.MetricFamily, Metric] = {
         catalogue.BUILD_INFO: info,
         catalogue.CLAIMS: claims,
+        catalogue.CLAIMS_DATABASE_UP: database,
         catalogue.TASK_FAILURES: failures,
         catalogue.TASKS_DEAD: dead,
         catalogue.FLAVOR_INFO: flavor_info,

@@ -67,7 +67,11 @@ def openapi_document() -> dict[str, Any]:
     unauthorized = {"description": "Missing or wrong credentials."}
     forbidden = {"description": "A reader's credentials (the web configuration's): changes need a writer's."}
     unavailable = {
-        **_json(ErrorBody, "The claims database refuses writes (read-only, full, failing): nothing changed."),
+        **_json(
+            ErrorBody,
+            "The claims database refuses writes (read-only, full, failing) or cannot be reached: "
+            "nothing changed.",
+        ),
         "headers": {"Retry-After": {"schema": {"type": "integer"}, "description": "Seconds."}},
     }
     claim_id = {"name": "claim_id", "in": "path", "required": True, "schema": {"type": "string"}}

@@ -7,6 +7,7 @@ import contextlib
 import logging
 from collections.abc import Callable
 
+from virtcap.claims.backends import database_description
 from virtcap.config import Config, ConfigError
 from virtcap.web.exporter import Exporter
 from virtcap.web.middleware import writer_hashes
@@ -52,13 +53,18 @@ class ConfigReloads:
         except ConfigError as error:
             log.error("configuration not reloaded", extra={"error": str(error)})
             return
-        running_database = exporter.claims.database.path
-        if config.claims.database != running_database:
+        running = exporter.claims.settings
+        if (config.claims.database, config.claims.password_file) != (running.database, running.password_file):
             log.warning(
                 "claims.database changed: takes effect at the next start",
-                extra={"running": running_database, "configured": config.claims.database},
+                extra={
+                    "running": database_description(running),
+                    "configured": database_description(config.claims),
+                },
             )
-        exporter.claims.settings = config.claims.model_copy(update={"database": running_database})
+        exporter.claims.settings = config.claims.model_copy(
+            update={"database": running.database, "password_file": running.password_file}
+        )
         exporter.config = config
         exporter.cache.stale_after = config.audit.staleness_bound
         exporter.cache.exposition = config.exposition

@@ -81,6 +81,7 @@ class MetricsCache:
                 self.store.tolerance,
                 exposition=self.exposition,
                 flavors=flavors,
+                database_up=self.claims.database.up,
             )
             body = await asyncio.get_running_loop().run_in_executor(self._renderer, render)
             self.body, self.version, self._gzipped = body, version, None

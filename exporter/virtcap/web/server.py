@@ -15,7 +15,8 @@ from collections.abc import Callable
 from aiohttp import web
 
 from virtcap.audit.events import start_libvirt_event_thread
-from virtcap.claims.ledger import ClaimDatabase, ClaimLedger
+from virtcap.claims.backends import claim_storage
+from virtcap.claims.ledger import ClaimLedger
 from virtcap.config import Config, ConfigError
 from virtcap.service.auditor import FleetAuditor
 from virtcap.service.store import SnapshotStore
@@ -72,7 +73,7 @@ async def serve(
     start_libvirt_event_thread()
     store = SnapshotStore()
     supervisor = Supervisor(changed=store.touch)
-    claims = ClaimLedger(config.claims, store, ClaimDatabase(config.claims.database))
+    claims = ClaimLedger(config.claims, store, claim_storage(config.claims, config.source))
     await claims.start()
     fleet = FleetAuditor(store, supervisor, claims)
     cache = MetricsCache(store, config.audit.staleness_bound, claims, supervisor)
@@ -112,6 +113,8 @@ async def serve(
     )
     supervisor.start("render-metrics", "render", cache.run)
     supervisor.start("expire-claims", "expire-claims", claims.expire_forever)
+    if claims.database.shared:
+        supervisor.start("follow-claims", "follow-claims", claims.follow_forever)
     supervisor.start("connection-sweeper", "connections", exporter.connections.sweep_forever)
     exporter.tolerance.start()
     scheme = "https" if web_config.ssl_context else "http"
