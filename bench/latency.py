@@ -70,6 +70,7 @@ from typing import Any
 import libvirt
 
 import run as bench
+from virtcap.config.schema import AuditSettings
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.libvirtd import SEARCH_PATH, Libvirtd, daemon_owner, prepare
@@ -452,8 +453,6 @@ def counts(values: list[int]) -> str:
 
 def incremental_supported() -> bool:
     """Whether this virtcap knows `audit.incremental` (issue 17's incremental audits)."""
-    from virtcap.config.schema import AuditSettings  # noqa: PLC0415 (the probe is the import)
-
     return "incremental" in AuditSettings.model_fields
 
 
