@@ -258,6 +258,13 @@ HUGE = "1" + "0" * 400  # a 401-digit number
             "expected a number at most 100, got <a number of about 401 digits>",
         ),
         (
+            "audit: {resync_every: 1001}",
+            "x.yaml: audit.resync_every: expected a number at most 1000, got 1001",
+        ),
+        ("audit: {resync_every: 0}", "x.yaml: audit.resync_every: expected a number at least 1, got 0"),
+        ("audit: {resync_every: 2.5}", "x.yaml: audit.resync_every: expected a whole number, got 2.5"),
+        ("audit: {incremental: often}", "x.yaml: audit.incremental: expected true or false, got 'often'"),
+        (
             "defaults: {reserved: {vcpu: 70000}}",
             "x.yaml: defaults.reserved.vcpu: expected a number at most 65536",
         ),
@@ -303,7 +310,7 @@ def test_meaningless_values_are_refused_with_their_ceiling(text: str, message: s
 def test_values_at_their_ceiling_are_accepted_as_before() -> None:
     config = parse_config(
         """
-        audit: {interval: 8760h, concurrency: 1024, keepalive_count: 100}
+        audit: {interval: 8760h, concurrency: 1024, keepalive_count: 100, resync_every: 1000}
         claims: {max_ttl: 8760h}
         defaults:
           allocation_ratios: {vcpu: 1000, memory: 1.5}
@@ -319,6 +326,7 @@ def test_values_at_their_ceiling_are_accepted_as_before() -> None:
     assert hypervisor.policy.reserved[Resource.DISK] == 1536 * MIB
     assert hypervisor.policy.cpu_shared_set == frozenset(range(65536))
     assert config.claims.max_ttl == config.audit.interval == 365 * 86400.0
+    assert config.audit.resync_every == 1000
     # One past each ceiling is refused.
     with pytest.raises(ConfigError, match=r"at most 1000, got 1000.5$"):
         parse_config("defaults: {allocation_ratios: {vcpu: 1000.5}}", "x.yaml")
@@ -689,3 +697,10 @@ def test_a_flavor_pci_numa_affinity_policy_is_one_nova_knows(tmp_path: Path) -> 
     )
     with pytest.raises(ConfigError, match=r"hw:pci_numa_affinity_policy: expected one of required, legacy"):
         load_config(bad)
+
+
+def test_incremental_audits_are_the_default_with_a_full_one_every_ten() -> None:
+    audit = parse_config("", "x.yaml").audit
+    assert (audit.incremental, audit.resync_every) == (True, 10)
+    audit = parse_config("audit: {incremental: false, resync_every: 1}", "x.yaml").audit
+    assert (audit.incremental, audit.resync_every) == (False, 1)

@@ -36,6 +36,8 @@ KEYS: list[tuple[str | int, ...]] = [
     ("audit", "stale_after"),
     ("audit", "keepalive_interval"),
     ("audit", "keepalive_count"),
+    ("audit", "incremental"),
+    ("audit", "resync_every"),
     ("claims", "database"),
     ("claims", "default_ttl"),
     ("claims", "max_ttl"),

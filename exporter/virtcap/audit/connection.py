@@ -8,6 +8,10 @@ that it waits for at most CLOSE_WAIT_SECONDS.
 An opened connection gets a keepalive, so that a hung daemon ends our calls, and the callbacks of
 virtcap.audit.subscriptions; a released one loses its callbacks again, since each holds a
 reference to the connection, which would otherwise never be freed.
+
+Each opened connection also gets a DomainCache of its own (virtcap.audit.domain_cache), where
+incremental audits are configured: what was read on the previous connection is never trusted on
+the next one, whose first audit is thus full.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from collections.abc import Callable
 
 import libvirt
 
+from virtcap.audit.domain_cache import DomainCache
 from virtcap.audit.hypervisor import open_read_only
 from virtcap.audit.libvirt_api import VirConnect
 from virtcap.audit.subscriptions import ConnectionEvents, Subscription
@@ -54,12 +59,19 @@ class HypervisorConnection:
         self._conn: VirConnect | None = None
         self._subscription: Subscription | None = None
         """The callbacks registered on `_conn`, deregistered with it."""
+        self._cache: DomainCache | None = None
+        """`_conn`'s, where incremental audits are configured and its events were registered."""
         self._broken = False
 
     @property
     def current(self) -> VirConnect | None:
         """The open connection, if any."""
         return self._conn
+
+    @property
+    def cache(self) -> DomainCache | None:
+        """The open connection's domain cache, for the audit thread; None: every audit is full."""
+        return self._cache
 
     def mark_broken(self) -> None:
         """A call on the connection failed: the next audit opens another."""
@@ -71,22 +83,28 @@ class HypervisorConnection:
         """The connection to audit with, and whether it was opened just now. A broken one is
         released and replaced; AuditError when none can be opened."""
         if self._conn is not None and self._broken:
-            old, self._conn = self._conn, None
+            old, self._conn, self._cache = self._conn, None, None
             subscription, self._subscription = self._subscription, None
             # Its callbacks hold a reference to it: deregistered, the old connection can be freed.
             threading.Thread(target=_release, args=(old, subscription), daemon=True).start()
         if self._conn is not None:
             return self._conn, False
         conn = open_read_only(self.uri)
+        cache = None
         if conn.getType() != IN_PROCESS_DRIVER:  # nothing outside can change an in-process one
             self._keep_alive(conn)
-            self._subscription = self._events.subscribe(conn)
-        self._conn, self._broken = conn, False
+            if self.settings.incremental:
+                cache = DomainCache(self.settings.resync_every)
+            self._subscription = self._events.subscribe(conn, cache.changes if cache else None)
+            if cache is not None:
+                cache.domain_events = self._subscription.domain_events
+                cache.pool_events = self._subscription.pool_events
+        self._conn, self._cache, self._broken = conn, cache, False
         return conn, True
 
     def discard(self) -> None:
         """Close the connection now instead of keeping it for the next audit."""
-        conn, self._conn = self._conn, None
+        conn, self._conn, self._cache = self._conn, None, None
         if conn is not None:
             _close_quietly(conn)
 
@@ -102,7 +120,7 @@ class HypervisorConnection:
 
     async def close(self, *, in_use: bool) -> None:
         """Release the connection, unless a call that timed out is still `in_use` of it."""
-        conn, self._conn = self._conn, None
+        conn, self._conn, self._cache = self._conn, None, None
         subscription, self._subscription = self._subscription, None
         if conn is not None and not in_use:
             # close() talks to the daemon: never let a hung one hold up the shutdown.

@@ -28,10 +28,12 @@ from urllib.parse import urlsplit
 import libvirt
 
 from virtcap.audit.capabilities import CapabilitiesError, numa_cells, parse_capabilities
+from virtcap.audit.domain_cache import CachedDomain, DomainCache
 from virtcap.audit.domain_states import ACTIVE_STATES, state_from_libvirt
 from virtcap.audit.domain_xml import (
     NON_LOCAL_DEVICES,
     DiskReference,
+    DomainDefinition,
     DomainXMLError,
     OwnershipMetadata,
     parse_domain_xml,
@@ -143,6 +145,7 @@ def audit_host(
     layout: HostLayout | None = None,
     previous_vcpu_wait: VcpuWait | None = None,
     ownership: OwnershipMetadata | None = None,
+    cache: DomainCache | None = None,
 ) -> HostFacts:
     """Read everything capacity accounting needs from one hypervisor.
 
@@ -151,6 +154,9 @@ def audit_host(
     `layout` is the connection's (read_host_layout), read here when not given. The vCPU wait
     counter goes on from `previous_vcpu_wait`, the last audit's (virtcap.model.contention).
     `ownership` is where domains' metadata names their project, when the configuration says so.
+    `cache` is the connection's (virtcap.audit.domain_cache), kept by its owner from one audit to
+    the next: with it, audits between full ones read again only the domains that changed. Without
+    it, every audit is full.
     """
     started = time.monotonic()
     problems: list[str] = []
@@ -172,16 +178,19 @@ def audit_host(
     storage = _storage(conn, uri, disk, problems)
     # The test driver answers virDomainGetBlockInfo with made-up constants (about 1 TiB for any
     # disk): only its storage pools' volumes are real data.
-    volumes = _VolumeIndex(conn, block_info_is_real=hypervisor_type != TEST_DRIVER)
-    domains = []
-    for domain, state_code in _list_domains(conn):
+    block_info_is_real = hypervisor_type != TEST_DRIVER
+    if cache is None:
+        volumes = _VolumeIndex(conn, block_info_is_real=block_info_is_real)
+        domains, reads = _read_all_domains(conn, volumes, ownership, problems)
+        full = True
+    else:
         try:
-            facts = _audit_domain(domain, state_code, volumes, ownership)
-        except DomainUnreadableError as unreadable:
-            problems.append(str(unreadable))
-            continue
-        if facts is not None:
-            domains.append(facts)
+            domains, volumes, reads, full = _audit_domains_with(
+                cache, conn, block_info_is_real, ownership, problems
+            )
+        except BaseException:
+            cache.valid = False  # the changes it took may be lost: the next audit is full
+            raise
     memory_in_use, memory_source = _memory_in_use(conn, uri, domains)
     cells = _with_free_hugepages(conn, layout.numa_cells, problems)
     pci_devices, mediated_devices = _with_mediated_devices(conn, layout.pci_devices, problems)
@@ -219,6 +228,8 @@ def audit_host(
         mediated_devices=mediated_devices,
         vcpu_wait=vcpu_wait,
         shared_pools=shared_pools,
+        domain_reads=reads,
+        full_audit=full,
     )
 
 
@@ -619,17 +630,121 @@ def _list_domains(conn: VirConnect) -> list[tuple[VirDomain, int | None]]:
         raise AuditError(f"cannot list domains: {error.get_error_message()}") from None
 
 
-def _audit_domain(
-    domain: VirDomain,
-    state_code: int | None,
-    volumes: _VolumeIndex,
-    ownership: OwnershipMetadata | None = None,
-) -> DomainFacts | None:
-    """None when the domain vanished while being read (undefined between list and read)."""
+def _read_all_domains(
+    conn: VirConnect, volumes: _VolumeIndex, ownership: OwnershipMetadata | None, problems: list[str]
+) -> tuple[list[DomainFacts], int]:
+    """Every domain read: a full audit without a cache. Also the number of definitions read."""
+    domains = []
+    reads = 0
+    for domain, state_code in _list_domains(conn):
+        reads += 1
+        try:
+            read = _read_definition(domain, state_code, ownership)
+        except DomainUnreadableError as unreadable:
+            problems.append(str(unreadable))
+            continue
+        if read is not None:
+            domains.append(_domain_facts(domain, *read, volumes, {}))
+    return domains, reads
+
+
+def _audit_domains_with(
+    cache: DomainCache,
+    conn: VirConnect,
+    block_info_is_real: bool,
+    ownership: OwnershipMetadata | None,
+    problems: list[str],
+) -> tuple[list[DomainFacts], _VolumeIndex, int, bool]:
+    """The domains, reading again only those that changed since the cache's last audit, unless
+    this audit is a full one. Also the volume index used, the definitions read, and whether the
+    audit was full. See virtcap.audit.domain_cache for why what is kept is still exact."""
+    # Taken before the listing: a change told after this is read by the next audit.
+    changes = cache.changes.take()
+    full = cache.next_is_full() or changes.unknown
+    listed = _list_domains(conn)
+    if any(state_code is None for _domain, state_code in listed):
+        full = True  # no bulk state query: nothing cheap tells a state change
+    volumes, volumes_fresh = _volumes_for(
+        cache, conn, block_info_is_real, full=full, pools_changed=changes.pools
+    )
+    reads = 0
+    # Per listed domain: its UUID, and what was read of it now (None: kept from the cache).
+    present: list[tuple[VirDomain, str, tuple[int, DomainDefinition] | None]] = []
+    for domain, state_code in listed:
+        try:
+            uuid = domain.UUIDString()  # local to the client: no round trip
+        except libvirt.libvirtError:
+            uuid = ""
+        kept = cache.domains.get(uuid)
+        if full or not uuid or kept is None or state_code != kept.state_code or uuid in changes.domains:
+            reads += 1
+            try:
+                definition_read = _read_definition(domain, state_code, ownership)
+            except DomainUnreadableError as unreadable:
+                problems.append(str(unreadable))
+                continue
+            if definition_read is None:
+                continue  # gone while being read
+            present.append((domain, uuid, definition_read))
+        else:
+            present.append((domain, uuid, None))
+    # A domain read again may name a volume created since the index was read (libvirt tells of no
+    # volume's creation): the index is read again, and the kept domains' disks looked up in it.
+    if not volumes_fresh and any(
+        volumes.lacks(reference) for *_, read in present if read for reference in read[1].disks
+    ):
+        volumes = cache.new_volumes(_VolumeIndex(conn, block_info_is_real=block_info_is_real))
+    domains: list[DomainFacts] = []
+    kept_domains: dict[str, CachedDomain] = {}
+    for domain, uuid, read in present:
+        if read is not None:
+            blocks: dict[str, int | str] = {}
+            facts = _domain_facts(domain, *read, volumes, blocks)
+            entry = CachedDomain(*read, facts, cache.volumes_generation, blocks)
+        else:
+            entry = cache.domains[uuid]
+            if entry.volumes_generation != cache.volumes_generation:
+                # Looked up in another index: rebuilt from the kept definition, without a round
+                # trip but a virDomainGetBlockInfo for a disk that has left the pools.
+                entry.facts = _domain_facts(
+                    domain, entry.state_code, entry.definition, volumes, entry.block_capacities
+                )
+                entry.volumes_generation = cache.volumes_generation
+        if uuid:
+            kept_domains[uuid] = entry
+        domains.append(entry.facts)
+    cache.domains = kept_domains
+    cache.audits += 1
+    cache.valid = True
+    return domains, volumes, reads, full
+
+
+def _volumes_for(
+    cache: DomainCache, conn: VirConnect, block_info_is_real: bool, *, full: bool, pools_changed: bool
+) -> tuple[_VolumeIndex, bool]:
+    """The cache's volume index where it may be kept, else a new one (and True)."""
+    volumes = cache.volumes
+    if (
+        full
+        or volumes is None
+        or not cache.pool_events
+        or pools_changed
+        or not volumes.reusable()
+        or not volumes.refresh_shared()  # a call per shared pool: their sizes move without events
+    ):
+        return cache.new_volumes(_VolumeIndex(conn, block_info_is_real=block_info_is_real)), True
+    return volumes, False
+
+
+def _read_definition(
+    domain: VirDomain, state_code: int | None, ownership: OwnershipMetadata | None
+) -> tuple[int, DomainDefinition] | None:
+    """The domain's state code and parsed definition; None when it vanished while being read
+    (undefined between list and read)."""
     try:
         if state_code is None:
             state_code = int(domain.info()[0])
-        definition = parse_domain_xml(domain.XMLDesc(0), ownership)
+        return state_code, parse_domain_xml(domain.XMLDesc(0), ownership)
     except libvirt.libvirtError as error:
         if error.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
             return None
@@ -638,11 +753,25 @@ def _audit_domain(
         ) from None
     except DomainXMLError as error:
         raise DomainUnreadableError(f"{_label(domain)}: {error}; left out of the accounting") from None
+
+
+def _domain_facts(
+    domain: VirDomain,
+    state_code: int,
+    definition: DomainDefinition,
+    volumes: _VolumeIndex,
+    block_capacities: dict[str, int | str],
+) -> DomainFacts:
+    """A domain's facts from its definition; its disks' sizes from the volume index, or from
+    virDomainGetBlockInfo for a disk outside the pools, unless `block_capacities` has them."""
     label = f"domain {definition.name}"
     state = state_from_libvirt(state_code)
     active = state_code in ACTIVE_STATES
     problems = list(definition.problems)
-    disks = tuple(_disk_facts(domain, reference, volumes, problems, label) for reference in definition.disks)
+    disks = tuple(
+        _disk_facts(domain, reference, volumes, problems, label, block_capacities=block_capacities)
+        for reference in definition.disks
+    )
     return DomainFacts(
         name=definition.name,
         uuid=definition.uuid,
@@ -670,13 +799,15 @@ def _label(domain: VirDomain) -> str:
 
 
 def _disk_facts(
-    domain: VirDomain, reference: DiskReference, volumes: _VolumeIndex, problems: list[str], label: str
+    domain: VirDomain,
+    reference: DiskReference,
+    volumes: _VolumeIndex,
+    problems: list[str],
+    label: str,
+    *,
+    block_capacities: dict[str, int | str],
 ) -> DiskFacts:
-    if (
-        reference.device in NON_LOCAL_DEVICES
-        or reference.kind == "network"
-        or not reference.source.strip("/")
-    ):
+    if not _is_local(reference):
         return DiskFacts(reference.target, reference.source, local=False, capacity_bytes=None)
     if reference.kind == "volume":
         volume = volumes.by_pool_volume(reference.pool or "", reference.volume or "")
@@ -689,12 +820,26 @@ def _disk_facts(
     if not volumes.block_info_is_real:
         problems.append(f"{label}: disk {reference.target} ({reference.source}): not in any storage pool")
         return DiskFacts(reference.target, reference.source, local=True, capacity_bytes=None)
-    try:
-        capacity = int(domain.blockInfo(reference.target)[0])
-    except libvirt.libvirtError as error:
-        problems.append(f"{label}: disk {reference.target} ({reference.source}): {error.get_error_message()}")
+    if reference.target not in block_capacities:
+        try:
+            block_capacities[reference.target] = int(domain.blockInfo(reference.target)[0])
+        except libvirt.libvirtError as error:
+            block_capacities[reference.target] = str(error.get_error_message())
+    capacity = block_capacities[reference.target]
+    if isinstance(capacity, str):
+        problems.append(f"{label}: disk {reference.target} ({reference.source}): {capacity}")
         return DiskFacts(reference.target, reference.source, local=True, capacity_bytes=None)
     return DiskFacts(reference.target, reference.source, local=True, capacity_bytes=capacity)
+
+
+def _is_local(reference: DiskReference) -> bool:
+    """A disk on the host's own storage, whose size counts: not a CD-ROM, a floppy, or a network
+    disk, nor one without a source."""
+    return not (
+        reference.device in NON_LOCAL_DEVICES
+        or reference.kind == "network"
+        or not reference.source.strip("/")
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -705,7 +850,8 @@ class _Volume:
 
 @dataclass
 class _VolumeIndex:
-    """Every volume of every active storage pool, listed once per audit and only when needed."""
+    """Every volume of every active storage pool, listed once per audit and only when needed; an
+    incremental audit keeps the index of an earlier one (see reusable)."""
 
     conn: VirConnect
     block_info_is_real: bool = True
@@ -713,6 +859,41 @@ class _VolumeIndex:
     _paths: dict[str, _Volume] | None = None
     _names: dict[tuple[str, str], _Volume] = field(default_factory=dict)
     _shared: list[SharedPoolFacts] = field(default_factory=list)
+    _shared_pools: dict[str, VirStoragePool] = field(default_factory=dict)
+    _targets: list[str] = field(default_factory=list)
+    """The pools' target directories, where their volumes' paths lie."""
+
+    def reusable(self) -> bool:
+        """Read completely, without a problem that reading again could clear: an incremental
+        audit may keep it. Pools defined, started, stopped or refreshed are told by storage pool
+        events, volumes created or deleted are not: lacks() tells when a domain read again names
+        one created since, and a full audit reads the index again anyway."""
+        return self._paths is not None and not self.problems
+
+    def lacks(self, reference: DiskReference) -> bool:
+        """The disk names a volume of a pool that this index does not hold (created since?)."""
+        if not _is_local(reference):
+            return False
+        if reference.kind == "volume":
+            self._load()
+            return (reference.pool or "", reference.volume or "") not in self._names
+        path = reference.path or ""
+        return path not in self._load() and any(
+            path.startswith(target.rstrip("/") + "/") for target in self._targets
+        )
+
+    def refresh_shared(self) -> bool:
+        """The shared pools' sizes read again, one call each (other hosts fill them without any
+        event here); False where one cannot be read: the index is then read again whole."""
+        refreshed = []
+        for facts in self._shared:
+            try:
+                _state, capacity, used, _available = self._shared_pools[facts.name].info()
+            except libvirt.libvirtError:
+                return False
+            refreshed.append(replace(facts, capacity_bytes=int(capacity), used_bytes=int(used)))
+        self._shared = refreshed
+        return True
 
     def shared_pools(self) -> tuple[SharedPoolFacts, ...]:
         """The active pools of shared types with their sizes, by name. Called after the domains'
@@ -742,6 +923,7 @@ class _VolumeIndex:
             try:
                 pool_name = pool.name()
                 xml = pool.XMLDesc(0)
+                self._targets.extend(_pool_target(xml))
                 shared = pool_type(xml) in SHARED_POOL_TYPES
                 provisioned = 0
                 listed = pool.listAllVolumes(0)
@@ -769,6 +951,7 @@ class _VolumeIndex:
         if source is None:
             return
         _state, capacity, used, _available = pool.info()
+        self._shared_pools[name] = pool
         self._shared.append(
             SharedPoolFacts(
                 name=name,
@@ -781,3 +964,12 @@ class _VolumeIndex:
                 volumes=volumes,
             )
         )
+
+
+def _pool_target(xml: str) -> list[str]:
+    """The pool's target directory (`<target><path>`), if its XML has one."""
+    try:
+        path = ET.fromstring(xml).findtext("target/path")
+    except ET.ParseError:
+        return []
+    return [path.strip()] if path and path.strip() else []

@@ -115,6 +115,15 @@ class VirConnect(Protocol):
 
     def domainEventDeregisterAny(self, callback_id: int, /) -> None: ...
 
+    def storagePoolEventRegisterAny(
+        self, pool: VirStoragePool | None, event_id: int, cb: Callable[..., None], opaque: _T, /
+    ) -> int:
+        """Run `cb` on libvirt's event thread for each event `event_id`
+        (VIR_STORAGE_POOL_EVENT_ID_...) of `pool`, or of every pool with None: (connection, pool,
+        ..., opaque); the callback's id, to deregister it."""
+
+    def storagePoolEventDeregisterAny(self, callback_id: int, /) -> None: ...
+
     def close(self) -> int:
         """The number of references to the connection that remain, or -1 on failure."""
 

@@ -617,6 +617,23 @@ class ReplayConnection:
             )
         self._callbacks.discard(callback_id)
 
+    def storagePoolEventRegisterAny(
+        self, pool: VirStoragePool | None, event_id: int, cb: Callable[..., None], opaque: _T, /
+    ) -> int:
+        """A capture's pools never change: as a driver without storage pool events."""
+        raise libvirt_error(
+            libvirt.VIR_ERR_NO_SUPPORT, "this function is not supported by the connection driver: replay"
+        )
+
+    def storagePoolEventDeregisterAny(self, callback_id: int, /) -> None:
+        detail = f"could not find event callback {callback_id} for deletion"  # libvirt's words
+        raise libvirt_error(
+            libvirt.VIR_ERR_INVALID_ARG,
+            f"invalid argument: {detail}",
+            str1="invalid argument: %s",
+            str2=detail,
+        )
+
     def close(self) -> int:
         return 0
 

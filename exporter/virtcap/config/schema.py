@@ -80,6 +80,9 @@ __all__ = [
 
 MAX_CONCURRENCY = 1024
 MAX_KEEPALIVE_COUNT = 100
+MAX_RESYNC_EVERY = 1000
+"""A full audit at least every thousand: the bound on how long a change no event tells of (a
+volume resized under an unchanged domain) can go unseen by incremental audits."""
 MAX_HOST_CPUS = MAX_CPU + 1
 MAX_FLAVOR_CPUS = 1_000_000
 """As for claims in the HTTP API."""
@@ -144,6 +147,11 @@ class AuditSettings(_Section):
     """How long the data of a failing hypervisor is still served (default: 3 intervals)."""
     keepalive_interval: Duration = 5.0
     keepalive_count: int = Field(default=3, ge=1, le=MAX_KEEPALIVE_COUNT)
+    incremental: bool = True
+    """Between full audits, re-read only the domains that are new, changed state, or that events
+    marked changed (virtcap.audit.domain_cache); false reads every domain at every audit."""
+    resync_every: int = Field(default=10, ge=1, le=MAX_RESYNC_EVERY)
+    """With incremental audits, every N-th audit of a connection is a full one (1: always full)."""
 
     @property
     def staleness_bound(self) -> float:

@@ -249,6 +249,15 @@ AUDITS = MetricFamily(
     label_values={"outcome": AUDIT_OUTCOMES},
     meaning="finished audits",
 )
+AUDIT_DOMAIN_READS = MetricFamily(
+    "virtcap_audit_domain_reads_total",
+    "counter",
+    "Domain definitions read by the successful background audits: every domain in a full audit, "
+    "only those that changed in an incremental one.",
+    _HYPERVISOR,
+    meaning="domain definitions read (one virDomainGetXMLDesc each); against `virtcap_audits_total` "
+    "and `hypervisor_domains`, how much incremental audits save (`audit.incremental`)",
+)
 CLAIMS_PENDING = MetricFamily(
     "virtcap_claims_pending",
     "gauge",
@@ -583,6 +592,7 @@ HYPERVISOR_FAMILIES: tuple[MetricFamily, ...] = (
     AUDIT_DURATION,
     AUDIT_TIMESTAMP,
     AUDITS,
+    AUDIT_DOMAIN_READS,
     CLAIMS_PENDING,
     HYPERVISOR_INFO,
     GROUP_INFO,

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from virtcap import __version__
@@ -45,6 +45,7 @@ class HypervisorView:
     identity: CpuIdentity | None
     audits: Mapping[str, int]
     pending_claims: int = 0
+    domain_reads: int = 0
     maintenance: tuple[Maintenance, ...] = ()
     """The maintenance entries in effect (none: in service), whatever its audits say."""
     groups: tuple[tuple[str, str], ...] = ()
@@ -82,6 +83,7 @@ def views(
                 last_duration=good.facts.audit_duration_seconds if good is not None and good.facts else None,
                 identity=state.identity,
                 audits=dict(state.audits),
+                domain_reads=state.domain_reads,
                 pending_claims=(pending_claims or {}).get(state.name, 0),
                 maintenance=entries,
                 groups=configured.groups if configured is not None else (),
@@ -340,6 +342,7 @@ def build_families(
     shown = projects_shown(hypervisors, exposition) if projects is None else projects
     gauges = {f: f.gauge() for f in catalogue.HYPERVISOR_FAMILIES if f.type == "gauge"}
     audits = catalogue.AUDITS.counter()
+    domain_reads = catalogue.AUDIT_DOMAIN_READS.counter()
     vcpu_wait = catalogue.VCPU_WAIT.counter()
     info = catalogue.HYPERVISOR_INFO.info()
     group_info = catalogue.GROUP_INFO.info()
@@ -361,8 +364,7 @@ def build_families(
         end = maintenance_end(view.maintenance)
         if end is not None:
             maintenance_ends.add_metric([name], end)
-        for outcome in AUDIT_OUTCOMES:
-            audits.add_metric([name, outcome], view.audits.get(outcome, 0))
+        _add_audit_counts(audits, domain_reads, view)
         if view.last_success is not None:
             timestamp.add_metric([name], view.last_success)
         if view.last_duration is not None:
@@ -403,6 +405,7 @@ def build_families(
     built: dict[catalogue.MetricFamily, Metric] = {
         **gauges,
         catalogue.AUDITS: audits,
+        catalogue.AUDIT_DOMAIN_READS: domain_reads,
         catalogue.VCPU_WAIT: vcpu_wait,
         catalogue.HYPERVISOR_INFO: info,
         catalogue.GROUP_INFO: group_info,
@@ -412,6 +415,14 @@ def build_families(
 
 
 _Gauges = Mapping[catalogue.MetricFamily, GaugeMetricFamily]
+
+
+def _add_audit_counts(
+    audits: CounterMetricFamily, domain_reads: CounterMetricFamily, view: HypervisorView
+) -> None:
+    for outcome in AUDIT_OUTCOMES:
+        audits.add_metric([view.name, outcome], view.audits.get(outcome, 0))
+    domain_reads.add_metric([view.name], view.domain_reads)
 
 
 def _add_resources(gauges: _Gauges, name: str, capacity: HostCapacity) -> None:

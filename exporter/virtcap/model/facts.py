@@ -312,3 +312,8 @@ class HostFacts:
     libvirt without `vcpu.<n>.delay`), until a running domain reports it."""
     shared_pools: tuple[SharedPoolFacts, ...] = ()
     """The active pools of shared or network types, by name."""
+    domain_reads: int = 0
+    """Domain definitions this audit read (virDomainGetXMLDesc): all of them in a full audit,
+    those that changed in an incremental one. About the audit, not the host."""
+    full_audit: bool = True
+    """Every domain was read (not an incremental audit)."""

@@ -3,7 +3,9 @@
 Per hypervisor at most one libvirt call is in flight. One that hangs past the audit timeout
 marks the hypervisor down; it is never started again while the first is stuck, so the number of
 threads stays bounded by the number of hypervisors however long libvirt hangs. Lifecycle events
-(a domain defined, started, undefined...) trigger a prompt re-audit, coalescing bursts.
+(a domain defined, started, undefined...) trigger a prompt re-audit, coalescing bursts. Between
+full audits, an audit reads again only the domains that changed (virtcap.audit.domain_cache, kept
+with the connection; `audit.incremental`, `audit.resync_every`).
 
 What the host is built of (CPU identity, NUMA cells, PCI devices: virtcap.audit.hypervisor's
 HostLayout) is read once per connection, in the audit thread and so within the audit timeout, and
@@ -175,6 +177,16 @@ class HypervisorAuditor:
                 return False
         self._previous_cpu = facts.cpu_times
         self._vcpu_wait = facts.vcpu_wait
+        self.store.count_domain_reads(self.name, facts.domain_reads)
+        log.debug(
+            "audited",
+            extra={
+                "hypervisor": self.name,
+                "kind": "full" if facts.full_audit else "incremental",
+                "domains": len(facts.domains),
+                "domain_reads": facts.domain_reads,
+            },
+        )
         if identity != self._identity:  # a new connection may find another host (or CPU)
             self._identity = identity
             self.store.set_identity(self.name, identity)
@@ -224,6 +236,7 @@ class HypervisorAuditor:
                 layout=layout,
                 previous_vcpu_wait=self._vcpu_wait,
                 ownership=self.hypervisor.ownership,
+                cache=self.connection.cache,
             )
         except AuditError:
             self.connection.mark_broken()

@@ -24,6 +24,8 @@ class HypervisorState:
     identity: CpuIdentity | None = None
     audits: Counter[str] = field(default_factory=Counter)
     """Finished audits by outcome: success, failure, timeout."""
+    domain_reads: int = 0
+    """Domain definitions read by the successful audits."""
 
     @property
     def up(self) -> bool:
@@ -60,6 +62,12 @@ class SnapshotStore:
             state.last_good = snapshot
         state.audits[outcome] += 1
         self._bump()
+
+    def count_domain_reads(self, name: str, reads: int) -> None:
+        """Before the audit's record(), which shows them."""
+        state = self.hypervisors.get(name)
+        if state is not None:
+            state.domain_reads += reads
 
     def replace_good(self, name: str, audited: HypervisorSnapshot, updated: HypervisorSnapshot) -> None:
         """The last good audit recomputed with other pending claims: kept unless another audit
