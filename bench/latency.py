@@ -410,17 +410,22 @@ def _audited_again(port: int, first: dict[str, float], count: int) -> bool:
     return bool(now) and all(now[series] >= first.get(series, 0) + count for series in now)
 
 
-def round_trips(log: Path) -> tuple[list[int], list[int]]:
-    """Calls of the remote program per connection (client pointer), split into audits by the
-    silences between them: the first burst of each connection, and every later one."""
+def remote_calls(log: Path) -> dict[str, list[float]]:
+    """When each connection (client pointer) queued each call of the remote program."""
     calls: dict[str, list[float]] = defaultdict(list)
     for line in log.read_text(errors="replace").splitlines():
         match = TX.match(line)
         if match is None or int(match.group(3)) != REMOTE_PROGRAM or int(match.group(4)) != CALL:
             continue
         calls[match.group(2)].append(datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S.%f%z").timestamp())
+    return calls
+
+
+def round_trips(log: Path) -> tuple[list[int], list[int]]:
+    """Calls of the remote program per connection, split into audits by the silences between
+    them: the first burst of each connection, and every later one."""
     first, steady = [], []
-    for times in calls.values():
+    for times in remote_calls(log).values():
         bursts = [1]
         for before, after in itertools.pairwise(times):
             if after - before > GAP_SECONDS:
@@ -432,9 +437,25 @@ def round_trips(log: Path) -> tuple[list[int], list[int]]:
     return first, steady
 
 
-def peer_scrapes(uri: str, count: int) -> list[float]:
-    with bench.peer(uri) as port:
-        return bench.latencies(port, count)
+@dataclass
+class Scraped:
+    """prometheus-libvirt-exporter over the delayed link: its scrape times and libvirt calls."""
+
+    seconds: list[float]
+    round_trips: list[int]
+    """Calls of each libvirt connection it opened (one a scrape)."""
+
+
+def peer_scraped(scratch: Path, uri: str, count: int, label: str) -> Scraped:
+    """Its libvirt calls counted as virtcap's are (libvirt-go drives the same C client library)."""
+    log = scratch / f"rpc-peer-{label}.log"
+    with (
+        environment(LIBVIRT_LOG_FILTERS="2:rpc.netclient", LIBVIRT_LOG_OUTPUTS=f"2:file:{log}"),
+        bench.peer(uri) as port,
+    ):
+        seconds = bench.latencies(port, count)
+    calls = remote_calls(log) if log.exists() else {}
+    return Scraped(seconds, [len(times) for times in calls.values()])
 
 
 def spread(values: list[float], unit: str, digits: int = 2) -> str:
@@ -463,51 +484,38 @@ def measure(sizes: Sizes, netem: bool) -> None:
     with tempfile.TemporaryDirectory(prefix="virtcap-latency-") as directory:
         scratch = Path(directory)
         scratch.chmod(0o755)  # the daemon's user reaches its folder through it
-        daemon_directory = scratch / "daemon"
-        with tcp_daemon(daemon_directory) as (daemon, port):
+        with tcp_daemon(scratch / "daemon") as (daemon, port):
             for domains in sizes.domains:
                 populate(daemon, domains)
                 for delay in sizes.delays_ms:
-                    results: dict[bool, Audited] = {}
+                    point = f"{domains}-{delay:g}"
                     with delayed_link(port, delay, netem) as link:
                         uri = f"qemu+tcp://127.0.0.1:{link}/session"
-                        for incremental in modes:
-                            label = f"{domains}-{delay}-{'incremental' if incremental else 'full'}"
-                            results[incremental] = audited(
-                                scratch, uri, sizes.hypervisors, incremental, label
+                        results = {
+                            incremental: audited(
+                                scratch, uri, sizes.hypervisors, incremental, f"{point}-{incremental}"
                             )
-                        times = peer_scrapes(uri, sizes.peer_scrapes)
-                    same = "-"
-                    if len(results) == 2:
-                        same = "yes" if results[False].compared == results[True].compared else "NO"
-                    for incremental, found in results.items():
-                        audit_rows.append(
-                            (
-                                str(domains),
-                                f"{delay:g} ms",
-                                "incremental" if incremental else "full",
-                                f"{found.connections}/{sizes.hypervisors}",
-                                spread(found.durations, " s"),
-                                counts(found.first),
-                                counts(found.steady),
-                                f"{len(found.compared)}: {same}",
-                            )
-                        )
+                            for incremental in modes
+                        }
+                        scraped = peer_scraped(scratch, uri, sizes.peer_scrapes, point)
+                    audit_rows.extend(audit_row(domains, delay, sizes.hypervisors, results))
                     ours = results[modes[-1]].scrape_seconds
                     peer_rows.append(
                         (
                             str(domains),
                             f"{delay:g} ms",
-                            spread(times, " s"),
+                            spread(scraped.seconds, " s"),
+                            counts(scraped.round_trips),
                             f"{ours * 1000:.1f} ms",
-                            f"{statistics.median(times) / ours:.0f}x",
+                            f"{statistics.median(scraped.seconds) / ours:.0f}x",
                         )
                     )
+    how = "netem on the namespace's loopback" if netem else "a relay in the namespace (no netem here)"
     bench.print_table(
-        f"virtcap over qemu+tcp with a delay (netem on the loopback, a round trip = 2 x delay): "
-        f"{sizes.hypervisors} hypervisors (connections) to one libvirtd, audits every {AUDIT_INTERVAL}; "
-        "audit duration per hypervisor (median, min-max over hypervisors) and libvirt round trips per "
-        "hypervisor (counted in libvirt's client RPC log)",
+        f"virtcap over qemu+tcp, delayed by {how}; a round trip costs twice the delay. {sizes.hypervisors} "
+        f"hypervisors (connections) to one libvirtd ({RUNNING_GUESTS} domains running), audits every "
+        f"{AUDIT_INTERVAL}: audit duration per hypervisor (median, min-max over hypervisors) and libvirt "
+        "round trips per hypervisor (counted in libvirt's client RPC log; median, min-max)",
         (
             "domains",
             "delay (one way)",
@@ -516,16 +524,43 @@ def measure(sizes: Sizes, netem: bool) -> None:
             "steady audit duration",
             "round trips: connect + first audit",
             "round trips per steady audit",
-            "compared series: same in both modes",
+            "hypervisor_* series compared: same in both modes",
         ),
         audit_rows,
     )
     bench.print_table(
-        f"{bench.PEER} /metrics on the same link (it reads libvirt on every scrape; median, min-max of "
-        f"{sizes.peer_scrapes}), next to virtcap's /metrics (served from memory)",
-        ("domains", "delay (one way)", f"{bench.PEER} scrape", "virtcap scrape", "ratio"),
+        f"{bench.PEER} /metrics on the same link ({sizes.peer_scrapes} scrapes: median, min-max; it opens "
+        "a libvirt connection and reads the running domains on every scrape), next to virtcap's /metrics "
+        "(served from memory)",
+        (
+            "domains",
+            "delay (one way)",
+            f"{bench.PEER} scrape",
+            "its round trips a scrape",
+            "virtcap",
+            "ratio",
+        ),
         peer_rows,
     )
+
+
+def audit_row(domains: int, delay: float, hypervisors: int, results: dict[bool, Audited]) -> bench.Table:
+    same = "-"
+    if len(results) == 2:
+        same = "yes" if results[False].compared == results[True].compared else "NO"
+    return [
+        (
+            str(domains),
+            f"{delay:g} ms",
+            "incremental" if incremental else "full",
+            f"{found.connections}/{hypervisors}",
+            spread(found.durations, " s"),
+            counts(found.first),
+            counts(found.steady),
+            f"{len(found.compared)}: {same}",
+        )
+        for incremental, found in results.items()
+    ]
 
 
 def main() -> int:
