@@ -97,7 +97,7 @@ COMPARED = (
 )
 """Families both modes must serve identically (what varies between two audits, CPU busy time,
 memory in use and the audits' own timing, is left out)."""
-RUNNING_GUESTS = 2
+RUNNING_GUESTS = 8
 TX = re.compile(
     r"^(\S+ \S+): \d+: info : \S+ : RPC_CLIENT_MSG_TX_QUEUE: client=(0x[0-9a-f]+) .*?"
     r"prog=(\d+) .*?type=(\d+) "
