@@ -4,39 +4,46 @@
 
 A real libvirtd (QEMU driver, session mode, as in tests/libvirtd.py) is reached over
 `qemu+tcp://127.0.0.1:PORT/session` through a delay: the benchmark creates a network namespace of
-its own, brings its loopback up with `tc qdisc ... netem delay D ms` on it, and runs every process
-of the measurement inside (`ip netns exec`): the daemon, `virtcap serve`, prometheus-libvirt-
-exporter, and this module again as the driver that scrapes them. No packet leaves 127.0.0.1;
-netem delays each packet once on its way through the loopback, so a round trip costs 2 D.
-The namespace is deleted afterwards, whatever happened (an error, Ctrl-C, SIGTERM), and any
-process still in it killed first.
+its own, brings its loopback up with `tc qdisc add dev lo root netem delay D ms`, and runs every
+process of the measurement inside (`ip netns exec`): the daemon, `virtcap serve`,
+prometheus-libvirt-exporter, and this module again as the driver that scrapes them. No packet
+leaves 127.0.0.1; netem delays each packet once on its way through the loopback, so a round trip
+costs 2 D (and the HTTP scrapes pay it too). The namespace is deleted afterwards, whatever
+happened (an error, Ctrl-C, SIGTERM), and any process still in it killed first.
 
-The daemon holds many tiny `type='qemu'` domains (most shut off, two running TCG guests without
-a disk); virtcap is configured with many hypervisors whose URIs all reach that one daemon: each
-is a connection of its own, as distinct hypervisors would be. Per delay and number of domains:
+Where the kernel has no netem (CONFIG_NET_SCH_NETEM unset, as in some VMs: `tc` answers
+"Specified qdisc kind is unknown"), the libvirt link alone is delayed by a relay process inside
+the same namespace (`--relay`, below): what it reads from either side it writes to the other D
+later, in order; a new connection waits one round trip first, as TCP's handshake would. TCP's
+acknowledgements are not delayed, nor are the HTTP scrapes. The tables say which of the two ran.
+
+The daemon holds many tiny `type='qemu'` domains (RUNNING_GUESTS of them running TCG guests
+without a disk, idling in their firmware; the rest shut off); virtcap is configured with many
+hypervisors whose URIs all reach that one daemon: each is a connection of its own, as distinct
+hypervisors would be. Per delay and number of domains:
 
 - audit cycle time per hypervisor: virtcap's own `hypervisor_audit_duration_seconds` (the last
-  successful audit of each hypervisor, its median and maximum over the hypervisors) once the
+  successful audit of each hypervisor, its median and range over the hypervisors) once the
   audits are in their steady state;
 - libvirt round trips per hypervisor per audit, full (`audit.incremental: false`) against
-  incremental (after the first, full, audit of the connection);
+  incremental (after the first, full, audit of the connection; `resync_every` out of the way);
 - whether both modes serve the same numbers (every sample of the hypervisor_* families in
   COMPARED, all hypervisors);
-- prometheus-libvirt-exporter's /metrics scrape time on the same link (it reads libvirt on every
-  scrape), and virtcap's own /metrics (served from memory: one HTTP round trip).
+- prometheus-libvirt-exporter's /metrics scrape time on the same link (it connects and reads the
+  running domains on every scrape) and its round trips, and virtcap's own /metrics (from memory).
 
-Round trips are counted with libvirt's own client-side instrumentation, not inferred: the
-exporter runs with LIBVIRT_LOG_FILTERS="2:rpc.netclient" and LIBVIRT_LOG_OUTPUTS pointing to a
-file, where libvirt's remote driver logs every message it queues for sending
-(`RPC_CLIENT_MSG_TX_QUEUE: client=0x... prog=... proc=... type=...`). A call of the remote
-program (prog 0x20008086, type 0 = call) is one request waiting for its reply: one round trip.
-Keepalive messages (their own program) and events (sent by the daemon) are not calls and are
-left out. Each client pointer is one connection, that is one hypervisor; its calls fall into
-bursts, one per audit, separated by the idle audit interval (a gap of more than GAP_SECONDS):
-the first burst (opening the connection, reading the host's layout, the first full audit) is
-reported apart from the steady-state ones. Packet counts (`tc -s qdisc`) were not used: TCP
-segments, acknowledgements and keepalives blur the number of calls, and they cannot be told
-apart per connection.
+Round trips are counted with libvirt's own client-side instrumentation, not inferred: the exporter
+runs with LIBVIRT_LOG_FILTERS="2:rpc.netclient" and LIBVIRT_LOG_OUTPUTS pointing to a file, where
+libvirt's remote driver logs every message it queues for sending (`RPC_CLIENT_MSG_TX_QUEUE:
+client=0x... prog=... proc=... type=...`). A call of the remote program (prog 0x20008086, type 0 =
+call) is one request waiting for its reply: one round trip. Keepalive messages (their own program)
+and events (sent by the daemon) are not calls and are left out. prometheus-libvirt-exporter
+(libvirt-go over the same C library) is counted the same way. Each client pointer is one
+connection, that is one hypervisor; its calls fall into bursts, one per audit, separated by the
+idle audit interval (a gap of more than GAP_SECONDS): the first burst (opening the connection,
+reading the host's layout, the first full audit) is reported apart from the steady-state ones.
+Packet counts (`tc -s qdisc`) were not used: TCP segments, acknowledgements and keepalives blur
+the number of calls, and they cannot be told apart per connection.
 
 Every figure is one run's (the median over the hypervisors and their audits, with the range),
 on whatever machine runs it: on a 2-CPU machine the daemon, the exporter and the guests share the
@@ -193,11 +200,7 @@ def _listening(port: int) -> bool:
     return False
 
 
-# Where the kernel has no netem (CONFIG_NET_SCH_NETEM unset, as in some VMs), a relay inside the
-# namespace delays the libvirt link instead: every chunk read from one side is written to the
-# other `delay` later, in order, without holding back the chunks behind it (a propagation delay,
-# not a bandwidth limit), and a new connection waits one round trip before its first byte, as
-# the TCP handshake would make it. TCP's own acknowledgements are not delayed.
+# The relay where the kernel has no netem: a propagation delay each way, not a bandwidth limit.
 
 
 async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, delay: float) -> None:
