@@ -72,6 +72,11 @@ class DomainChanges:
         with self._lock:
             self._unknown = True
 
+    def marked(self, uuid: str) -> bool:
+        """Marked and not yet taken: what waits for the next audit."""
+        with self._lock:
+            return uuid in self._domains
+
     def take(self) -> Changes:
         """Everything marked so far, leaving nothing marked: one atomic swap."""
         with self._lock:
@@ -93,7 +98,8 @@ class CachedDomain:
     from the definition, without reading the domain again."""
     block_capacities: dict[str, int | str] = field(default_factory=dict)
     """Per disk target outside the storage pools: the capacity virDomainGetBlockInfo gave, or its
-    error message, as read with the definition."""
+    error message, as read with the definition. Kept with it: an image resized (by libvirt's
+    virDomainBlockResize or outside libvirt) sends no event, and is seen at the next full audit."""
 
 
 @dataclass

@@ -13,6 +13,10 @@ guests come and go, and the available instances of each type their physical GPUs
 them. Where the layout has a device offering mediated device types, every audit lists those
 devices and the mediated devices again (two calls, and one per device for its XML); a host
 without any pays nothing.
+
+Domains are the bulk of an audit: a definition each, and the volumes of the storage pools. Where
+the connection keeps a DomainCache (virtcap.audit.domain_cache: incremental audits), an audit
+between full ones reads again only the domains that changed, and keeps the volume index.
 """
 
 from __future__ import annotations

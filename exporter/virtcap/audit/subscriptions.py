@@ -93,7 +93,13 @@ class ConnectionEvents:
             conn.registerCloseCallback(self._closed, None)
         domain_callbacks: list[int] = []
         missing = False
-        for event in CHANGE_EVENTS + OPTIONAL_CHANGE_EVENTS:
+        # Without a cache to mark (full audits only), lifecycle events alone ask for an audit.
+        wanted = (
+            CHANGE_EVENTS + OPTIONAL_CHANGE_EVENTS
+            if changes is not None
+            else (libvirt.VIR_DOMAIN_EVENT_ID_LIFECYCLE,)
+        )
+        for event in wanted:
             try:
                 domain_callbacks.append(
                     conn.domainEventRegisterAny(None, event, self._domain_changed, changes)
@@ -101,7 +107,7 @@ class ConnectionEvents:
             except libvirt.libvirtError:
                 missing = missing or event in CHANGE_EVENTS
         pool_callbacks: list[int] = []
-        for event in POOL_EVENTS:
+        for event in POOL_EVENTS if changes is not None else ():
             try:
                 pool_callbacks.append(
                     conn.storagePoolEventRegisterAny(None, event, self._pool_changed, changes)
@@ -112,8 +118,8 @@ class ConnectionEvents:
             conn,
             tuple(domain_callbacks),
             tuple(pool_callbacks),
-            domain_events=not missing,
-            pool_events=len(pool_callbacks) == len(POOL_EVENTS),
+            domain_events=changes is not None and not missing,
+            pool_events=changes is not None and len(pool_callbacks) == len(POOL_EVENTS),
         )
 
     # libvirt's event thread runs these: they only record and hand the news to the asyncio loop.
