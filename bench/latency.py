@@ -517,8 +517,8 @@ def measure(sizes: Sizes, netem: bool) -> None:
     bench.print_table(
         f"virtcap over qemu+tcp, delayed by {how}; a round trip costs twice the delay. {sizes.hypervisors} "
         f"hypervisors (connections) to one libvirtd ({RUNNING_GUESTS} domains running), audits every "
-        f"{AUDIT_INTERVAL}: audit duration per hypervisor (median, min-max over hypervisors) and libvirt "
-        "round trips per hypervisor (counted in libvirt's client RPC log; median, min-max)",
+        f"{AUDIT_INTERVAL}, one run: audit duration per hypervisor (median, min-max over hypervisors) and "
+        "libvirt round trips per hypervisor (counted in libvirt's client RPC log; median, min-max)",
         (
             "domains",
             "delay (one way)",
@@ -534,7 +534,7 @@ def measure(sizes: Sizes, netem: bool) -> None:
     bench.print_table(
         f"{bench.PEER} /metrics on the same link ({sizes.peer_scrapes} scrapes: median, min-max; it opens "
         "a libvirt connection and reads the running domains on every scrape), next to virtcap's /metrics "
-        "(served from memory)",
+        f"(served from memory{'' if netem else '; the relay delays libvirt only, not HTTP'})",
         (
             "domains",
             "delay (one way)",
