@@ -56,7 +56,7 @@ generate: system-deps $(BIN)/virtcap
 # Side by side with the Debian prometheus-libvirt-exporter; the real-libvirtd figure needs root and
 # the system libvirtd (the tests only ever start a private one).
 bench: system-deps $(BIN)/virtcap
-	@dpkg-query -W prometheus-libvirt-exporter libvirt-daemon-system >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus-libvirt-exporter libvirt-daemon-system
+	@dpkg-query -W prometheus-libvirt-exporter libvirt-daemon-system iproute2 >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus-libvirt-exporter libvirt-daemon-system iproute2
 	$(BIN)/python bench/run.py
 
 clean:

@@ -25,6 +25,10 @@
    claim a second has it computed again (incrementally, or whole when claims pile up during a
    computation), next to the same fleet and claims with it
    turned off; the audit cycle and the computations' durations beside them.
+10. Over real network latency (`--only latency`, root: bench/latency.py): a real libvirtd reached
+   over qemu+tcp through a delay, in a network namespace of the benchmark's own, by many
+   connections standing for many hypervisors: audit duration and libvirt round trips per
+   hypervisor, full against incremental audits, next to prometheus-libvirt-exporter's scrape.
 
 Each figure is the median of --runs runs, with half the range as the spread.
 """
@@ -1113,6 +1117,16 @@ FITTING = tuple(replace(flavor, root_gib=min(flavor.root_gib, 80)) for flavor in
 """The test driver's pools hold 100 GiB whatever their XML says: no disk may be larger."""
 
 
+def network_latency(quick: bool) -> None:
+    """bench/latency.py (which uses this module's helpers), as root: it creates a network namespace."""
+    if os.geteuid() != 0:
+        print_table("Over real network latency", ("result",), [("not measured: needs root (ip netns, tc)",)])
+        return
+    import latency  # noqa: PLC0415  (imported here: it imports this module back)
+
+    latency.network_latency(quick)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -1121,11 +1135,22 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="smaller fleets, one run: a smoke test")
     parser.add_argument(
         "--only",
-        choices=("scrape", "scale", "cycle", "events", "hung", "convoy", "numa", "tolerance", "serving"),
+        choices=(
+            "scrape",
+            "scale",
+            "cycle",
+            "events",
+            "hung",
+            "convoy",
+            "numa",
+            "tolerance",
+            "serving",
+            "latency",
+        ),
         help="run one measurement only",
     )
     args = parser.parse_args()
-    if args.only in (None, "scrape", "hung") and shutil.which(PEER) is None:
+    if args.only in (None, "scrape", "hung", "latency") and shutil.which(PEER) is None:
         raise SystemExit(f"{PEER} is not installed: `apt-get install {PEER}` (make bench does)")
     runs = 1 if args.quick else args.runs
     peer_version = subprocess.run(
@@ -1154,6 +1179,7 @@ def main() -> int:
             "serving": lambda: tolerance_while_scraped(
                 scratch, runs, 200 if args.quick else 1000, 50, 20.0 if args.quick else 60.0
             ),
+            "latency": lambda: network_latency(args.quick),
         }
         for name, measure in measurements.items():
             if args.only in (None, name):
