@@ -25,6 +25,7 @@ from virtcap.model.maintenance import Maintenance, maintenance_end
 from virtcap.model.ownership import ProjectRanking, domain_project, largest_projects, shown_projects
 from virtcap.model.placement import cell_amounts
 from virtcap.model.resources import display_order
+from virtcap.model.sharding import UNSHARDED, Shard
 from virtcap.model.storage import shared_pools
 from virtcap.service.snapshot import HypervisorSnapshot
 from virtcap.service.store import SnapshotStore
@@ -182,6 +183,7 @@ class FragmentCache:
         *,
         exposition: ExpositionSection = DEFAULT_EXPOSITION,
         flavors: Mapping[str, str] | None = None,
+        shard: Shard = UNSHARDED,
     ) -> bytes:
         hypervisors = tuple(hypervisors)
         for view in hypervisors:
@@ -214,7 +216,7 @@ class FragmentCache:
             body += _generate(
                 fleet_families(tolerance, shown)
                 + storage_families(shown)
-                + exporter_families(claim_outcomes, tasks, flavors)
+                + exporter_families(claim_outcomes, tasks, flavors, shard)
             )
         return body
 
@@ -302,6 +304,7 @@ def exporter_families(
     claim_outcomes: Mapping[str, int],
     tasks: TaskHealth | None = None,
     flavors: Mapping[str, str] | None = None,
+    shard: Shard = UNSHARDED,
 ) -> list[Metric]:
     """`flavors`: each flavor of the headroom families and its source (configured, discovered)."""
     flavor_info = catalogue.FLAVOR_INFO.info()
@@ -318,8 +321,14 @@ def exporter_families(
         for kind in sorted(set(tasks.failures) | set(tasks.dead)):
             failures.add_metric([kind], tasks.failures.get(kind, 0))
             dead.add_metric([kind], tasks.dead.get(kind, 0))
+    ordinal = catalogue.SHARD_ORDINAL.gauge()
+    ordinal.add_metric([], shard.ordinal)
+    total = catalogue.TOTAL_SHARDS.gauge()
+    total.add_metric([], shard.total)
     built: dict[catalogue.MetricFamily, Metric] = {
         catalogue.BUILD_INFO: info,
+        catalogue.SHARD_ORDINAL: ordinal,
+        catalogue.TOTAL_SHARDS: total,
         catalogue.CLAIMS: claims,
         catalogue.TASK_FAILURES: failures,
         catalogue.TASKS_DEAD: dead,

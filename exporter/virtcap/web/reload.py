@@ -8,6 +8,7 @@ import logging
 from collections.abc import Callable
 
 from virtcap.config import Config, ConfigError
+from virtcap.config.load import select_shard
 from virtcap.web.exporter import Exporter
 from virtcap.web.middleware import writer_hashes
 
@@ -52,6 +53,15 @@ class ConfigReloads:
         except ConfigError as error:
             log.error("configuration not reloaded", extra={"error": str(error)})
             return
+        running_shard = exporter.config.shard
+        if config.shard != running_shard:
+            # Prometheus scrapes each shard at its own address: a shard that became another one on
+            # SIGHUP would leave two exporters serving the same hypervisors, or none some.
+            log.warning(
+                "sharding changed: takes effect at the next start",
+                extra={"running": str(running_shard), "configured": str(config.shard)},
+            )
+            config = select_shard(config, running_shard)
         running_database = exporter.claims.database.path
         if config.claims.database != running_database:
             log.warning(
@@ -71,4 +81,12 @@ class ConfigReloads:
             config.hypervisors, config.audit, config.flavor_demands, discover_flavors=config.discover_flavors
         )
         exporter.store.touch()
-        log.info("configuration reloaded", extra={"hypervisors": len(config.hypervisors)})
+        log.info(
+            "configuration reloaded",
+            extra={
+                "hypervisors": len(config.hypervisors),
+                "configured": len(config.configured_hypervisors),
+                "shard": config.shard.ordinal,
+                "total_shards": config.shard.total,
+            },
+        )
