@@ -25,6 +25,9 @@
    claim a second has it computed again (incrementally, or whole when claims pile up during a
    computation), next to the same fleet and claims with it
    turned off; the audit cycle and the computations' durations beside them.
+10. Sharding (`--only sharding`, bench/sharding.py): the same 1,000 x 50 fleet served by one
+   exporter and by two shards on this machine: until every hypervisor is audited once, /metrics
+   p50/p99 per process, RSS.
 
 Each figure is the median of --runs runs, with half the range as the spread.
 """
@@ -1113,6 +1116,12 @@ FITTING = tuple(replace(flavor, root_gib=min(flavor.root_gib, 80)) for flavor in
 """The test driver's pools hold 100 GiB whatever their XML says: no disk may be larger."""
 
 
+def shard_comparison(scratch: Path, runs: int, hypervisors: int, domains: int) -> None:
+    from sharding import sharding  # noqa: PLC0415  (bench/sharding.py imports this module's helpers)
+
+    sharding(scratch, runs, hypervisors, domains)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -1121,7 +1130,18 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="smaller fleets, one run: a smoke test")
     parser.add_argument(
         "--only",
-        choices=("scrape", "scale", "cycle", "events", "hung", "convoy", "numa", "tolerance", "serving"),
+        choices=(
+            "scrape",
+            "scale",
+            "cycle",
+            "events",
+            "hung",
+            "convoy",
+            "numa",
+            "tolerance",
+            "serving",
+            "sharding",
+        ),
         help="run one measurement only",
     )
     args = parser.parse_args()
@@ -1154,6 +1174,7 @@ def main() -> int:
             "serving": lambda: tolerance_while_scraped(
                 scratch, runs, 200 if args.quick else 1000, 50, 20.0 if args.quick else 60.0
             ),
+            "sharding": lambda: shard_comparison(scratch, runs, 200 if args.quick else 1000, 50),
         }
         for name, measure in measurements.items():
             if args.only in (None, name):
