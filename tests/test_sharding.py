@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.claims_client import call, claim
+from tests.claims_client import write_config as write_claims_config
 from tests.serving import Samples, Server, running_server, series, value, wait_for, write_fleet_config
 from virtcap.cli import main
 from virtcap.config import ConfigError, parse_config
@@ -306,3 +308,24 @@ def test_a_reload_keeps_the_shard_and_assigns_new_hypervisors(tmp_path: Path) ->
         assert value(server.samples(), "virtcap_shard_ordinal") == 0
         assert "shard 0 of 2" in server.get("/-/ready")[1].decode()
         assert len(series(server.samples(), "hypervisor_up")) == len(grown)
+
+
+def test_claims_belong_to_the_shard_of_their_hypervisor(tmp_path: Path) -> None:
+    """Of mixed, big and small, shard 2 of 3 holds small alone: a claim on `any` lands there (one
+    exporter for all three places it on big, tests/test_claims.py), and the others' hypervisors
+    are refused with the shard that holds them."""
+    assert (shard_of("mixed", 3), shard_of("big", 3), shard_of("small", 3)) == (1, 1, 2)
+    config = write_claims_config(tmp_path)
+    with running_server(["--config", str(config), "--shard", "2", "--total-shards", "3"], tmp_path) as server:
+        status, placed = claim(server, hypervisor="any", vcpu=2, memory="4GiB", disk="10GiB")
+        assert status == 201 and placed["hypervisors"] == ["small"], placed
+        status, refused = claim(server, hypervisor="big", vcpu=1)
+        assert status == 400
+        assert refused["error"] == (
+            "hypervisor: 'big' is audited by shard 1 of 3, not by this exporter (shard 2): "
+            "ask that shard's exporter"
+        )
+        status, unknown = call(server, "GET", "/api/v1/hypervisors/big/maintenance")
+        assert status == 404 and "audited by shard 1 of 3" in unknown["error"], unknown
+        status, _ = call(server, "GET", "/api/v1/hypervisors/small/maintenance")
+        assert status == 200
