@@ -29,6 +29,9 @@
    over qemu+tcp through a delay, in a network namespace of the benchmark's own, by many
    connections standing for many hypervisors: audit duration and libvirt round trips per
    hypervisor, full against incremental audits, next to prometheus-libvirt-exporter's scrape.
+11. Sharding (`--only sharding`, bench/sharding.py): the same 1,000 x 50 fleet served by one
+   exporter and by two shards on this machine: until every hypervisor is audited once, /metrics
+   p50/p99 per process, RSS.
 
 Each figure is the median of --runs runs, with half the range as the spread.
 """
@@ -1127,6 +1130,12 @@ def network_latency(quick: bool) -> None:
     latency.network_latency(quick)
 
 
+def shard_comparison(scratch: Path, runs: int, hypervisors: int, domains: int) -> None:
+    from sharding import sharding  # noqa: PLC0415  (bench/sharding.py imports this module's helpers)
+
+    sharding(scratch, runs, hypervisors, domains)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -1146,6 +1155,7 @@ def main() -> int:
             "tolerance",
             "serving",
             "latency",
+            "sharding",
         ),
         help="run one measurement only",
     )
@@ -1180,6 +1190,7 @@ def main() -> int:
                 scratch, runs, 200 if args.quick else 1000, 50, 20.0 if args.quick else 60.0
             ),
             "latency": lambda: network_latency(args.quick),
+            "sharding": lambda: shard_comparison(scratch, runs, 200 if args.quick else 1000, 50),
         }
         for name, measure in measurements.items():
             if args.only in (None, name):

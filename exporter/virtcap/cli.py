@@ -29,10 +29,12 @@ from virtcap.audit.hypervisor import redact_uri
 from virtcap.audit.oneshot import audit_fleet_once
 from virtcap.claims.cli import add_claim_commands, run_claim
 from virtcap.config import Config, ConfigError, load_config
+from virtcap.config.load import select_shard
 from virtcap.demo import demo_config
 from virtcap.exposition.report import fleet_document, render_tables
 from virtcap.logs import LEVELS, setup_logging
 from virtcap.model.discovery import discover, host_flavors
+from virtcap.model.sharding import MAX_SHARDS, Shard
 from virtcap.place import add_place_command, run_place
 from virtcap.service.tolerance import one_shot_tolerance
 from virtcap.units import format_bytes, parse_duration, parse_size
@@ -98,6 +100,19 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="per-domain allocation and info series, one per domain and resource "
         "(default: the configuration's exposition.domains, off)",
+    )
+    serve.add_argument(
+        "--shard",
+        metavar="N",
+        help="audit and serve only the hypervisors a consistent hash of their names assigns to "
+        "shard N, numbered from 0 (default: the configuration's sharding.shard, 0)",
+    )
+    serve.add_argument(
+        "--total-shards",
+        dest="total_shards",
+        metavar="M",
+        help="how many exporters share the fleet, each with its own --shard "
+        "(default: the configuration's sharding.total_shards, 1)",
     )
     serve.add_argument("--log.level", dest="log_level", choices=tuple(LEVELS), default="info")
     serve.add_argument("--log.format", dest="log_format", choices=("logfmt", "json"), default="logfmt")
@@ -200,15 +215,54 @@ def with_collectors(config: Config, args: argparse.Namespace) -> Config:
     return dataclasses.replace(config, exposition=exposition)
 
 
+def _shard_flag(flag: str, text: str, lowest: int, highest: int) -> int:
+    if not text.isdigit() or not lowest <= int(text) <= highest:
+        raise ConfigError(f"{flag}: expected a whole number from {lowest} to {highest}, got {text!r}")
+    return int(text)
+
+
+def with_shard_flags(config: Config, args: argparse.Namespace) -> Config:
+    """The configuration with `--shard` and `--total-shards`, each overriding its `sharding` key."""
+    if args.shard is None and args.total_shards is None:
+        return config
+    total = config.shard.total
+    if args.total_shards is not None:
+        total = _shard_flag("--total-shards", args.total_shards, 1, MAX_SHARDS)
+    ordinal = config.shard.ordinal
+    if args.shard is not None:
+        ordinal = _shard_flag("--shard", args.shard, 0, MAX_SHARDS - 1)
+    if ordinal >= total:
+        if args.shard is not None:
+            if args.total_shards is not None:
+                total_from = "--total-shards"
+            elif config.shard.sharded:
+                total_from = f"{config.source}'s sharding.total_shards"
+            else:
+                total_from = "the default; give --total-shards too"
+            raise ConfigError(
+                f"--shard: expected a shard from 0 to {total - 1} of {total} total shards ({total_from}), "
+                f"numbered from 0; got {ordinal}"
+            )
+        raise ConfigError(
+            f"--total-shards: expected more than {ordinal} total shards "
+            f"({config.source}'s sharding.shard is {ordinal}, numbered from 0); got {total}"
+        )
+    return select_shard(config, Shard(ordinal, total))
+
+
 def run_serve(args: argparse.Namespace) -> int:
-    config = with_collectors(fleet_config(args), args)
+    config = with_shard_flags(with_collectors(fleet_config(args), args), args)
     web_config = WebConfigSource(args.web_config_file)
     address = listen_address(args)
     parse_listen_address(address)
     setup_logging(args.log_level, args.log_format)
-    reload_config = None if args.demo else (lambda: with_collectors(load_config(args.config), args))
+
+    def reload_config() -> Config:
+        """The file read again, with the same flags winning over it."""
+        return with_shard_flags(with_collectors(load_config(args.config), args), args)
+
     limits = ConnectionLimits(args.max_connections, args.read_timeout, args.idle_timeout)
-    return asyncio.run(serve(config, address, web_config, reload_config, limits))
+    return asyncio.run(serve(config, address, web_config, None if args.demo else reload_config, limits))
 
 
 def run_capture(args: argparse.Namespace) -> int:

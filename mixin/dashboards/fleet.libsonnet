@@ -119,7 +119,7 @@ local fleetDashboard(config) =
       g.row('Failure tolerance'),
       g.stat(
         'Host failures tolerated',
-        'How many hypervisors the fleet can lose together, those with the most allocated memory first, every domain of theirs re-homed on the others through the simulated Nova scheduler (virtcap_fleet_host_failures_tolerated), and the bound virtcap counts up to (virtcap_fleet_host_failures_bound): at the bound, at least that many. 0 (red): the hypervisor with the most allocated memory cannot fail without leaving domains without a host. With several exporters, the fewest of their fleets and the smallest bound.',
+        'How many hypervisors the fleet can lose together, those with the most allocated memory first, every domain of theirs re-homed on the others through the simulated Nova scheduler (virtcap_fleet_host_failures_tolerated), and the bound virtcap counts up to (virtcap_fleet_host_failures_bound): at the bound, at least that many. 0 (red): the hypervisor with the most allocated memory cannot fail without leaving domains without a host. With several exporters, the fewest of their fleets and the smallest bound; with shards, each shard computes it for its own hypervisors, re-homed within the shard (virtcap_shard_ordinal), so this is the weakest shard.',
         'short',
         [
           t('min by (%(fleetLabel)s) (virtcap_fleet_host_failures_tolerated{%(s)s})' % c, 'tolerated'),
@@ -331,7 +331,7 @@ local fleetDashboard(config) =
         bytes,
         [
           t('max by (%(fleetLabel)s, pool, type, servers, path) (hypervisor_storage_pool_source_info{%(s)s})' % c, instant=true, format='table'),
-          t('pool:hypervisor_storage_pool_hypervisors:max{%(f)s}' % c, instant=true, format='table'),
+          t('pool:hypervisor_storage_pool_hypervisors:count{%(f)s}' % c, instant=true, format='table'),
           t('pool:hypervisor_storage_pool_capacity_bytes:max{%(f)s}' % c, instant=true, format='table'),
           t('pool:hypervisor_storage_pool_provisioned_bytes:max{%(f)s}' % c, instant=true, format='table'),
           t('pool:hypervisor_storage_pool_used_bytes:max{%(f)s}' % c, instant=true, format='table'),

@@ -33,6 +33,7 @@ from virtcap.config.schema import (
     HypervisorSection,
     PolicySection,
     Reserved,
+    ShardingSection,
     validate_document,
 )
 from virtcap.config.yamlfile import ConfigError, load_yaml_file, load_yaml_text
@@ -49,6 +50,7 @@ from virtcap.model.pci import PCI_ALIAS_SPEC, PciAlias, PciRequestError, parse_a
 from virtcap.model.placement import NOTHING_WITHIN, Demand, WithinHost, within_host
 from virtcap.model.resources import Amounts, Resource, resource_by_label
 from virtcap.model.scheduler import SPREAD, Multipliers
+from virtcap.model.sharding import UNSHARDED, Shard, shard_of
 from virtcap.units import format_cpu_set
 
 __all__ = [
@@ -61,6 +63,7 @@ __all__ = [
     "build_config",
     "load_config",
     "parse_config",
+    "select_shard",
 ]
 
 LOCAL_URI = "qemu:///system"
@@ -119,6 +122,34 @@ class Config:
     discover_flavors: bool = True
     """Nova flavors of existing domains join `flavors` (virtcap.service.flavors); the configured
     ones win on the same name."""
+    shard: Shard = UNSHARDED
+    """This exporter's part of the fleet (`sharding`, `--shard`, `--total-shards`): `hypervisors`
+    holds only the hypervisors assigned to it."""
+    every_hypervisor: tuple[Hypervisor, ...] | None = None
+    """Every hypervisor of the configuration, whichever shard audits it (None: `hypervisors`)."""
+
+    @property
+    def configured_hypervisors(self) -> tuple[Hypervisor, ...]:
+        """Every hypervisor of the configuration, those of the other shards too, in its order."""
+        return self.hypervisors if self.every_hypervisor is None else self.every_hypervisor
+
+    def shard_elsewhere(self, name: str) -> int | None:
+        """The shard that audits the configured hypervisor `name` where it is not this one's."""
+        if not self.shard.sharded or any(h.name == name for h in self.hypervisors):
+            return None
+        if not any(h.name == name for h in self.configured_hypervisors):
+            return None
+        return shard_of(name, self.shard.total)
+
+    def not_here(self, name: str) -> str:
+        """Why `name` is not one of this exporter's hypervisors, for an answer or a log line."""
+        elsewhere = self.shard_elsewhere(name)
+        if elsewhere is None:
+            return "not a configured hypervisor"
+        return (
+            f"audited by shard {elsewhere} of {self.shard.total}, not by this exporter "
+            f"(shard {self.shard.ordinal}): ask that shard's exporter"
+        )
 
     @property
     def flavor_demands(self) -> dict[str, Demand]:
@@ -133,6 +164,24 @@ def load_config(path: Path | str | None) -> Config:
     if path is None:
         return build_config(ConfigFile(), source="(built-in defaults)")
     return _config_from_document(load_yaml_file(path), source=str(path))
+
+
+def select_shard(config: Config, shard: Shard) -> Config:
+    """The configuration as shard `shard` audits it: only the hypervisors assigned to it, so that
+    everything downstream (audits, connections, discovered flavors, failure tolerance, claims on
+    `any`) covers the shard and no other."""
+    every = config.configured_hypervisors
+    held = tuple(hypervisor for hypervisor in every if shard.holds(hypervisor.name))
+    return replace(config, hypervisors=held, shard=shard, every_hypervisor=every)
+
+
+def _file_shard(section: ShardingSection, source: str) -> Shard:
+    if section.shard >= section.total_shards:
+        raise ConfigError(
+            f"{source}: sharding.shard: expected a shard from 0 to total_shards - 1 "
+            f"({section.total_shards - 1}), numbered from 0; got {section.shard}"
+        )
+    return Shard(section.shard, section.total_shards)
 
 
 def parse_config(text: str, source: str) -> Config:
@@ -205,7 +254,8 @@ def build_config(parsed: ConfigFile, source: str) -> Config:
             )
     for index, section in enumerate(parsed.flavors):
         _check_alias_request(section, aliases, f"{source}: flavors[{index}].extra_specs")
-    return Config(
+    shard = _file_shard(parsed.sharding, source)
+    config = Config(
         source=source,
         audit=parsed.audit,
         hypervisors=tuple(hypervisors),
@@ -217,6 +267,7 @@ def build_config(parsed: ConfigFile, source: str) -> Config:
         exposition=parsed.exposition,
         discover_flavors=parsed.discover_flavors,
     )
+    return select_shard(config, shard) if shard.sharded else config
 
 
 def _flavor_within(flavor: FlavorSection, where: str) -> WithinHost:

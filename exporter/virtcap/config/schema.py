@@ -39,6 +39,7 @@ from virtcap.model.pci import (
     PciDeviceSpec,
 )
 from virtcap.model.resources import CUSTOM_CLASS, PLACEMENT_MAX_INT
+from virtcap.model.sharding import MAX_SHARDS
 from virtcap.model.vgpu import EnabledMdevType
 from virtcap.units import (
     MAX_CPU,
@@ -76,6 +77,7 @@ __all__ = [
     "PolicySection",
     "Ratio",
     "Reserved",
+    "ShardingSection",
     "Size",
     "validate_document",
 ]
@@ -826,6 +828,18 @@ class ExpositionSection(_Section):
     are summed as `project_id="other"`. 0: no project series."""
 
 
+class ShardingSection(_Section):
+    """This exporter's part of a fleet split among several (kube-state-metrics' `--shard` and
+    `--total-shards`): it audits and serves only the hypervisors a consistent hash of their names
+    assigns to shard `shard` (virtcap.model.sharding). That shard is below `total_shards`: checked
+    with the flags, which override these keys (virtcap.config.load.select_shard)."""
+
+    shard: int = Field(default=0, ge=0, lt=MAX_SHARDS)
+    """This exporter's shard, numbered from 0."""
+    total_shards: int = Field(default=1, ge=1, le=MAX_SHARDS)
+    """How many exporters share the fleet (1: one exporter audits every hypervisor)."""
+
+
 class ConfigFile(_Section):
     audit: AuditSettings = AuditSettings()
     claims: ClaimSettings = ClaimSettings()
@@ -842,6 +856,7 @@ class ConfigFile(_Section):
     ] = []
     ownership: OwnershipSection | None = None
     exposition: ExpositionSection = ExpositionSection()
+    sharding: ShardingSection = ShardingSection()
 
     @model_validator(mode="after")
     def _unique_names(self) -> Self:

@@ -525,7 +525,8 @@ PROJECT_ALLOCATED = MetricFamily(
     "hypervisor_project_allocated",
     "gauge",
     "Allocated to the project's counted domains on the hypervisor, as of the last background audit: "
-    "the fleet's largest projects by allocated memory (exposition.top_projects), the others summed "
+    "the largest projects by allocated memory (exposition.top_projects) over the hypervisors this "
+    "exporter audits (its shard's, when sharded), the others summed "
     'as project_id="other"; domains without an owner are project_id="unknown".',
     ("hypervisor", "project_id", "project_name", "resource", "unit"),
     UNIT_LABEL,
@@ -627,9 +628,9 @@ HYPERVISOR_FAMILIES: tuple[MetricFamily, ...] = (
 EVACUATION_FEASIBLE = MetricFamily(
     "hypervisor_evacuation_feasible",
     "gauge",
-    "1 if, were the hypervisor lost, every domain it holds could be scheduled again on the others (one by "
-    "one, largest first, through the simulated Nova scheduler), as of the last background computation of "
-    "the failure tolerance.",
+    "1 if, were the hypervisor lost, every domain it holds could be scheduled again on the others this "
+    "exporter audits (its shard's, when sharded; one by one, largest first, through the simulated Nova "
+    "scheduler), as of the last background computation of the failure tolerance.",
     _HYPERVISOR,
     meaning="1 if every counted domain of the hypervisor could be scheduled again, one by one and "
     "largest first (memory, vCPUs, disk, name), on the other up hypervisors through the simulated "
@@ -639,20 +640,22 @@ EVACUATION_FEASIBLE = MetricFamily(
 EVACUATION_UNPLACED = MetricFamily(
     "hypervisor_evacuation_unplaced_domains",
     "gauge",
-    "Domains of the hypervisor that would find no other hypervisor were it lost, as of the last background "
-    "computation of the failure tolerance.",
+    "Domains of the hypervisor that would find no other hypervisor among those this exporter audits (its "
+    "shard's, when sharded) were it lost, as of the last background computation of the failure tolerance.",
     _HYPERVISOR,
     meaning="how many of those domains would find no host (0 when feasible)",
 )
 HOST_FAILURES_TOLERATED = MetricFamily(
     "virtcap_fleet_host_failures_tolerated",
     "gauge",
-    "How many hypervisors the fleet can lose together, those with the most allocated memory first, with "
-    "every domain scheduled again on the others, as of the last background computation of the failure "
-    "tolerance; at most virtcap_fleet_host_failures_bound.",
+    "How many of the hypervisors this exporter audits (its shard, when sharded: not the whole fleet) can be "
+    "lost together, those with the most allocated memory first, with every domain scheduled again on the "
+    "others it audits, as of the last background computation of the failure tolerance; at most "
+    "virtcap_fleet_host_failures_bound.",
     (),
     meaning="how many hypervisors the fleet can lose together (the most allocated memory first) "
-    "with every domain re-homed, up to the bound",
+    "with every domain re-homed, up to the bound; with shards, of the exporter's shard only, re-homed "
+    "within it",
 )
 HOST_FAILURES_BOUND = MetricFamily(
     "virtcap_fleet_host_failures_bound",
@@ -725,9 +728,11 @@ STORAGE_POOL_SOURCE_INFO = MetricFamily(
 STORAGE_POOL_HYPERVISORS = MetricFamily(
     "hypervisor_storage_pool_hypervisors",
     "gauge",
-    "Hypervisors that have the shared storage pool active, as of their last background audits.",
+    "Hypervisors this exporter audits (its shard's, when sharded) that have the shared storage pool "
+    "active, as of their last background audits.",
     _STORAGE_POOL,
-    meaning="how many hypervisors have the pool active",
+    meaning="how many hypervisors have the pool active (with shards, of the exporter's shard: count "
+    "the `hypervisor_storage_pool_info` series for the fleet's)",
 )
 STORAGE_POOL_CAPACITY = MetricFamily(
     "hypervisor_storage_pool_capacity_bytes",
@@ -790,7 +795,8 @@ FLAVOR_INFO = MetricFamily(
     "virtcap_flavor_info",
     "info",
     "The flavors headroom is reported for, value 1: configured, or discovered in the Nova metadata of "
-    "existing domains as of the last background audits.",
+    "existing domains of the hypervisors this exporter audits (its shard's, when sharded) as of the last "
+    "background audits.",
     ("flavor",),
     info_labels=("source",),
     label_values={"source": FLAVOR_SOURCES},
@@ -799,8 +805,28 @@ FLAVOR_INFO = MetricFamily(
     "it any more",
 )
 
+SHARD_ORDINAL = MetricFamily(
+    "virtcap_shard_ordinal",
+    "gauge",
+    "The shard of the fleet this exporter audits and serves (--shard, sharding.shard), numbered from 0.",
+    (),
+    meaning="this exporter's shard, from 0 (`--shard`, `sharding.shard`; 0 when not sharded): it "
+    "holds the hypervisors a consistent hash of their names assigns to it",
+)
+TOTAL_SHARDS = MetricFamily(
+    "virtcap_total_shards",
+    "gauge",
+    "How many exporters share the fleet, each auditing its own shard "
+    "(--total-shards, sharding.total_shards).",
+    (),
+    meaning="how many shards the fleet is split into (`--total-shards`, `sharding.total_shards`; 1 when "
+    "not sharded): `count(virtcap_shard_ordinal) < max(virtcap_total_shards)` says a shard is missing",
+)
+
 EXPORTER_FAMILIES: tuple[MetricFamily, ...] = (
     BUILD_INFO,
+    SHARD_ORDINAL,
+    TOTAL_SHARDS,
     CLAIMS,
     CLAIMS_DATABASE_UP,
     TASK_FAILURES,

@@ -25,6 +25,7 @@ from virtcap.model.maintenance import Maintenance, maintenance_end
 from virtcap.model.ownership import ProjectRanking, domain_project, largest_projects, shown_projects
 from virtcap.model.placement import cell_amounts
 from virtcap.model.resources import display_order
+from virtcap.model.sharding import UNSHARDED, Shard
 from virtcap.model.storage import shared_pools
 from virtcap.service.snapshot import HypervisorSnapshot
 from virtcap.service.store import SnapshotStore
@@ -186,6 +187,7 @@ class FragmentCache:
         exposition: ExpositionSection = DEFAULT_EXPOSITION,
         flavors: Mapping[str, str] | None = None,
         database_up: bool | None = None,
+        shard: Shard = UNSHARDED,
     ) -> bytes:
         hypervisors = tuple(hypervisors)
         for view in hypervisors:
@@ -218,7 +220,7 @@ class FragmentCache:
             body += _generate(
                 fleet_families(tolerance, shown)
                 + storage_families(shown)
-                + exporter_families(claim_outcomes, tasks, flavors, database_up)
+                + exporter_families(claim_outcomes, tasks, flavors, database_up, shard)
             )
         return body
 
@@ -307,6 +309,7 @@ def exporter_families(
     tasks: TaskHealth | None = None,
     flavors: Mapping[str, str] | None = None,
     database_up: bool | None = None,
+    shard: Shard = UNSHARDED,
 ) -> list[Metric]:
     """`flavors`: each flavor of the headroom families and its source (configured, discovered);
     `database_up`: whether the claims database answers (its family left out when None)."""
@@ -327,8 +330,14 @@ def exporter_families(
         for kind in sorted(set(tasks.failures) | set(tasks.dead)):
             failures.add_metric([kind], tasks.failures.get(kind, 0))
             dead.add_metric([kind], tasks.dead.get(kind, 0))
+    ordinal = catalogue.SHARD_ORDINAL.gauge()
+    ordinal.add_metric([], shard.ordinal)
+    total = catalogue.TOTAL_SHARDS.gauge()
+    total.add_metric([], shard.total)
     built: dict[catalogue.MetricFamily, Metric] = {
         catalogue.BUILD_INFO: info,
+        catalogue.SHARD_ORDINAL: ordinal,
+        catalogue.TOTAL_SHARDS: total,
         catalogue.CLAIMS: claims,
         catalogue.CLAIMS_DATABASE_UP: database,
         catalogue.TASK_FAILURES: failures,

@@ -117,6 +117,11 @@ async def create_claim(request: web.Request) -> web.Response:
             claim_request, multipliers=config.multipliers, stale_after=config.audit.staleness_bound
         )
     except UnknownHypervisorError:
+        elsewhere = config.shard_elsewhere(body.hypervisor)
+        if elsewhere is not None:
+            raise json_error(
+                web.HTTPBadRequest, f"hypervisor: {body.hypervisor!r} is {config.not_here(body.hypervisor)}"
+            ) from None
         raise json_error(
             web.HTTPBadRequest,
             f"hypervisor: unknown hypervisor {body.hypervisor!r}; "
@@ -264,15 +269,16 @@ def _maintenance_answer(name: str, entries: tuple[Maintenance, ...]) -> web.Resp
     return web.json_response(MaintenanceDocument.of(name, entries).model_dump(mode="json"))
 
 
-def _unknown_hypervisor(name: str) -> web.HTTPException:
-    return json_error(web.HTTPNotFound, f"unknown hypervisor {brief_repr(name)}: not a configured hypervisor")
+def _unknown_hypervisor(request: web.Request, name: str) -> web.HTTPException:
+    why = request.app[EXPORTER].config.not_here(name)
+    return json_error(web.HTTPNotFound, f"unknown hypervisor {brief_repr(name)}: {why}")
 
 
 async def get_maintenance(request: web.Request) -> web.Response:
     name = request.match_info["name"]
     ledger = _ledger(request)
     if name not in ledger.configured:
-        raise _unknown_hypervisor(name)
+        raise _unknown_hypervisor(request, name)
     return _maintenance_answer(name, ledger.maintenance_of(name))
 
 
@@ -282,7 +288,7 @@ async def put_maintenance(request: web.Request) -> web.Response:
     name = request.match_info["name"]
     ledger = _ledger(request)
     if name not in ledger.configured:
-        raise _unknown_hypervisor(name)
+        raise _unknown_hypervisor(request, name)
     document = parse_json(await read_body(request))
     if not isinstance(document, dict):
         raise json_error(web.HTTPBadRequest, "the body must be a JSON object")
@@ -298,7 +304,7 @@ async def put_maintenance(request: web.Request) -> web.Response:
     try:
         entries = await ledger.set_maintenance(name, body.reason, body.until, writer)
     except UnknownHypervisorError:  # removed by a reload meanwhile
-        raise _unknown_hypervisor(name) from None
+        raise _unknown_hypervisor(request, name) from None
     except ValueError as error:
         raise json_error(web.HTTPBadRequest, str(error)) from None
     except ClaimStorageError as error:
@@ -313,7 +319,7 @@ async def delete_maintenance(request: web.Request) -> web.Response:
     try:
         entries = await _ledger(request).release_maintenance(name)
     except UnknownHypervisorError:
-        raise _unknown_hypervisor(name) from None
+        raise _unknown_hypervisor(request, name) from None
     except MaintenanceConflictError as error:
         raise json_error(web.HTTPConflict, str(error)) from None
     except ClaimStorageError as error:

@@ -7,7 +7,7 @@ import html
 from aiohttp import web
 
 from virtcap import __version__
-from virtcap.web.exporter import exporter_of
+from virtcap.web.exporter import Exporter, exporter_of
 
 
 async def healthy(request: web.Request) -> web.Response:
@@ -24,12 +24,25 @@ async def ready(request: web.Request) -> web.Response:
     exporter = exporter_of(request)
     since = exporter.store.ready_since
     if since is not None and exporter.cache.version >= since:
-        return web.Response(text="Ready\n")
-    return web.Response(status=503, text="Not ready: some hypervisors have not been audited yet\n")
+        return web.Response(text=f"Ready\n{shard_line(exporter)}\n")
+    return web.Response(
+        status=503, text=f"Not ready: some hypervisors have not been audited yet\n{shard_line(exporter)}\n"
+    )
+
+
+def shard_line(exporter: Exporter) -> str:
+    """Which part of the fleet this exporter serves: `shard 1 of 3 (0 to 2): 334 of 1000
+    configured hypervisors`, or `not sharded: 12 hypervisors`."""
+    config = exporter.config
+    held, configured = len(config.hypervisors), len(config.configured_hypervisors)
+    if not config.shard.sharded:
+        return f"not sharded: {held} hypervisors"
+    return f"{config.shard}: {held} of {configured} configured hypervisors"
 
 
 async def landing_page(request: web.Request) -> web.Response:
-    store = exporter_of(request).store
+    exporter = exporter_of(request)
+    store = exporter.store
     rows = []
     for state in store.hypervisors.values():
         status = "not audited yet" if state.latest is None else ("up" if state.up else "down")
@@ -42,6 +55,7 @@ async def landing_page(request: web.Request) -> web.Response:
 <body>
 <h1>virtcap {html.escape(__version__)}</h1>
 <p>Capacity and overcommit monitor for libvirt/KVM fleets.</p>
+<p>This exporter: {html.escape(shard_line(exporter))}.</p>
 <ul>
 <li><a href="metrics">/metrics</a>: every hypervisor</li>
 <li>/probe?target=NAME: one hypervisor (multi-target pattern)</li>

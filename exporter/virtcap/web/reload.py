@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 from virtcap.claims.backends import database_description
 from virtcap.config import Config, ConfigError
+from virtcap.config.load import select_shard
 from virtcap.web.exporter import Exporter
 from virtcap.web.middleware import writer_hashes
 
@@ -53,6 +54,15 @@ class ConfigReloads:
         except ConfigError as error:
             log.error("configuration not reloaded", extra={"error": str(error)})
             return
+        running_shard = exporter.config.shard
+        if config.shard != running_shard:
+            # Prometheus scrapes each shard at its own address: a shard that became another one on
+            # SIGHUP would leave two exporters serving the same hypervisors, or none some.
+            log.warning(
+                "sharding changed: takes effect at the next start",
+                extra={"running": str(running_shard), "configured": str(config.shard)},
+            )
+            config = select_shard(config, running_shard)
         running = exporter.claims.settings
         if (config.claims.database, config.claims.password_file) != (running.database, running.password_file):
             log.warning(
@@ -77,4 +87,12 @@ class ConfigReloads:
             config.hypervisors, config.audit, config.flavor_demands, discover_flavors=config.discover_flavors
         )
         exporter.store.touch()
-        log.info("configuration reloaded", extra={"hypervisors": len(config.hypervisors)})
+        log.info(
+            "configuration reloaded",
+            extra={
+                "hypervisors": len(config.hypervisors),
+                "configured": len(config.configured_hypervisors),
+                "shard": config.shard.ordinal,
+                "total_shards": config.shard.total,
+            },
+        )

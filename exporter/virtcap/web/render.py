@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from virtcap.claims.ledger import ClaimLedger
 from virtcap.config.schema import ExpositionSection
 from virtcap.exposition.families import FragmentCache, TaskHealth, views
+from virtcap.model.sharding import UNSHARDED
 from virtcap.service.store import SnapshotStore
 from virtcap.service.supervise import Supervisor
 
@@ -42,6 +43,8 @@ class MetricsCache:
         self._fragments = FragmentCache()
         self.exposition = ExpositionSection()
         """`exposition`: the project and domain series; set by whoever configures the exporter."""
+        self.shard = UNSHARDED
+        """This exporter's shard, exported as kube-state-metrics exports its own."""
         self.flavor_sources: Callable[[], Mapping[str, str]] | None = None
         """Each flavor of the headroom families and its source, as of now (read on the event loop)."""
         # Its own thread: renders never queue behind other work of the default pool, and the
@@ -82,6 +85,7 @@ class MetricsCache:
                 exposition=self.exposition,
                 flavors=flavors,
                 database_up=self.claims.database.up,
+                shard=self.shard,
             )
             body = await asyncio.get_running_loop().run_in_executor(self._renderer, render)
             self.body, self.version, self._gzipped = body, version, None

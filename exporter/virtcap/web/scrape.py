@@ -28,7 +28,7 @@ async def probe(request: web.Request) -> web.Response:
     if not target:
         raise web.HTTPBadRequest(text="missing the target parameter: /probe?target=HYPERVISOR\n")
     if target not in exporter.store.hypervisors:
-        raise web.HTTPBadRequest(text=f"unknown target {target!r}: not a configured hypervisor\n")
+        raise web.HTTPBadRequest(text=f"unknown target {target!r}: {exporter.config.not_here(target)}\n")
     pending = exporter.claims.pending()
     maintenance = exporter.claims.maintenance_now()
     everyone = views(exporter.store, time.time(), exporter.cache.stale_after, pending, maintenance)

@@ -78,6 +78,7 @@ async def serve(
     fleet = FleetAuditor(store, supervisor, claims)
     cache = MetricsCache(store, config.audit.staleness_bound, claims, supervisor)
     cache.exposition = config.exposition
+    cache.shard = config.shard  # a reload keeps it (reload.py)
     exporter = Exporter(
         config,
         store,
@@ -120,7 +121,13 @@ async def serve(
     scheme = "https" if web_config.ssl_context else "http"
     log.info(
         "listening",
-        extra={"address": f"{scheme}://{host or '0.0.0.0'}:{port}", "hypervisors": len(config.hypervisors)},
+        extra={
+            "address": f"{scheme}://{host or '0.0.0.0'}:{port}",
+            "hypervisors": len(config.hypervisors),
+            "configured": len(config.configured_hypervisors),
+            "shard": config.shard.ordinal,
+            "total_shards": config.shard.total,
+        },
     )
 
     stopping = asyncio.Event()
