@@ -477,10 +477,12 @@ def test_a_hung_database_gives_503_within_seconds_and_metrics_go_on(
                     started = time.monotonic()
                     status, refused = claim(server, hypervisor="small", vcpu=1)
                     assert status == 503, refused
-                    assert time.monotonic() - started < 5
+                    # the exporter's bound is 3 s; the margin is for a loaded machine, not for it
+                    assert time.monotonic() - started < 6
                     started = time.monotonic()
                     assert server.get("/metrics")[0] == 200
-                    assert time.monotonic() - started < 1
+                    # not held up by the database, whose calls wait up to 3 s
+                    assert time.monotonic() - started < 2
                 wait_for(lambda: value(server.samples(), "virtcap_claims_database_up") == 0, 10, what="down")
                 # no thread left waiting on the hung server (as libpq's cancel request would be)
                 assert server.threads() <= threads + 2
