@@ -80,7 +80,7 @@ import run as bench
 from virtcap.config.schema import AuditSettings
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.libvirtd import SEARCH_PATH, Libvirtd, daemon_owner, prepare
+from tests.libvirtd import SEARCH_PATH, Libvirtd, answers, daemon_owner, prepare
 
 REMOTE_PROGRAM = 0x20008086
 """libvirt's remote protocol (REMOTE_PROGRAM); keepalives have a program of their own."""
@@ -279,7 +279,7 @@ def tcp_daemon(directory: Path) -> Iterator[tuple[Libvirtd, int]]:
                 command, stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT, env=environment
             )
         bench.wait(
-            lambda: _answers(daemon.uri) or daemon.process is None or daemon.process.poll() is not None, 60
+            lambda: answers(daemon.uri) or daemon.process is None or daemon.process.poll() is not None, 60
         )
         if daemon.process.poll() is not None:
             raise SystemExit(f"libvirtd did not start: {daemon.log_tail()}")
@@ -289,14 +289,6 @@ def tcp_daemon(directory: Path) -> Iterator[tuple[Libvirtd, int]]:
         with contextlib.suppress(Exception):
             daemon.destroy_guests()
         daemon.stop()
-
-
-def _answers(uri: str) -> bool:
-    try:
-        libvirt.openReadOnly(uri).close()
-    except libvirt.libvirtError:
-        return False
-    return True
 
 
 DOMAIN = """<domain type='qemu'><name>{name}</name><uuid>{uuid}</uuid>

@@ -34,7 +34,7 @@ WARM_UP_SECONDS = 300
 START_SECONDS = 60
 
 
-def _answers(uri: str) -> bool:
+def answers(uri: str) -> bool:
     try:
         libvirt.openReadOnly(uri).close()
     except libvirt.libvirtError:
@@ -127,7 +127,7 @@ class Libvirtd:
                 cwd=self.directory,
             )
         deadline = time.monotonic() + START_SECONDS
-        while not _answers(self.uri):
+        while not answers(self.uri):
             if time.monotonic() > deadline or self.process.poll() is not None:
                 self.stop()
                 pytest.fail(f"the private libvirtd did not come up: {self.log_tail()}")
