@@ -1,6 +1,6 @@
 """The global view over shards: two Prometheus servers, each scraping one shard of the demo split
 in two, federated into a third that runs the mixin's rules, which then record what one Prometheus
-scraping one unsharded exporter records."""
+scraping one unsharded exporter records, and answers every dashboard panel's query."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from typing import Any
 from tests.mixin import ALERTS_FILE, RULES_FILE
 from tests.prometheus import Prometheus, running_prometheus, scrape_config
 from tests.serving import running_server, wait_for
+from tests.test_dashboards import panel_targets, substitute
 
 SHARDS = 2
 
@@ -127,3 +128,15 @@ def test_global_rules_over_federated_shards_equal_one_unsharded_exporters(tmp_pa
         shards_counts = recorded(federated, "hypervisor_storage_pool_hypervisors")
         assert sorted(shards_counts.values()) == [1.0, 2.0]
         assert set(recorded(federated, "pool:hypervisor_storage_pool_hypervisors:count").values()) == {3.0}
+
+        # the dashboards work on the global view: every panel query that has data on the
+        # unsharded Prometheus has data on the federated one (its rates a few scrapes later)
+        def panels_without_data() -> list[str]:
+            return [
+                f"{dashboard} / {panel}: {expression}"
+                for dashboard, panel, expression in panel_targets()
+                if single.query(substitute(expression)) and not federated.query(substitute(expression))
+            ]
+
+        wait_for(lambda: not panels_without_data(), 30, interval=1, what="every panel with data")
+        assert panels_without_data() == []
