@@ -92,7 +92,8 @@ _MAINTENANCE_ROW = "INSERT OR REPLACE INTO maintenance VALUES (?, ?, ?, ?, ?)"
 
 class ClaimDatabase:
     """SQLite on one dedicated thread: the event loop never waits on a disk write. One exporter's
-    own: the ledger's lock is all a transaction needs (see claims/storage.py)."""
+    own, or shared by the shards of one machine, each writing the claims of its own hypervisors
+    only (claims/ledger.py): the ledger's lock is all a transaction needs (see claims/storage.py)."""
 
     shared = False
 
@@ -118,12 +119,12 @@ class ClaimDatabase:
             raise ConfigError(f"claims.database: cannot open {self.path}: {error}") from None
 
     async def transaction(self, work: Work[_T]) -> _T:
-        """Each write is a transaction of its own: nobody else writes to the file, and the
-        ledger's lock keeps the fit test and the write together."""
+        """Each write is a transaction of its own: nobody else writes this exporter's claims to
+        the file, and the ledger's lock keeps the fit test and the write together."""
         return await work(None, self)
 
     async def wait(self) -> None:
-        await asyncio.sleep(3600)  # nobody else writes to the file
+        await asyncio.sleep(3600)  # nobody else writes this exporter's claims to the file
 
     async def changes(self) -> LedgerState | None:
         return None

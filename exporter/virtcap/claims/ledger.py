@@ -20,11 +20,18 @@ The ledger also keeps the maintenance set through the API (in the same database)
 configuration's: a change recomputes the hypervisor's capacity at once, under the same lock as
 claims, so /metrics, placements, claims and the failure tolerance see it without waiting for an
 audit; an entry whose end passed is dropped by `expire`.
+
+Shards sharing one database (one SQLite file, one PostgreSQL database) each hold only the claims
+and maintenance of the hypervisors their shard's hash assigns them (model/sharding.py), configured
+or not: every row has one shard that lists, counts, expires and deletes it, and no shard touches
+another's. A hypervisor removed from the configuration keeps its claims, as without shards, on the
+shard its name hashes to, until they expire; one added by a reload was that shard's all along.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
 import time
@@ -58,6 +65,7 @@ from virtcap.model.scheduler import (
     Rejection,
     ScheduleResult,
 )
+from virtcap.model.sharding import UNSHARDED, Shard
 from virtcap.service.snapshot import HypervisorSnapshot
 from virtcap.service.store import SnapshotStore
 
@@ -120,8 +128,16 @@ class ClaimStorageError(Exception):
 
 
 class ClaimLedger:
-    def __init__(self, settings: ClaimSettings, store: SnapshotStore, database: ClaimStorage) -> None:
+    def __init__(
+        self,
+        settings: ClaimSettings,
+        store: SnapshotStore,
+        database: ClaimStorage,
+        shard: Shard = UNSHARDED,
+    ) -> None:
         self.settings = settings
+        self.shard = shard
+        """The exporter's shard, which a reload keeps (web/reload.py): the claims it holds."""
         self.store = store
         self.database = database
         database.on_change = self._touch  # its `up` is shown in /metrics
@@ -147,8 +163,9 @@ class ClaimLedger:
         state = await self.database.start()
         if state is not None:  # None: a shared database not reachable yet, read by `follow_forever`
             # nothing audited yet, nothing to recompute (and the store must not call itself ready)
-            self.claims.update((claim.id, claim) for claim in state.claims)
-            self.maintenance = dict(state.maintenance)
+            mine = self._mine(state)
+            self.claims.update((claim.id, claim) for claim in mine.claims)
+            self.maintenance = dict(mine.maintenance)
         await self.expire()
 
     async def follow_forever(self) -> None:
@@ -167,8 +184,9 @@ class ClaimLedger:
         hypervisor whose claims or maintenance changed is recomputed. The claims released here
         whose delete the database refused, or that an audit here reconciled, stay released."""
         released = self._unwritten_deletes | self._reconciled_here.keys()
-        claims = {claim.id: claim for claim in state.claims if claim.id not in released}
         stored = {claim.id for claim in state.claims}
+        state = self._mine(state)
+        claims = {claim.id: claim for claim in state.claims if claim.id not in released}
         self._reconciled_here = {key: ends for key, ends in self._reconciled_here.items() if key in stored}
         changed = {
             name
@@ -186,6 +204,21 @@ class ClaimLedger:
         if changed:
             await self._refresh(changed)
             self._touch()  # the pending claims of hypervisors without an audit yet, too
+
+    def holds(self, claim: Claim) -> bool:
+        """Whether the claim is this shard's: one of its instances is on a hypervisor of the shard.
+        Placement keeps a claim within one shard; one made before the fleet was sharded may span
+        shards, and each of them holds it, so that no fit test leaves it out."""
+        return any(_shard_holds(self.shard, name) for name in claim.hypervisors)
+
+    def _mine(self, state: LedgerState) -> LedgerState:
+        """The stored claims and maintenance of this shard's hypervisors."""
+        if not self.shard.sharded:
+            return state
+        return LedgerState(
+            [claim for claim in state.claims if self.holds(claim)],
+            {name: entry for name, entry in state.maintenance.items() if _shard_holds(self.shard, name)},
+        )
 
     def _touch(self) -> None:
         """/metrics rendered again; not before the first audits start, or the store, empty,
@@ -581,6 +614,8 @@ class ClaimLedger:
         for claim in claims:
             if self.claims.pop(claim.id, None) is None:
                 continue  # another exporter sharing the database released it first
+            if not _shard_holds(self.shard, claim.hypervisor):
+                continue  # a claim spanning shards is counted by the shard of its first instance
             self.outcomes[outcome] += 1
             log.info(
                 f"claim {outcome}", extra={"claim": claim.id, "hypervisors": sorted(set(claim.hypervisors))}
@@ -603,6 +638,12 @@ class ClaimLedger:
             updated = await asyncio.to_thread(_with_claims, audited, pending, maintenance)
             self.store.replace_good(name, audited, updated)
         self._publish_maintenance()
+
+
+@functools.lru_cache(maxsize=65536)
+def _shard_holds(shard: Shard, name: str) -> bool:
+    """Cached: a shared ledger's changes are filtered whole, every claim's hypervisors hashed."""
+    return shard.holds(name)
 
 
 def _audited(

@@ -73,7 +73,7 @@ async def serve(
     start_libvirt_event_thread()
     store = SnapshotStore()
     supervisor = Supervisor(changed=store.touch)
-    claims = ClaimLedger(config.claims, store, claim_storage(config.claims, config.source))
+    claims = ClaimLedger(config.claims, store, claim_storage(config.claims, config.source), config.shard)
     await claims.start()
     fleet = FleetAuditor(store, supervisor, claims)
     cache = MetricsCache(store, config.audit.staleness_bound, claims, supervisor)
