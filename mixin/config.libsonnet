@@ -71,6 +71,9 @@
       maintenanceOverdue: '168h',
       cpuContention: '15m',
       storagePoolOverProvisioned: '30m',
+      shardMissing: '10m',
+      shardsDisagree: '10m',
+      claimsDatabaseDown: '5m',
     },
     severity: {
       overcommitted: 'warning',
@@ -90,6 +93,9 @@
       maintenanceOverdue: 'info',
       cpuContention: 'warning',
       storagePoolOverProvisioned: 'warning',
+      shardMissing: 'warning',
+      shardsDisagree: 'warning',
+      claimsDatabaseDown: 'warning',
     },
     // Each alert's runbook_url is this, '#', and the alert's name in lower case (its section).
     runbookURL: 'https://github.com/virtcap/virtcap/blob/main/mixin/runbook.md',

@@ -38,6 +38,9 @@ FOR_KEYS = (
     "maintenanceOverdue",
     "cpuContention",
     "storagePoolOverProvisioned",
+    "shardMissing",
+    "shardsDisagree",
+    "claimsDatabaseDown",
 )
 
 

@@ -176,7 +176,7 @@ def _github_anchors(markdown: str) -> set[str]:
 def test_alerts_follow_the_mixin_conventions() -> None:
     anchors = _github_anchors((MIXIN / "runbook.md").read_text())
     rules = alert_rules()
-    assert len(rules) == 17
+    assert len(rules) == 20
     for rule in rules:
         name = rule["alert"]
         # CamelCase words, or an acronym before one, as kubernetes-mixin's KubeCPUOvercommit
