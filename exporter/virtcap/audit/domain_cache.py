@@ -19,6 +19,11 @@ Why a kept domain's facts are still what a full audit would read:
   domain pass, so a mark that comes later is read by the next audit, which the event also asked
   for.
 
+The hypervisor's and libvirt's versions and the host name (HostReadings) are read at full audits
+only: a libvirtd restart, which brings a new libvirt, closes the connection (its next audit is
+full), and a hypervisor upgraded under a running libvirtd or a host renamed is rare enough to wait
+for the next full audit, three round trips an audit saved.
+
 What no event tells of (a volume or a disk image resized, a volume deleted under a domain that
 did not change, an image file appearing for a shut-off domain) is seen at the next full audit:
 every `resync_every` audits, after every reconnect, and at every audit where the driver refused an
@@ -86,6 +91,15 @@ class DomainChanges:
         return taken
 
 
+@dataclass(frozen=True, slots=True)
+class HostReadings:
+    """What a full audit reads of the host beside its domains and keeps for the audits after it."""
+
+    hypervisor_version: str
+    libvirt_version: str
+    hostname: str
+
+
 @dataclass(slots=True)
 class CachedDomain:
     """One domain as the last audit that read it found it, and what its facts were built from."""
@@ -117,6 +131,8 @@ class DomainCache:
     domains: dict[str, CachedDomain] = field(default_factory=dict)
     volumes: _VolumeIndex | None = None
     volumes_generation: int = 0
+    host_readings: HostReadings | None = None
+    """The versions and host name the last full audit read."""
     audits: int = 0
     """Audits finished on this connection: every `resync_every`-th, from the first, is full."""
     valid: bool = True

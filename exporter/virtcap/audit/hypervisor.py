@@ -32,7 +32,7 @@ from urllib.parse import urlsplit
 import libvirt
 
 from virtcap.audit.capabilities import CapabilitiesError, numa_cells, parse_capabilities
-from virtcap.audit.domain_cache import CachedDomain, DomainCache
+from virtcap.audit.domain_cache import CachedDomain, DomainCache, HostReadings
 from virtcap.audit.domain_states import ACTIVE_STATES, state_from_libvirt
 from virtcap.audit.domain_xml import (
     NON_LOCAL_DEVICES,
@@ -167,8 +167,7 @@ def audit_host(
     try:
         _model, memory_mib, cpus, *_ = conn.getInfo()
         hypervisor_type = conn.getType()
-        hypervisor_version = version_string(conn.getVersion())
-        libvirt_version = version_string(conn.getLibVersion())
+        readings = _host_readings(conn, cache)
     except libvirt.libvirtError as error:
         raise AuditError(f"cannot read node information: {error.get_error_message()}") from None
     sampling = cpu_window > 0 and previous_cpu is None
@@ -206,10 +205,10 @@ def audit_host(
     )
     shared_pools = volumes.shared_pools()
     return HostFacts(
-        hostname=_hostname(conn),
+        hostname=readings.hostname,
         hypervisor_type=hypervisor_type,
-        hypervisor_version=hypervisor_version,
-        libvirt_version=libvirt_version,
+        hypervisor_version=readings.hypervisor_version,
+        libvirt_version=readings.libvirt_version,
         cpus=cpus,
         online_cpus=_online_cpus(conn),
         memory_bytes=memory_mib * MIB,
@@ -481,6 +480,21 @@ def _device_label(device: VirNodeDevice) -> str:
         return f"node device {device.name()}"
     except libvirt.libvirtError:
         return "node device ?"
+
+
+def _host_readings(conn: VirConnect, cache: DomainCache | None) -> HostReadings:
+    """The versions and the host name: read at full audits, kept by the cache between them (see
+    virtcap.audit.domain_cache for why). Raises libvirt's error where a version cannot be read."""
+    if cache is not None and cache.host_readings is not None and not cache.next_is_full():
+        return cache.host_readings
+    readings = HostReadings(
+        hypervisor_version=version_string(conn.getVersion()),
+        libvirt_version=version_string(conn.getLibVersion()),
+        hostname=_hostname(conn),
+    )
+    if cache is not None:
+        cache.host_readings = readings
+    return readings
 
 
 def _hostname(conn: VirConnect) -> str:
