@@ -656,11 +656,7 @@ def _read_all_domains(
     reads = 0
     for domain, state_code in _list_domains(conn):
         reads += 1
-        try:
-            read = _read_definition(domain, state_code, ownership)
-        except DomainUnreadableError as unreadable:
-            problems.append(str(unreadable))
-            continue
+        read = _read_or_report(domain, state_code, ownership, problems)
         if read is not None:
             domains.append(_domain_facts(domain, *read, volumes, {}))
     return domains, reads
@@ -696,14 +692,9 @@ def _audit_domains_with(
         kept = cache.domains.get(uuid)
         if full or not uuid or kept is None or state_code != kept.state_code or uuid in changes.domains:
             reads += 1
-            try:
-                definition_read = _read_definition(domain, state_code, ownership)
-            except DomainUnreadableError as unreadable:
-                problems.append(str(unreadable))
-                continue
-            if definition_read is None:
-                continue  # gone while being read
-            present.append((domain, uuid, definition_read))
+            definition_read = _read_or_report(domain, state_code, ownership, problems)
+            if definition_read is not None:
+                present.append((domain, uuid, definition_read))
         else:
             present.append((domain, uuid, None))
     # A domain read again may name a volume created since the index was read (libvirt tells of no
@@ -752,6 +743,18 @@ def _volumes_for(
     ):
         return cache.new_volumes(_VolumeIndex(conn, block_info_is_real=block_info_is_real)), True
     return volumes, False
+
+
+def _read_or_report(
+    domain: VirDomain, state_code: int | None, ownership: OwnershipMetadata | None, problems: list[str]
+) -> tuple[int, DomainDefinition] | None:
+    """`_read_definition`, an unreadable domain reported among `problems` (left out of the
+    accounting, never a failure of its host); None for that, and for a domain gone while read."""
+    try:
+        return _read_definition(domain, state_code, ownership)
+    except DomainUnreadableError as unreadable:
+        problems.append(str(unreadable))
+        return None
 
 
 def _read_definition(
