@@ -93,7 +93,7 @@ STEADY_AUDITS = 3
 """Audits of every hypervisor after its first, counted before its figures are read."""
 NAMESPACE_PREFIX = "virtcap-bench-"
 COMPARED = (
-    "hypervisor_resource_total",
+    "hypervisor_resource_size",
     "hypervisor_resource_limit",
     "hypervisor_resource_allocated",
     "hypervisor_resource_used",

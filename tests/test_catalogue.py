@@ -177,6 +177,8 @@ def test_an_entry_is_checked_when_it_is_written() -> None:
         MetricFamily("virtcap_things", "counter", "Things.", ())
     with pytest.raises(ValueError, match="_info"):
         MetricFamily("virtcap_identity", "info", "Identity.", ())
+    with pytest.raises(ValueError, match="only a counter"):
+        MetricFamily("virtcap_resource_total", "gauge", "A size named like a counter.", ())
     with pytest.raises(ValueError, match="unit"):
         MetricFamily("virtcap_wait", "gauge", "Wait.", (), "seconds")
     with pytest.raises(ValueError, match="unit"):

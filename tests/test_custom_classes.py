@@ -57,17 +57,17 @@ def test_a_custom_class_from_configuration_to_claim(tmp_path: Path) -> None:
     fpga = {"hypervisor": "accel", "resource": "custom_fpga", "unit": "integer"}
     with running_server(["--config", str(config)], tmp_path) as server:
         samples = server.samples()
-        assert value(samples, "hypervisor_resource_total", **fpga) == 8
+        assert value(samples, "hypervisor_resource_size", **fpga) == 8
         assert value(samples, "hypervisor_resource_reserved", **fpga) == 1
         assert value(samples, "hypervisor_resource_limit", **fpga) == 7
         assert value(samples, "hypervisor_resource_used", **fpga) == 3  # 2 + 1 of a granular group
         assert value(samples, "hypervisor_resource_free", **fpga) == 4
         licence = {"hypervisor": "plain", "resource": "custom_licence", "unit": "integer"}
-        assert value(samples, "hypervisor_resource_total", **licence) == 4  # from defaults
+        assert value(samples, "hypervisor_resource_size", **licence) == 4  # from defaults
         # the guest is on "plain" too, which has no FPGA: its usage shows, against nothing
         no_fpga = {"hypervisor": "plain", "resource": "custom_fpga", "unit": "integer"}
         assert (
-            value(samples, "hypervisor_resource_total", **no_fpga),
+            value(samples, "hypervisor_resource_size", **no_fpga),
             value(samples, "hypervisor_resource_free", **no_fpga),
         ) == (0, -3)
 

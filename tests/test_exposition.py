@@ -61,7 +61,7 @@ def test_every_family_with_its_labels(store: SnapshotStore) -> None:
     samples = exposition(store)
     assert value(samples, "hypervisor_up", hypervisor="mixed") == 1.0
     labels = {"hypervisor": "mixed", "resource": "vcpu", "unit": "cpus"}
-    assert value(samples, "hypervisor_resource_total", **labels) == 1
+    assert value(samples, "hypervisor_resource_size", **labels) == 1
     assert value(samples, "hypervisor_resource_reserved", **labels) == 0
     assert value(samples, "hypervisor_resource_limit", **labels) == 4
     assert value(samples, "hypervisor_resource_used", **labels) == 12

@@ -18,7 +18,7 @@ from tests.test_dashboards import panel_targets, substitute
 SHARDS = 2
 
 FLEET_RULES = (
-    "resource:hypervisor_resource_total:sum",
+    "resource:hypervisor_resource_size:sum",
     "resource:hypervisor_resource_reserved:sum",
     "resource:hypervisor_resource_limit:sum",
     "resource:hypervisor_resource_used:sum",

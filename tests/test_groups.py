@@ -283,7 +283,7 @@ def test_one_membership_series_per_group_and_fleet_totals_count_a_host_once(
     assert grouped_elsewhere == []
     memory = {"resource": "memory", "unit": "bytes"}
     totals = {
-        dict(k)["hypervisor"]: v for k, v in series(samples, "hypervisor_resource_total", **memory).items()
+        dict(k)["hypervisor"]: v for k, v in series(samples, "hypervisor_resource_size", **memory).items()
     }
     assert totals == {name: gib * GIB for name, gib in MEMORY_GIB.items()}
     assert sum(totals.values()) == (64 + 32 + 128 + 16) * GIB  # h1 once, though in two aggregates

@@ -185,7 +185,7 @@ COMPARED = (
     "hypervisor_resource_allocated",
     "hypervisor_domains",
     "hypervisor_audit_problems",
-    "hypervisor_resource_total",
+    "hypervisor_resource_size",
 )
 
 

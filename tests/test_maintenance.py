@@ -382,7 +382,7 @@ def test_the_api_takes_a_hypervisor_out_at_once_and_gives_it_back(server: Server
     assert metric(server, "hypervisor_maintenance", hypervisor="big") == 0
     fits = metric(server, "hypervisor_schedulable_instances", **big)
     assert fits is not None and fits > 0
-    total = metric(server, "hypervisor_resource_total", hypervisor="big", resource="memory", unit="bytes")
+    total = metric(server, "hypervisor_resource_size", hypervisor="big", resource="memory", unit="bytes")
     used = metric(server, "hypervisor_resource_used", hypervisor="big", resource="memory", unit="bytes")
     audits = metric(server, "virtcap_audits_total", hypervisor="big", outcome="success")
     assert call(server, "POST", "/api/v1/placements", {"flavor": "m1.small"})[1]["placed"] == ["big"]
@@ -406,7 +406,7 @@ def test_the_api_takes_a_hypervisor_out_at_once_and_gives_it_back(server: Server
     eventually(server, "hypervisor_schedulable_instances", 0, **big)
     assert metric(server, "hypervisor_maintenance_end_timestamp_seconds", hypervisor="big") is None
     assert (
-        metric(server, "hypervisor_resource_total", hypervisor="big", resource="memory", unit="bytes")
+        metric(server, "hypervisor_resource_size", hypervisor="big", resource="memory", unit="bytes")
         == total
     )
     assert (

@@ -19,7 +19,7 @@ from virtcap.web.server import DEFAULT_PORT
 MIXED = Path(__file__).parent / "fixtures" / "mixed-node.xml"
 REQUIRED_FAMILIES = {
     "hypervisor_up": {"hypervisor"},
-    "hypervisor_resource_total": {"hypervisor", "resource", "unit"},
+    "hypervisor_resource_size": {"hypervisor", "resource", "unit"},
     "hypervisor_resource_reserved": {"hypervisor", "resource", "unit"},
     "hypervisor_resource_limit": {"hypervisor", "resource", "unit"},
     "hypervisor_resource_used": {"hypervisor", "resource", "unit"},
@@ -74,6 +74,18 @@ def test_demo_exposes_every_family_with_its_labels(tmp_path: Path) -> None:
         assert server.get("/-/healthy")[0] == 200
 
 
+def test_promtool_has_no_remark_on_the_demos_metrics(tmp_path: Path) -> None:
+    """`promtool check metrics` lints names, types, units and help texts: any remark at all fails."""
+    with running_server(["--demo"], tmp_path) as server:
+        wait_for(lambda: series(server.samples(), "hypervisor_info"), 10, what="hypervisor_info")
+        status, body = server.get("/metrics")
+    assert status == 200
+    checked = subprocess.run(
+        ["promtool", "check", "metrics"], input=body, capture_output=True, check=False, timeout=60
+    )
+    assert (checked.returncode, checked.stdout + checked.stderr) == (0, b"")
+
+
 def test_probe_serves_one_target_and_refuses_unknown_ones(tmp_path: Path) -> None:
     with running_server(["--demo"], tmp_path) as server:
         status, body = server.get("/probe?target=compute-05")
@@ -82,7 +94,7 @@ def test_probe_serves_one_target_and_refuses_unknown_ones(tmp_path: Path) -> Non
         hypervisors = {dict(key).get("hypervisor") for _, key in samples} - {None}
         assert hypervisors == {"compute-05"}
         assert (
-            value(samples, "hypervisor_resource_total", hypervisor="compute-05", resource="pcpu", unit="cpus")
+            value(samples, "hypervisor_resource_size", hypervisor="compute-05", resource="pcpu", unit="cpus")
             == 2
         )
         status, body = server.get("/probe?target=compute-99")

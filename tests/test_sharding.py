@@ -200,7 +200,7 @@ def test_bad_flags_exit_2_with_one_line_naming_the_flag(
 COMPARED = (
     "hypervisor_up",
     "hypervisor_schedulable_instances",
-    "hypervisor_resource_total",
+    "hypervisor_resource_size",
     "hypervisor_resource_reserved",
     "hypervisor_resource_limit",
     "hypervisor_resource_used",

@@ -38,7 +38,7 @@ local alert = (import '../lib/alerts.libsonnet').alert;
             'memoryPressure',
             |||
               hypervisor_resource_actual_usage{%(selector)s, resource="memory"}
-                / hypervisor_resource_total{%(selector)s, resource="memory"} > %(memoryPressureRatio)g
+                / hypervisor_resource_size{%(selector)s, resource="memory"} > %(memoryPressureRatio)g
             ||| % $._config,
             'A hypervisor is running out of physical memory.',
             '{{ $labels.hypervisor }} really uses {{ $value | humanizePercentage }} of its physical memory: its guests may be swapped or killed.',

@@ -21,7 +21,7 @@ local fleetDashboard(config) =
     [
       t('resource:hypervisor_resource_limit:sum{%s, resource="%s"}' % [f, resource], 'limit'),
       t('resource:hypervisor_resource_used:sum{%s, resource="%s"}' % [f, resource], 'used'),
-      t('resource:hypervisor_resource_total:sum{%s, resource="%s"}' % [f, resource], 'physical total'),
+      t('resource:hypervisor_resource_size:sum{%s, resource="%s"}' % [f, resource], 'physical total'),
     ] + (if measured then [t('resource:hypervisor_resource_actual_usage:sum{%s, resource="%s"}' % [f, resource], 'actual usage')] else []),
     width=12,
   );

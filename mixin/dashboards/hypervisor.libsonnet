@@ -32,7 +32,7 @@ local hypervisorDashboard(config) =
         'Per hypervisor and resource, in cpus or bytes: total, reserved, the limit (total - reserved) x ratio, used (allocated + claimed), claimed and free. Free is negative beyond the policy.',
         'short',
         [
-          t('hypervisor_resource_total{%s}' % h, instant=true, format='table'),
+          t('hypervisor_resource_size{%s}' % h, instant=true, format='table'),
           t('hypervisor_resource_reserved{%s}' % h, instant=true, format='table'),
           t('hypervisor_resource_limit{%s}' % h, instant=true, format='table'),
           t('hypervisor_resource_used{%s}' % h, instant=true, format='table'),
@@ -60,7 +60,7 @@ local hypervisorDashboard(config) =
         [
           t('hypervisor_resource_actual_usage{%s, resource="memory"}' % h, '{{hypervisor}} actual'),
           t('hypervisor_resource_used{%s, resource="memory"}' % h, '{{hypervisor}} allocated'),
-          t('hypervisor_resource_total{%s, resource="memory"}' % h, '{{hypervisor}} physical'),
+          t('hypervisor_resource_size{%s, resource="memory"}' % h, '{{hypervisor}} physical'),
         ],
       ),
       g.timeseries(

@@ -63,7 +63,7 @@ local joins = import '../lib/joins.libsonnet';
             record: 'resource:hypervisor_resource_effective_overcommit:ratio',
             expr: |||
               resource:hypervisor_resource_used:sum
-                / (resource:hypervisor_resource_total:sum - resource:hypervisor_resource_reserved:sum)
+                / (resource:hypervisor_resource_size:sum - resource:hypervisor_resource_reserved:sum)
             |||,
           },
           {
@@ -74,7 +74,7 @@ local joins = import '../lib/joins.libsonnet';
             record: 'hypervisor_resource:hypervisor_resource_effective_overcommit:ratio',
             expr: |||
               hypervisor_resource_used{%(selector)s}
-                / (hypervisor_resource_total{%(selector)s} - hypervisor_resource_reserved{%(selector)s})
+                / (hypervisor_resource_size{%(selector)s} - hypervisor_resource_reserved{%(selector)s})
             ||| % $._config,
           },
         ],

@@ -56,6 +56,9 @@ class MetricFamily:
         suffix = {"counter": "_total", "info": "_info"}.get(self.type, "")
         if not self.name.endswith(suffix):
             raise ValueError(f"a {self.type} is named ...{suffix}: {self.name}")
+        if self.type != "counter" and self.name.endswith("_total"):
+            # Prometheus and OpenMetrics keep the suffix for counters: `rate()` reads it as one
+            raise ValueError(f"only a counter is named ..._total: {self.name}")
         if self.info_labels and self.type != "info":
             raise ValueError(f"only an info family has info labels: {self.name}")
         if self.unit == UNIT_LABEL and "unit" not in self.labels:
@@ -104,8 +107,8 @@ HYPERVISOR_UP = MetricFamily(
     _HYPERVISOR,
     meaning="1 if the last audit succeeded",
 )
-RESOURCE_TOTAL = MetricFamily(
-    "hypervisor_resource_total",
+RESOURCE_SIZE = MetricFamily(
+    "hypervisor_resource_size",
     "gauge",
     "Physical amount of the resource, as of the last successful background audit.",
     _AMOUNT,
@@ -564,7 +567,7 @@ DOMAIN_INFO = MetricFamily(
 )
 
 RESOURCE_AMOUNTS: tuple[MetricFamily, ...] = (
-    RESOURCE_TOTAL,
+    RESOURCE_SIZE,
     RESOURCE_RESERVED,
     RESOURCE_LIMIT,
     RESOURCE_USED,
