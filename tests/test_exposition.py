@@ -121,7 +121,7 @@ def test_unknown_amounts_have_no_series_and_allocations_still_do(tmp_path: Path)
     store.record(snapshot, "success")
     samples = exposition(store)
     disk = {"hypervisor": "fresh", "resource": "disk", "unit": "bytes"}
-    for family in ("total", "reserved", "limit", "free", "actual_usage"):
+    for family in ("size", "reserved", "limit", "free", "actual_usage"):
         assert value(samples, f"hypervisor_resource_{family}", **disk) is None, family
     assert value(samples, "hypervisor_resource_used", **disk) == 540 * GIB
     assert value(samples, "hypervisor_resource_claimed", **disk) == 0
@@ -310,7 +310,7 @@ def test_custom_classes_are_in_every_resource_family_and_the_report(tmp_path: Pa
     store.record(snapshot, "success")
     samples = exposition(store)
     fpga_series = {"hypervisor": "fresh", "resource": "custom_fpga", "unit": "integer"}
-    amounts = {"total": 4, "reserved": 1, "limit": 3, "used": 3, "free": 0, "claimed": 1}
+    amounts = {"size": 4, "reserved": 1, "limit": 3, "used": 3, "free": 0, "claimed": 1}
     for family, amount in amounts.items():
         assert value(samples, f"hypervisor_resource_{family}", **fpga_series) == amount, family
     assert value(samples, "hypervisor_resource_actual_usage", **fpga_series) is None  # unknown

@@ -406,8 +406,7 @@ def test_the_api_takes_a_hypervisor_out_at_once_and_gives_it_back(server: Server
     eventually(server, "hypervisor_schedulable_instances", 0, **big)
     assert metric(server, "hypervisor_maintenance_end_timestamp_seconds", hypervisor="big") is None
     assert (
-        metric(server, "hypervisor_resource_size", hypervisor="big", resource="memory", unit="bytes")
-        == total
+        metric(server, "hypervisor_resource_size", hypervisor="big", resource="memory", unit="bytes") == total
     )
     assert (
         metric(server, "hypervisor_resource_used", hypervisor="big", resource="memory", unit="bytes") == used
