@@ -42,6 +42,10 @@ Requests (`op`):
   Nova's NUMA topology for it, where it fits and how many fit in a row, with their PCI devices
   for flavors asking for some (see `numa` below).
 
+- `numa_guests` {the `numa` op's host, guests, flavors}: the guests placed on the host one after
+  another as nova-compute places them, with the definition Nova's libvirt driver writes for each
+  (see oracle_guests.py), then the flavors as the `numa` op answers them.
+
 - `weights` {hosts, multipliers, lists}: Nova's weighing of host states (`HostWeightHandler`'s
   `get_weighed_objects` with the RAM, CPU and disk weighers, in that order, under
   `[filter_scheduler] ram_weight_multiplier`, `cpu_weight_multiplier`, `disk_weight_multiplier`):
@@ -564,6 +568,22 @@ def _numa_host(request: dict[str, Any]) -> Any:
     """The host's NUMATopology from the libvirt driver's own `_get_host_numa_topology`, given the
     capabilities' `<topology>` written from the question's cells, the online CPUs and the CPU
     sets and reserved_huge_pages as nova.conf options; then the question's usage put on it."""
+    from nova.virt.libvirt import driver as libvirt_driver  # noqa: PLC0415
+
+    host = libvirt_driver.LibvirtDriver._get_host_numa_topology(_numa_driver(request))
+    for cell in host.cells:
+        usage = request.get("usage", {}).get(str(cell.id), {})
+        cell.pinned_cpus = set(usage.get("pinned", []))
+        cell.cpu_usage = usage.get("cpu_usage", 0)
+        cell.memory_usage = usage.get("memory_usage", 0)
+        for pages in cell.mempages:
+            pages.used = usage.get("pages_used", {}).get(str(pages.size_kb), 0)
+    return host
+
+
+def _numa_driver(request: dict[str, Any]) -> Any:
+    """What the libvirt driver's host methods read of `self`: the host's capabilities (the
+    question's cells), its online CPUs, the reserved hugepages of nova.conf, NUMA support."""
     from types import SimpleNamespace  # noqa: PLC0415
 
     from nova.conf import neutron as neutron_conf  # noqa: PLC0415
@@ -599,15 +619,7 @@ def _numa_host(request: dict[str, Any]) -> Any:
     )
     driver._get_vcpu_available = lambda: libvirt_driver.LibvirtDriver._get_vcpu_available(driver)
     driver._get_pcpu_available = lambda: libvirt_driver.LibvirtDriver._get_pcpu_available(driver)
-    host = libvirt_driver.LibvirtDriver._get_host_numa_topology(driver)
-    for cell in host.cells:
-        usage = request.get("usage", {}).get(str(cell.id), {})
-        cell.pinned_cpus = set(usage.get("pinned", []))
-        cell.cpu_usage = usage.get("cpu_usage", 0)
-        cell.memory_usage = usage.get("memory_usage", 0)
-        for pages in cell.mempages:
-            pages.used = usage.get("pages_used", {}).get(str(pages.size_kb), 0)
-    return host
+    return driver
 
 
 def _numa_pci_stats(question: dict[str, Any]) -> Any:
@@ -853,6 +865,11 @@ def main() -> None:
                 # beside this script, which runs as a script: its folder is on the path
                 reply: dict[str, Any] = importlib.import_module("oracle_vgpu").vgpu(request)
                 return reply
+            if op == "numa_guests":
+                guests: dict[str, Any] = importlib.import_module("oracle_guests").numa_guests(
+                    request, sys.modules[__name__]
+                )
+                return guests
             if op == "weights":
                 return weights(request)
             if op == "filters":

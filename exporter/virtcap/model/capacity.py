@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TypedDict
 
 from virtcap.model.facts import DomainFacts, DomainState, HostFacts
+from virtcap.model.memory_backing import hugepage_backed_bytes
 from virtcap.model.nova import nova_allocation
 from virtcap.model.pci import PciAlias, PciDeviceSpec
 from virtcap.model.placement import (
@@ -180,7 +181,8 @@ class HostCapacity:
     schedulable: Mapping[str, int]
     hugepage_memory_bytes: int = 0
     """Memory of counted domains backed by hugepages: part of used memory (Nova allocates it as
-    MEMORY_MB), and also held in hugepages, which Nova tracks per NUMA cell."""
+    MEMORY_MB), and also held in hugepages, which Nova tracks per NUMA cell. Of a domain whose
+    guest cells are not all backed by hugepages, only theirs (memory_backing)."""
     bottlenecks: Mapping[str, Resource | None] = field(default_factory=dict)
     """Per flavor, the resource that limits how many more instances fit (None where its NUMA fit
     or its devices limit it more: see `placement_limited`)."""
@@ -345,13 +347,16 @@ def host_capacity(
     allocated: dict[Resource, dict[DomainState, int]] = {}
     domains_by_state = dict.fromkeys(STATES, 0)
     hugepage_bytes = 0
+    small_page_kib = min((page.size_kib for cell in facts.numa_cells for page in cell.pages), default=None)
     for domain in facts.domains:
         domains_by_state[domain.state] += 1
         allocation = domain_allocation(domain, policy.cpu_dedicated_set)
         for resource, amount in allocation.items():
             allocated.setdefault(resource, dict.fromkeys(STATES, 0))[domain.state] += amount
         if domain.hugepages and domain.state in policy.counted_states:
-            hugepage_bytes += allocation.get(Resource.MEMORY, 0)
+            backed = hugepage_backed_bytes(domain, small_page_kib)
+            # all of it: what Nova allocates; some guest cells only: their own memory
+            hugepage_bytes += allocation.get(Resource.MEMORY, 0) if backed >= domain.memory_bytes else backed
     actual = host_actual_usage(facts)
     claimed = claimed or {}
     vgpus = vgpu_capacity(facts, policy.enabled_mdev_types, policy.counted_states)

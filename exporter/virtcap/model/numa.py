@@ -52,6 +52,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from virtcap.model.facts import DomainFacts, DomainState, NumaCell
+from virtcap.model.memory_backing import cell_page_size
 from virtcap.model.pci import (
     PciAlias,
     PciPool,
@@ -234,9 +235,9 @@ def host_cells(
       the flavor asks for `hw:cpu_thread_policy=isolate`); any other vCPU adds one to the cell's
       shared CPU usage. Emulator pins inside the dedicated CPUs are pinned too when the flavor
       asks for `hw:emulator_threads_policy=isolate`.
-    - Its memory (MiB) adds to the cell's memory usage; hugepage-backed memory uses pages of its
-      size (the host's smallest hugepage size for a bare `<hugepages/>`), other memory the small
-      pages, as Nova counts them.
+    - Its memory (MiB) adds to the cell's memory usage, and uses the pages libvirt backs the
+      guest cell with (memory_backing.cell_page_size: the `<page>` naming the cell, else the one
+      without a nodeset, else the small pages), as Nova counts them.
     """
     online = online_cpus if online_cpus is not None else frozenset().union(*(c.cpus for c in cells))
     if cpu_shared_set is not None:
@@ -331,7 +332,7 @@ def _domain_usage(domain: DomainFacts, cells: Mapping[int, HostCell]) -> dict[in
             continue
         memory_mib = memory_bytes // MIB
         usage[home].memory_mib += memory_mib
-        size = _backing_size(domain, guest_id, cells[home])
+        size = cell_page_size(domain, guest_id, sorted(pages.size_kib for pages in cells[home].pages))
         if size is not None:
             usage[home].pages[size] = usage[home].pages.get(size, 0) + memory_mib * KIB_PER_MIB // size
     if emulator_policy == "isolate" and placement.emulator_pins:
@@ -371,21 +372,6 @@ def _guest_cell_home(
     if not pins or any(pin is None for pin in pins):
         return None
     return _single(frozenset().union(*(pin for pin in pins if pin)), cell_of_cpu)
-
-
-def _backing_size(domain: DomainFacts, guest_id: int, cell: HostCell) -> int | None:
-    """The page size backing a guest cell's memory: a hugepage size, else the small pages."""
-    sizes = sorted(pages.size_kib for pages in cell.pages)
-    if not sizes:
-        return None
-    for backing in domain.placement.hugepages:
-        if backing.guest_cells is None or guest_id in backing.guest_cells:
-            if backing.size_kib is not None:
-                return backing.size_kib
-            return sizes[1] if len(sizes) > 1 else None
-    if domain.hugepages and len(sizes) > 1:
-        return sizes[1]
-    return sizes[0]
 
 
 # --- the instance --------------------------------------------------------------------------------
