@@ -173,6 +173,7 @@ def test_checks_beyond_the_bound_are_answered_503_and_a_cached_scraper_still_pas
     busy = next(answer for answer in answers if answer is not None and answer.status == 503)
     assert busy.headers["Retry-After"] == "1"
     assert pool.pending == 0
+    assert basic_auth.checks_under_way == 0  # nothing is kept of the wrong passwords but their checks
 
 
 def test_a_request_that_gives_up_frees_its_place_in_the_queue() -> None:
@@ -188,6 +189,61 @@ def test_a_request_that_gives_up_frees_its_place_in_the_queue() -> None:
         return pool.pending
 
     assert asyncio.run(give_up()) == 0
+
+
+def test_the_same_credentials_sent_at_once_are_checked_once() -> None:
+    # A batch from one client: the requests wait for the one check under way, and waiting takes
+    # no place in the bound (one place here), so none is turned away as busy.
+    pool = auth.BcryptPool(threads=1, max_pending=1)
+    basic_auth = auth.BasicAuth({"alice": bcrypt.hashpw(b"right", bcrypt.gensalt(rounds=10))}, pool=pool)
+
+    async def batch(password: str) -> list[auth.Verdict]:
+        return await asyncio.gather(*(basic_auth.verdict(basic("alice", password)) for _ in range(50)))
+
+    assert asyncio.run(batch("right")) == [auth.Verdict.ALLOWED] * 50
+    assert asyncio.run(batch("wrong")) == [auth.Verdict.REFUSED] * 50
+    assert basic_auth.checks_under_way == 0
+    assert pool.pending == 0
+
+
+def test_requests_waiting_for_a_check_get_its_verdict_when_the_first_one_gives_up() -> None:
+    pool = auth.BcryptPool(threads=1, max_pending=1)
+    basic_auth = auth.BasicAuth({"alice": bcrypt.hashpw(b"right", bcrypt.gensalt(rounds=10))}, pool=pool)
+
+    async def scenario() -> tuple[list[auth.Verdict], bool]:
+        first = asyncio.create_task(basic_auth.verdict(basic("alice", "right")))
+        await asyncio.sleep(0.01)  # its check has begun
+        waiting = [asyncio.create_task(basic_auth.verdict(basic("alice", "right"))) for _ in range(5)]
+        await asyncio.sleep(0.01)
+        first.cancel()
+        verdicts = await asyncio.gather(*waiting)
+        await asyncio.gather(first, return_exceptions=True)
+        return verdicts, first.cancelled()
+
+    verdicts, cancelled = asyncio.run(scenario())
+    assert cancelled
+    assert verdicts == [auth.Verdict.ALLOWED] * 5
+    assert basic_auth.checks_under_way == 0
+
+
+def test_a_check_nobody_waits_for_any_more_is_dropped() -> None:
+    pool = auth.BcryptPool(threads=1, max_pending=2)
+    basic_auth = auth.BasicAuth({"alice": bcrypt.hashpw(b"right", bcrypt.gensalt(rounds=10))}, pool=pool)
+
+    async def give_up() -> tuple[auth.Verdict, int]:
+        busy = asyncio.create_task(basic_auth.verdict(basic("alice", "wrong-1")))  # holds the thread
+        await asyncio.sleep(0.01)
+        queued = [asyncio.create_task(basic_auth.verdict(basic("alice", "wrong-2"))) for _ in range(3)]
+        await asyncio.sleep(0.01)
+        for task in queued:
+            task.cancel()
+        await asyncio.gather(*queued, return_exceptions=True)
+        return await busy, pool.pending
+
+    verdict, pending = asyncio.run(give_up())
+    assert verdict is auth.Verdict.REFUSED
+    assert pending == 0
+    assert basic_auth.checks_under_way == 0
 
 
 def test_new_users_replace_the_old_ones_and_their_cached_credentials() -> None:

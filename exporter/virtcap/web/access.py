@@ -9,8 +9,6 @@ agree on one version of the file, and so that a bad re-read is logged once and c
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import hashlib
 import logging
 import ssl
@@ -39,8 +37,6 @@ log = logging.getLogger("virtcap.web.webconfig")
 
 CHECK_INTERVAL_SECONDS = 1.0
 """How often, at most, the files are looked at again (on a new connection or request)."""
-_DRAIN_BYTES = 64 * 1024
-_DRAIN_SECONDS = 1.0
 
 
 def _never(_request: web.Request) -> bool:
@@ -161,25 +157,25 @@ class WebConfigSource:
 
     def middleware(self, readers_skip: Callable[[web.Request], bool] = _never) -> Middleware:
         """Rate limit (429), client certificate SANs (403), then readers' basic auth (401, or 503
-        when bcrypt is saturated) for the requests `readers_skip` does not exempt."""
+        when bcrypt is saturated) for the requests `readers_skip` does not exempt.
+
+        A refusal is answered at once, before the body: aiohttp reads and drops the rest of it
+        after the answer (its lingering time), so the client sees the answer, not a reset."""
 
         @web.middleware
         async def web_config(request: web.Request, handler: Handler) -> web.StreamResponse:
             config = self.current()
             if self._limiter is not None and not self._limiter.allow():
-                await _drain(request)
                 return web.Response(status=429, text="Too Many Requests\n")
             if config.client_allowed_sans is not None and not peer_has_san(
                 request, config.client_allowed_sans
             ):
-                await _drain(request)
                 return web.Response(
                     status=403, text="Forbidden: the client certificate carries none of the allowed SANs\n"
                 )
             if config.users and not readers_skip(request):
                 refused = await self.readers.refusal(request.headers.get("Authorization"))
                 if refused is not None:
-                    await _drain(request)
                     return refused
             return await handler(request)
 
@@ -189,12 +185,3 @@ class WebConfigSource:
         """http_server_config.headers on every response; a handler's own value wins, as in Go."""
         for name, value in self.current().headers.items():
             response.headers.setdefault(name, value)
-
-
-async def _drain(request: web.Request) -> None:
-    """Read a little of an unread body, so that the client sees the refusal and not a reset."""
-    if not request.body_exists:
-        return
-    with contextlib.suppress(Exception):
-        async with asyncio.timeout(_DRAIN_SECONDS):
-            await request.content.read(_DRAIN_BYTES)

@@ -13,6 +13,10 @@
   successes enter that cache, so a flood of wrong passwords cannot evict a scraper's entry, and a
   cached scraper is never turned away by the flood. Failures are remembered in a small cache of
   their own, so that a client retrying the same wrong password costs no more bcrypt.
+- Credentials already being checked are not checked again (single flight): a batch of requests
+  sent at once with the same credentials waits for the one check and takes its verdict, and the
+  waiting requests take no place in the pool's bound. The check belongs to no request: it goes on
+  while any request still waits for it, whichever gave up, and is dropped when none does.
 """
 
 from __future__ import annotations
@@ -22,7 +26,9 @@ import base64
 import binascii
 import collections
 import concurrent.futures
+import dataclasses
 import enum
+import functools
 import hashlib
 import re
 import threading
@@ -103,6 +109,13 @@ class BcryptPool:
         return self._pending
 
     async def check(self, password: bytes, hashed: bytes) -> bool:
+        return await self.start(password, hashed)
+
+    def start(self, password: bytes, hashed: bytes) -> asyncio.Future[bool]:
+        """The check, under way; BcryptBusyError at once when the bound is reached.
+
+        Cancelling the future drops the check if no thread has taken it up yet.
+        """
         with self._lock:
             if self._pending >= self.max_pending:
                 raise BcryptBusyError
@@ -115,7 +128,7 @@ class BcryptPool:
         # Counted until the thread is done with it, not until the request gives up waiting: a
         # cancelled request must not make room for more work than the threads can do.
         future.add_done_callback(self._finished)
-        return await asyncio.wrap_future(future)
+        return asyncio.wrap_future(future)
 
     def _finished(self, _future: concurrent.futures.Future[bool] | None) -> None:
         with self._lock:
@@ -182,6 +195,14 @@ def _typical_cost(users: Mapping[str, bytes]) -> int:
     return max(counts, key=lambda cost: (counts[cost], cost))
 
 
+@dataclasses.dataclass(eq=False)
+class _Check:
+    """One bcrypt check under way, and how many requests wait for its verdict."""
+
+    matches: asyncio.Future[bool]
+    waiting: int = 0
+
+
 class BasicAuth:
     """Who may pass: user name to bcrypt hash. No users: nobody passes."""
 
@@ -192,9 +213,16 @@ class BasicAuth:
         self._pool = pool
         self._verified: set[bytes] = set()
         self._refused: collections.OrderedDict[bytes, None] = collections.OrderedDict()
+        self._checking: dict[bytes, _Check] = {}
+        """The checks under way by credential digest: an entry lasts as long as its check."""
         self._users: dict[str, bytes] = {}
+        self._generation = 0
         self._dummy: bytes | None = None
         self.replace_users(users)
+
+    @property
+    def checks_under_way(self) -> int:
+        return len(self._checking)
 
     def replace_users(self, users: Mapping[str, bytes]) -> None:
         """New users (a reloaded configuration); unchanged users keep their cached credentials."""
@@ -202,6 +230,7 @@ class BasicAuth:
         if users == self._users:
             return
         self._users = users
+        self._generation += 1  # a check under way for the old users must not fill the new caches
         self._dummy = _dummy_hash(_typical_cost(users)) if users else None
         # Entries of removed users or old hashes could never match again: drop what they hold.
         self._verified.clear()
@@ -226,20 +255,40 @@ class BasicAuth:
         if key in self._refused:
             self._refused.move_to_end(key)
             return Verdict.REFUSED
-        pool = self._pool if self._pool is not None else shared_bcrypt_pool()
-        try:
-            matches = await pool.check(password, checked)
-        except BcryptBusyError:
+        check = self._checking.get(key)
+        if check is None or check.matches.cancelled():
+            pool = self._pool if self._pool is not None else shared_bcrypt_pool()
+            try:
+                check = _Check(pool.start(password, checked))
+            except BcryptBusyError:
+                return Verdict.BUSY
+            self._checking[key] = check
+            check.matches.add_done_callback(
+                functools.partial(self._remember, key, check, known, self._generation)
+            )
+        matches = await _wait_for(check)
+        if matches is None:
             return Verdict.BUSY
-        if matches and known:
+        return Verdict.ALLOWED if matches and known else Verdict.REFUSED
+
+    def _remember(
+        self, key: bytes, check: _Check, known: bool, generation: int, _done: asyncio.Future[bool]
+    ) -> None:
+        """The verdict of a finished check, into the caches, whether or not anyone still waits."""
+        if self._checking.get(key) is check:
+            del self._checking[key]
+        if check.matches.cancelled() or check.matches.exception() is not None:
+            return
+        if generation != self._generation:
+            return
+        if check.matches.result() and known:
             if len(self._verified) >= _VERIFIED_CACHE_LIMIT:
                 self._verified.clear()
             self._verified.add(key)
-            return Verdict.ALLOWED
+            return
         self._refused[key] = None
         if len(self._refused) > _REFUSED_CACHE_LIMIT:
             self._refused.popitem(last=False)
-        return Verdict.REFUSED
 
     async def allows(self, header: str | None) -> bool:
         return await self.verdict(header) is Verdict.ALLOWED
@@ -256,6 +305,27 @@ class BasicAuth:
                 headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
             )
         return unauthorized(self.realm)
+
+
+async def _wait_for(check: _Check) -> bool | None:
+    """The check's verdict; None when the check itself was cancelled (its pool shut down).
+
+    The check is shielded: a request that gives up does not take the verdict from the others.
+    """
+    check.waiting += 1
+    try:
+        return await asyncio.shield(check.matches)
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise
+        return None
+    except Exception:  # a check that broke is a refusal, not an error (it is not remembered)
+        return False
+    finally:
+        check.waiting -= 1
+        if not check.waiting:
+            check.matches.cancel()  # nobody waits any more: dropped unless a thread has begun it
 
 
 def unauthorized(realm: str) -> web.Response:

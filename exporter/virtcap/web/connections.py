@@ -9,24 +9,46 @@ connection's protocol and a sweeper closes:
 - a connection idle between requests for longer than the idle timeout;
 and at the connection limit, a new connection evicts the longest-idle one, or is closed at once
 when every connection is busy, so the limit is never passed (Prometheus' --web.max-connections).
+
+Malformed requests are answered at once and logged as one line at debug level: aiohttp takes an
+HTTP/0.9 request line (`GET /`, no version) for the start of a head and waits for the rest, so a
+connection's first line is looked at before aiohttp sees it (`_pass_first_line`); and aiohttp logs
+every request it cannot parse as an error with a traceback, so its server log goes through
+`RequestErrorLog`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import resource
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.typedefs import Handler, Middleware
+from aiohttp.web_protocol import RequestPayloadError
 
 log = logging.getLogger(__name__)
 
 SWEEP_SECONDS = 0.5
+_MAX_LINE_BYTES = 8190
+"""aiohttp's own bound on a request line: a longer one is aiohttp's to refuse (414)."""
+_LINE_SO_FAR = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]*(?: [\x21-\x7e]*(?: [\x21-\x7e]*)?)?\r?")
+"""What a request line can be up to its end: a method token, then the target, then a version.
+Bytes that cannot be one (a TLS handshake on the plain port) go to aiohttp at once."""
+_NOT_HTTP1 = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+ [\x21-\x7e]+(?: HTTP/(?!1\.)[0-9]\.[0-9])?\r?")
+"""A request line of HTTP/0.9 (no version at all) or of a major version other than 1."""
+_NOT_SERVED = b"Bad Request: only HTTP/1.0 and HTTP/1.1 requests are served\n"
+_BAD_REQUEST = (
+    b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\n"
+    b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(_NOT_SERVED), _NOT_SERVED)
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +85,9 @@ class _GuardedProtocol(asyncio.Protocol):
         self._guard = guard
         self._inner = inner
         self._state = _Connection(inner)
+        self._first_line: bytearray | None = bytearray()
+        """The connection's first line while it arrives (held back from aiohttp); None once it
+        has gone on."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # TCP and TLS transports alike are full Transports; the base type is asyncio's signature.
@@ -74,7 +99,29 @@ class _GuardedProtocol(asyncio.Protocol):
         state = self._state
         if state.waiting_since is None and not state.requests_in_flight:
             state.waiting_since = time.monotonic()  # the next request has begun to arrive
-        self._inner.data_received(data)
+        if self._first_line is not None:
+            self._first_line += data
+            data = self._pass_first_line()
+        if data:
+            self._inner.data_received(data)
+
+    def _pass_first_line(self) -> bytes:
+        """What of the held back bytes aiohttp may have now; answers 400 itself to HTTP/0.9."""
+        held = self._first_line
+        assert held is not None
+        end = held.find(b"\n")
+        line = held if end < 0 else held[:end]
+        if end < 0 and len(held) <= _MAX_LINE_BYTES and _LINE_SO_FAR.fullmatch(held):
+            return b""  # the line is still arriving
+        self._first_line = None
+        if end >= 0 and _NOT_HTTP1.fullmatch(line):
+            log.debug("malformed request", extra={"error": "not an HTTP/1.x request line"})
+            transport = self._state.transport
+            if transport is not None:
+                transport.write(_BAD_REQUEST)
+                transport.close()
+            return b""
+        return bytes(held)
 
     def eof_received(self) -> bool | None:
         return self._inner.eof_received()
@@ -189,6 +236,36 @@ class GuardedSite(web.BaseSite):
             backlog=self._backlog,
             reuse_address=True,
         )
+
+
+class RequestErrorLog(logging.LoggerAdapter[logging.Logger]):
+    """aiohttp's server log (its `logger`), where a request that cannot be parsed, or whose body
+    does not decode, is one line at debug level rather than an error with a traceback: that is
+    the client's mistake, answered 400, and a scanner would otherwise fill the log. Errors of the
+    server's own keep their traceback."""
+
+    def __init__(self, logger: logging.Logger | None = None) -> None:
+        super().__init__(logger or logging.getLogger("aiohttp.server"))
+
+    def log(
+        self,
+        level: int,
+        msg: object,
+        *args: object,
+        exc_info: Any = None,
+        extra: Mapping[str, object] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        error = sys.exc_info()[1] if exc_info is True else exc_info
+        if isinstance(error, HttpProcessingError | RequestPayloadError):
+            self.logger.debug("malformed request", extra={"error": _one_line(error)})
+            return
+        super().log(level, msg, *args, exc_info=exc_info, extra=extra, **kwargs)
+
+
+def _one_line(error: BaseException) -> str:
+    text = error.message if isinstance(error, HttpProcessingError) else str(error)
+    return f"{type(error).__name__}: {' '.join(str(text).split())}"
 
 
 def raise_open_file_limit(needed: int) -> None:

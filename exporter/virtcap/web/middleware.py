@@ -1,22 +1,23 @@
 """Who may change claims and maintenance: a writer of claims.writers, for every mutating request,
 whatever the web configuration's readers (access.py's middleware) allow; a reader's credentials
-are answered 403, any others 401."""
+are answered 403, any others 401.
+
+A refusal is answered before any of the body is read, at once even when the body stalls: aiohttp
+reads (and drops) what the client still sends after the answer, for its lingering time, so the
+client sees the answer and not a reset."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from http import HTTPStatus
 
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
 from virtcap.config import Config
-from virtcap.web.connections import ConnectionLimits
 from virtcap.web.exporter import Exporter
 
 MAX_REQUEST_BYTES = 64 * 1024
-"""The most a request may send (aiohttp's client_max_size), and what a refused one is read of."""
+"""The most a request may send (aiohttp's client_max_size)."""
 
 _MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 READ_ONLY_POSTS = frozenset({"/api/v1/placements"})
@@ -56,12 +57,6 @@ def writers_middleware(exporter: Exporter) -> Middleware:
                     text="Forbidden: these credentials may read, not write (claims.writers)\n",
                 )
             if refused is not None:
-                # read the (bounded) body anyway, so that the client sees the 401, not a reset;
-                # a body that stalls gets the 401 all the same
-                limits = exporter.connections.limits if exporter.connections else ConnectionLimits()
-                with contextlib.suppress(Exception):
-                    async with asyncio.timeout(limits.read_timeout):
-                        await request.content.read(MAX_REQUEST_BYTES)
                 return refused
         return await handler(request)
 

@@ -25,7 +25,13 @@ from virtcap.service.tolerance_task import ToleranceTracker
 from virtcap.web.access import WebConfigSource
 from virtcap.web.app import build_app
 from virtcap.web.auth import BasicAuth
-from virtcap.web.connections import ConnectionGuard, ConnectionLimits, GuardedSite, raise_open_file_limit
+from virtcap.web.connections import (
+    ConnectionGuard,
+    ConnectionLimits,
+    GuardedSite,
+    RequestErrorLog,
+    raise_open_file_limit,
+)
 from virtcap.web.exporter import Exporter
 from virtcap.web.middleware import writer_hashes
 from virtcap.web.reload import ConfigReloads
@@ -95,7 +101,12 @@ async def serve(
     )
     # the running configuration's flavors (reloads replace it) and those discovered meanwhile
     cache.flavor_sources = lambda: fleet.catalog.sources(exporter.config.flavors)
-    runner = web.AppRunner(build_app(exporter), handle_signals=False, shutdown_timeout=SHUTDOWN_GRACE_SECONDS)
+    runner = web.AppRunner(
+        build_app(exporter),
+        handle_signals=False,
+        shutdown_timeout=SHUTDOWN_GRACE_SECONDS,
+        logger=RequestErrorLog(),
+    )
     await runner.setup()
     assert exporter.connections is not None and exporter.tolerance is not None
     site = GuardedSite(runner, host, port, exporter.connections, ssl_context=web_config.ssl_context)
