@@ -37,7 +37,7 @@ local joins = import '../lib/joins.libsonnet';
               else 'hypervisor_resource_%s{%%(selector)s, resource="%%(resource)s"}' % quantity,
             ),
           }
-          for quantity in ['total', 'reserved', 'limit', 'used', 'free', 'claimed']
+          for quantity in ['size', 'reserved', 'limit', 'used', 'free', 'claimed']
         ] + [
           {
             record: 'group_resource:hypervisor_resource_limit:max',

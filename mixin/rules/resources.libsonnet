@@ -27,7 +27,7 @@ local joins = import '../lib/joins.libsonnet';
               ),
             },
           }
-          for quantity in ['total', 'reserved', 'limit', 'used', 'free', 'claimed', 'actual_usage']
+          for quantity in ['size', 'reserved', 'limit', 'used', 'free', 'claimed', 'actual_usage']
         ] + [
           {
             record: 'resource:hypervisor_resource_limit:max',
