@@ -293,8 +293,6 @@ def test_the_stack_end_to_end_with_the_debian_binaries() -> None:
                     "alertname": "HypervisorResourceOvercommitted",
                     FLEET_LABEL: fleet,
                     "hypervisor": "compute-02",
-                    "instance": server.base_url.removeprefix("http://"),
-                    "job": "virtcap",
                     "resource": "vcpu",
                     "severity": "warning",
                     "unit": "cpus",
