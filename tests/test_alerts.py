@@ -269,8 +269,6 @@ def test_the_demo_trips_exactly_the_alerts_it_is_meant_to(tmp_path: Path) -> Non
                 "alertname": "HypervisorResourceOvercommitted",
                 "hypervisor": "compute-02",
                 "fleet": FLEET,
-                "instance": target,
-                "job": "virtcap",
                 "resource": "vcpu",
                 "severity": "warning",
                 "unit": "cpus",

@@ -5,6 +5,7 @@ the same Prometheus, Alertmanager and rule files run with the Debian binaries ag
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -26,15 +27,23 @@ COMPOSE = ROOT / "docker-compose.yml"
 OVERRIDE = ROOT / "docker-compose.libvirt.yml"
 PROMETHEUS_CONFIG = ROOT / "deploy/prometheus/prometheus.yml"
 ALERTMANAGER_CONFIG = ROOT / "deploy/alertmanager/alertmanager.yml"
+PUBLISH_ADDRESS = "VIRTCAP_PUBLISH_ADDRESS"
 
 
-def compose(*files: Path) -> subprocess.CompletedProcess[str]:
+def compose(
+    *files: Path, profiles: tuple[str, ...] = (), environment: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`docker-compose config` of the files, without the caller's VIRTCAP_PUBLISH_ADDRESS unless
+    `environment` sets it."""
     if shutil.which("docker-compose") is None:
         pytest.fail("the Debian package docker-compose is needed (`make test` installs it)")
     arguments = [argument for path in files for argument in ("-f", str(path))]
+    arguments += [argument for profile in profiles for argument in ("--profile", profile)]
+    variables = {name: value for name, value in os.environ.items() if name != PUBLISH_ADDRESS}
     return subprocess.run(
-        ["docker-compose", *arguments, "config"], capture_output=True, text=True, check=False, cwd=ROOT
-    )
+        ["docker-compose", *arguments, "config"],
+        capture_output=True, text=True, check=False, cwd=ROOT, env=variables | (environment or {}),
+    )  # fmt: skip
 
 
 def test_docker_compose_config_accepts_the_stack_and_the_libvirt_override() -> None:
@@ -73,11 +82,45 @@ def test_every_image_is_pinned_and_every_mounted_file_exists() -> None:
                     assert source.exists(), (name, source)
 
 
+def published_ports(service: dict[str, Any]) -> list[tuple[str, int]]:
+    """(host address, port) of each port a service publishes, in either syntax docker-compose
+    prints; no address is every interface."""
+    ports = []
+    for port in service.get("ports", []):
+        if isinstance(port, dict):
+            ports.append((port.get("host_ip", "0.0.0.0"), int(port["published"])))
+        else:
+            mapping = str(port).split("/")[0].split(":")
+            address = mapping[0] if len(mapping) == 3 else "0.0.0.0"
+            ports.append((address, int(mapping[-2])))
+    return ports
+
+
+STACKS = (((COMPOSE,), ()), ((COMPOSE, OVERRIDE), ()), ((COMPOSE,), ("ha",)), ((COMPOSE, OVERRIDE), ("ha",)))
+
+
+@pytest.mark.parametrize(("files", "profiles"), STACKS)
+def test_every_port_is_published_on_loopback_unless_widened(
+    files: tuple[Path, ...], profiles: tuple[str, ...]
+) -> None:
+    """The demo's claims writer (demo/demo) and Grafana's default password are not on the network
+    by default; VIRTCAP_PUBLISH_ADDRESS widens every published port at once."""
+    for address in (None, "0.0.0.0", "192.0.2.7"):
+        widened = {PUBLISH_ADDRESS: address} if address else None
+        result = compose(*files, profiles=profiles, environment=widened)
+        assert result.returncode == 0, result.stderr
+        services = yaml.safe_load(result.stdout)["services"]
+        ports = {name: published_ports(service) for name, service in services.items()}
+        assert ports["virtcap"] and ports["grafana"] and ports["prometheus"] and ports["alertmanager"]
+        if profiles:
+            assert ports["virtcap-ha-1"] and ports["virtcap-ha-2"]
+        for name, published in ports.items():
+            for host_address, _ in published:
+                assert host_address == (address or "127.0.0.1"), (name, published, address)
+
+
 def test_the_ha_profile_runs_two_replicas_on_one_postgresql_ledger() -> None:
-    result = subprocess.run(
-        ["docker-compose", "-f", str(COMPOSE), "--profile", "ha", "config"],
-        capture_output=True, text=True, check=False, cwd=ROOT,
-    )  # fmt: skip
+    result = compose(COMPOSE, profiles=("ha",))
     assert result.returncode == 0, result.stderr
     stack = yaml.safe_load(result.stdout)
     services = stack["services"]
@@ -100,7 +143,7 @@ def test_the_ha_profile_runs_two_replicas_on_one_postgresql_ledger() -> None:
         assert replica["depends_on"]["postgres"]["condition"] == "service_healthy"
         assert [entry["source"] for entry in replica["secrets"]] == [secret]
         configs.add(bind_mounts(replica)["/etc/virtcap/virtcap.yaml"])
-    assert len({replica["ports"][0]["published"] for replica in replicas}) == 2
+    assert len({published_ports(replica)[0][1] for replica in replicas}) == 2
     # one configuration: the same fleet, the same ledger, its password the secret
     (config_file,) = configs
     installed = "/usr/local/lib/python3.11/site-packages/virtcap/"
@@ -250,8 +293,6 @@ def test_the_stack_end_to_end_with_the_debian_binaries() -> None:
                     "alertname": "HypervisorResourceOvercommitted",
                     FLEET_LABEL: fleet,
                     "hypervisor": "compute-02",
-                    "instance": server.base_url.removeprefix("http://"),
-                    "job": "virtcap",
                     "resource": "vcpu",
                     "severity": "warning",
                     "unit": "cpus",

@@ -1,7 +1,10 @@
 // Whether virtcap can see the hypervisors, Prometheus virtcap and every shard of a fleet, and virtcap
 // its claims database. A hypervisor in maintenance may well be down (rebooted, reinstalled): its
-// audit failing or going stale is expected.
+// audit failing or going stale is expected. The hypervisors' alerts are one per hypervisor, whatever
+// the number of exporters reporting it (the replicas of an HA pair), firing if any of them fails to
+// audit it (joins.once); the exporters' own (down, claims database) are one per exporter.
 local alert = (import '../lib/alerts.libsonnet').alert;
+local joins = import '../lib/joins.libsonnet';
 
 {
   prometheusAlerts+:: {
@@ -13,21 +16,15 @@ local alert = (import '../lib/alerts.libsonnet').alert;
             $._config,
             'HypervisorAuditFailing',
             'auditFailing',
-            |||
-              hypervisor_up{%(selector)s} == 0
-                unless on (%(fleetLabel)s, job, instance, hypervisor) hypervisor_maintenance{%(selector)s} == 1
-            ||| % $._config,
+            joins.inService($._config, joins.once($._config, 'hypervisor_up{%(selector)s} == 0' % $._config)),
             'virtcap cannot audit a hypervisor.',
-            'virtcap has not been able to audit {{ $labels.hypervisor }} (instance {{ $labels.instance }}): its capacity is unknown.',
+            'virtcap has not been able to audit {{ $labels.hypervisor }} (fleet {{ $labels.%(fleetLabel)s }}; of an HA pair, at least one replica): its capacity is unknown.' % $._config,
           ),
           alert(
             $._config,
             'HypervisorAuditStale',
             'auditStale',
-            |||
-              time() - hypervisor_audit_timestamp_seconds{%(selector)s} > %(auditStaleSeconds)s
-                unless on (%(fleetLabel)s, job, instance, hypervisor) hypervisor_maintenance{%(selector)s} == 1
-            ||| % $._config,
+            joins.inService($._config, joins.once($._config, 'time() - hypervisor_audit_timestamp_seconds{%(selector)s} > %(auditStaleSeconds)s' % $._config)),
             'The capacity data of a hypervisor is old.',
             'The last successful audit of {{ $labels.hypervisor }} was {{ $value | humanizeDuration }} ago.',
           ),

@@ -20,12 +20,14 @@ local joins = import '../lib/joins.libsonnet';
             // many found no host. A fleet of one hypervisor is never told it cannot lose it; the
             // hypervisors a simulation covers are those one exporter audits (job, instance) in one
             // fleet: two federated fleets may well have exporters of the same job and instance.
-            |||
+            // One alert per hypervisor however many exporters simulate it (an HA pair's replicas),
+            // with the most domains any of them found no host for.
+            joins.once($._config, |||
               hypervisor_evacuation_unplaced_domains{%(selector)s}
                 and hypervisor_evacuation_feasible{%(selector)s} == 0
-                unless on (%(fleetLabel)s, job, instance, hypervisor) hypervisor_maintenance{%(selector)s} == 1
+                unless on (%(fleetLabel)s, hypervisor) hypervisor_maintenance{%(selector)s} == 1
                 and on (%(fleetLabel)s, job, instance) (count by (%(fleetLabel)s, job, instance) %(inService)s > 1)
-            ||| % $._config { inService: joins.inService($._config, 'hypervisor_up{%(selector)s}' % $._config) },
+            ||| % $._config { inService: joins.inService($._config, 'hypervisor_up{%(selector)s}' % $._config) }),
             'The fleet could not re-home the domains of a hypervisor if it failed.',
             'If {{ $labels.hypervisor }} failed, {{ $value | humanize }} of its domains would find no host on the other hypervisors that are up (each scheduled in turn, largest first, through the simulated Nova scheduler).',
           ),

@@ -2,6 +2,7 @@
 // rules/headroom.libsonnet, which leave the hypervisors in maintenance out) or per NUMA cell (of
 // the hypervisors in service: nothing new is placed on one in maintenance).
 local alert = (import '../lib/alerts.libsonnet').alert;
+local joins = import '../lib/joins.libsonnet';
 
 {
   prometheusAlerts+:: {
@@ -36,12 +37,12 @@ local alert = (import '../lib/alerts.libsonnet').alert;
             $._config,
             'HypervisorHugepagesExhausted',
             'hugepagesExhausted',
-            // the value: the pages of the size the cell offers guests (beyond the reserved ones)
-            |||
+            // the value: the pages of the size the cell offers guests (beyond the reserved ones);
+            // one alert per cell however many exporters report its hypervisor
+            joins.inService($._config, joins.once($._config, |||
               (hypervisor_numa_cell_hugepages{%(selector)s} - hypervisor_numa_cell_hugepages_reserved{%(selector)s}) > 0
                 and hypervisor_numa_cell_hugepages_free{%(selector)s} <= 0
-                unless on (%(fleetLabel)s, job, instance, hypervisor) hypervisor_maintenance{%(selector)s} == 1
-            ||| % $._config,
+            ||| % $._config, ['cell', 'page_size_bytes'])),
             'A NUMA cell has no hugepages of a size left for guests.',
             'Cell {{ $labels.cell }} of {{ $labels.hypervisor }} has no {{ $labels.page_size_bytes | humanize1024 }}B hugepage free of the {{ $value | humanize }} it offers guests beyond the reserved ones, as Nova counts them: no guest backed by pages of that size fits in the cell.',
           ),

@@ -1,7 +1,10 @@
 // What the dashboards share: the selectors of their queries, with the fleet and hypervisor
 // variables, and the variables themselves. A dashboard shows one fleet at a time (as
-// kubernetes-mixin's show one cluster): its totals are that fleet's, never several summed.
+// kubernetes-mixin's show one cluster): its totals are that fleet's, never several summed. Every
+// query that adds up or counts hypervisors takes each once, however many exporters report it
+// (`once`: the two replicas of an HA pair), as the rules do.
 local g = import '../lib/grafana.libsonnet';
+local joins = import '../lib/joins.libsonnet';
 
 function(config) config {
   // a recording rule's series: its aggregation kept only the fleet label of the target's labels
@@ -19,9 +22,14 @@ function(config) config {
   // of several per hypervisor (flavors, projects), which overlapping groups would make many-to-many.
   kindVariable:: g.queryVariable('kind', 'Group kind', 'label_values(hypervisor_group_info{%(s)s}, kind)' % self, multi=false),
   groupVariable:: g.queryVariable('group', 'Group', 'label_values(hypervisor_group_info{%(s)s, kind="$kind"}, group)' % self, multi=false),
-  // the membership series of the selected group, and the join onto it of a per-hypervisor series
-  members: 'hypervisor_group_info{%(s)s, kind="$kind", group="$group"}' % self,
-  inGroup(series):: '%s * on (%s, job, instance, hypervisor) group_left () %s' % [series, config.fleetLabel, self.members],
+  // one series per hypervisor (and `labels`) of `series`: the largest, or the smallest (onceFree)
+  // of what is free, of the exporters that report it
+  once(series, labels=[]):: joins.once(config, series, labels),
+  onceFree(series, labels=[]):: joins.onceFree(config, series, labels),
+  // the membership series of the selected group, once each, and the join onto it of a series of
+  // at most one per hypervisor (taken `once`)
+  members: self.once('hypervisor_group_info{%(s)s, kind="$kind", group="$group"}' % self, ['kind', 'group']),
+  inGroup(series):: '%s * %s group_left () %s' % [series, joins.onHypervisor(config), self.members],
 
   // Table columns that say nothing on a dashboard of one fleet.
   hidden:: { Time: true, job: true, instance: true, __name__: true, [config.fleetLabel]: true },

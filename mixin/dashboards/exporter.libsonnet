@@ -15,7 +15,7 @@ local exporterDashboard(config) =
       g.stat('Exporters up', 'virtcap processes Prometheus scrapes successfully.', 'short', [t('sum by (%(fleetLabel)s) (up{%(s)s})' % c)], thresholds=[{ color: 'green', value: null }]),
       g.stat('Scrape duration', 'How long Prometheus takes to scrape virtcap (the slowest exporter).', 's', [t('max by (%(fleetLabel)s) (scrape_duration_seconds{%(s)s})' % c)]),
       g.stat('Samples per scrape', 'Series virtcap exposes (the largest exporter).', 'short', [t('max by (%(fleetLabel)s) (scrape_samples_scraped{%(s)s})' % c)]),
-      g.stat('Pending claims', 'Claims held and not yet reconciled, fleet-wide.', 'short', [t('sum by (%(fleetLabel)s) (virtcap_claims_pending{%(s)s})' % c)]),
+      g.stat('Pending claims', 'Claims held and not yet reconciled, fleet-wide (each hypervisor once: the replicas of an HA pair share their claims).', 'short', [t('sum by (%s) (%s)' % [c.fleetLabel, c.once('virtcap_claims_pending{%(s)s}' % c)])]),
       g.timeseries(
         'Audits by outcome',
         'Finished audits per second by outcome: failures and timeouts name hypervisors virtcap cannot read.',

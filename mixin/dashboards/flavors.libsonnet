@@ -39,7 +39,7 @@ local flavorsDashboard(config) =
         'What limits each flavor',
         'For each flavor, on how many hypervisors each resource is the one that runs out first (hypervisor_flavor_bottleneck).',
         'short',
-        [t('count by (%(fleetLabel)s, flavor, resource) (hypervisor_flavor_bottleneck{%(h)s, flavor=~"$flavor"})' % c, instant=true, format='table')],
+        [t('count by (%s, flavor, resource) (%s)' % [c.fleetLabel, c.once('hypervisor_flavor_bottleneck{%(h)s, flavor=~"$flavor"}' % c, ['flavor', 'resource'])], instant=true, format='table')],
         overrides=[g.column('Value', 'short', display='hypervisors')],
         organize={ excludeByName: { Time: true, [c.fleetLabel]: true } },
         width=12,
@@ -50,7 +50,7 @@ local flavorsDashboard(config) =
         'More instances that fit in the group',
         'Per flavor, how many more instances fit on the members of the selected group (kind and group variables), each counted alone; members in maintenance offer none. For availability zones and racks the same figure is recorded as group_flavor:hypervisor_schedulable_instances:sum.',
         'short',
-        [t('sum by (%(fleetLabel)s, flavor) (%(joined)s)' % c { joined: c.inGroup('hypervisor_schedulable_instances{%(s)s, flavor=~"$flavor"}' % c) }, '{{flavor}}')],
+        [t('sum by (%(fleetLabel)s, flavor) (%(joined)s)' % c { joined: c.inGroup(c.onceFree('hypervisor_schedulable_instances{%(s)s, flavor=~"$flavor"}' % c, ['flavor'])) }, '{{flavor}}')],
         thresholds=g.freeSteps(1, config.flavorHeadroomMinimum),
       ),
       g.table(

@@ -10,6 +10,8 @@ local fleetDashboard(config) =
   local f = c.f;
   local cpus = 'short';
   local bytes = 'bytes';
+  // hypervisors any exporter reporting them finds cannot be evacuated
+  local evacuationInfeasible = 'count by (%s) (%s) or vector(0)' % [c.fleetLabel, c.once('hypervisor_evacuation_feasible{%(s)s} == 0' % c)];
 
   local resourceOverTime(resource, unit, measured=true) = g.timeseries(
     '%s: limit, used%s' % [resource, if measured then ' and actual usage' else ''],
@@ -53,7 +55,7 @@ local fleetDashboard(config) =
         'Hypervisors with stale data',
         'Hypervisors whose last successful audit is older than %ds (HypervisorAuditStale).' % config.auditStaleSeconds,
         'short',
-        [t('count by (%(fleetLabel)s) (time() - hypervisor_audit_timestamp_seconds{%(s)s} > %(auditStaleSeconds)d) or vector(0)' % c)],
+        [t('count by (%s) (%s) or vector(0)' % [c.fleetLabel, c.once('time() - hypervisor_audit_timestamp_seconds{%(s)s} > %(auditStaleSeconds)d' % c)])],
         width=5,
         thresholds=g.usedSteps(1, 1),
       ),
@@ -84,7 +86,7 @@ local fleetDashboard(config) =
         'short',
         [
           t('resource:hypervisor_resource_effective_overcommit:ratio{%(f)s}' % c, '{{resource}} effective'),
-          t('avg by (%(fleetLabel)s, resource) (hypervisor_resource_allocation_ratio{%(s)s})' % c, '{{resource}} configured'),
+          t('avg by (%s, resource) (%s)' % [c.fleetLabel, c.once('hypervisor_resource_allocation_ratio{%(s)s}' % c, ['resource'])], '{{resource}} configured'),
         ],
       ),
       g.table(
@@ -133,7 +135,7 @@ local fleetDashboard(config) =
         'Hypervisors that cannot be evacuated',
         'Hypervisors whose domains would not all find a host on the others if it failed (hypervisor_evacuation_feasible is 0: HypervisorFleetCannotTolerateHostFailure).',
         'short',
-        [t('count by (%(fleetLabel)s) (hypervisor_evacuation_feasible{%(s)s} == 0) or vector(0)' % c)],
+        [t(evacuationInfeasible)],
         height=8,
         thresholds=g.usedSteps(1, 1),
       ),
@@ -159,8 +161,8 @@ local fleetDashboard(config) =
         'short',
         [
           t('min by (%(fleetLabel)s) (virtcap_fleet_host_failures_tolerated{%(s)s})' % c, 'host failures tolerated'),
-          t('count by (%(fleetLabel)s) (hypervisor_evacuation_feasible{%(s)s} == 0) or vector(0)' % c, 'hypervisors that cannot be evacuated'),
-          t('sum by (%(fleetLabel)s) (hypervisor_evacuation_unplaced_domains{%(s)s})' % c, 'domains without a host'),
+          t(evacuationInfeasible, 'hypervisors that cannot be evacuated'),
+          t('sum by (%s) (%s)' % [c.fleetLabel, c.once('hypervisor_evacuation_unplaced_domains{%(s)s}' % c)], 'domains without a host'),
         ],
         width=8,
       ),
@@ -194,7 +196,7 @@ local fleetDashboard(config) =
         'Flavors limited by NUMA cells or devices',
         'For each flavor, on how many hypervisors its NUMA fit (numa: cells, pinned CPUs, hugepages) or its PCI devices (pci) let fewer instances fit than the whole-host amounts would (hypervisor_flavor_placement_limited, 1 there).',
         'short',
-        [t('sum by (%(fleetLabel)s, flavor, constraint) (hypervisor_flavor_placement_limited{%(s)s})' % c, instant=true, format='table')],
+        [t('sum by (%s, flavor, constraint) (%s)' % [c.fleetLabel, c.once('hypervisor_flavor_placement_limited{%(s)s}' % c, ['flavor', 'constraint'])], instant=true, format='table')],
         overrides=[g.column('Value', 'short', display='hypervisors')],
         organize={ excludeByName: { Time: true, [c.fleetLabel]: true } },
       ),
@@ -258,8 +260,8 @@ local fleetDashboard(config) =
         'short',
         [
           t(c.members, instant=true, format='table'),
-          t(c.inGroup('hypervisor_up{%(s)s}' % c), instant=true, format='table'),
-          t(c.inGroup('hypervisor_maintenance{%(s)s}' % c), instant=true, format='table'),
+          t(c.inGroup(c.once('hypervisor_up{%(s)s}' % c)), instant=true, format='table'),
+          t(c.inGroup(c.once('hypervisor_maintenance{%(s)s}' % c)), instant=true, format='table'),
         ],
         overrides=[
           g.column('Value #B', 'short', g.freeSteps(1, 1), 'up'),
@@ -287,7 +289,7 @@ local fleetDashboard(config) =
         'Top projects in the group',
         'Memory allocated to the counted domains of the largest projects on the members of the selected group (in maintenance or not).',
         bytes,
-        [t('topk by (%(fleetLabel)s) (10, sum by (%(fleetLabel)s, project_id, project_name) (%(joined)s))' % c { joined: c.inGroup('hypervisor_project_allocated{%(s)s, resource="memory"}' % c) }, '{{project_name}}')],
+        [t('topk by (%(fleetLabel)s) (10, sum by (%(fleetLabel)s, project_id, project_name) (%(joined)s))' % c { joined: c.inGroup(c.once('hypervisor_project_allocated{%(s)s, resource="memory"}' % c, ['project_id', 'project_name', 'resource', 'unit'])) }, '{{project_name}}')],
         width=8,
       ),
       g.table(

@@ -2,7 +2,10 @@
 // (hypervisor_vcpu_wait_seconds_total, where the hypervisor reports it), per running vCPU: the
 // guests' steal time, which does not depend on the size of the host (per physical CPU, a large
 // host would hide one starved guest). Running vCPUs: what the running domains are allocated, vcpu
-// and pcpu (a dedicated CPU's delay is in the counter too).
+// and pcpu (a dedicated CPU's delay is in the counter too). The rate and the running vCPUs are of
+// each exporter (a counter of one process); the ratio is recorded once per hypervisor, however many
+// exporters report it (the two replicas of an HA pair): the exporter's job and instance are kept
+// where one exporter does, the largest of their ratios (without them) where several do.
 local joins = import '../lib/joins.libsonnet';
 
 {
@@ -12,6 +15,7 @@ local joins = import '../lib/joins.libsonnet';
         name: 'virtcap-contention.rules',
         local c = $._config,
         local perHypervisor = '%(fleetLabel)s, job, instance, hypervisor' % c,
+        local perExporterRatio = '(hypervisor:hypervisor_vcpu_wait_seconds:rate / (hypervisor:hypervisor_vcpus_running:sum > 0))',
         rules: [
           {
             // vCPUs waiting for a CPU, on average over the window
@@ -26,7 +30,18 @@ local joins = import '../lib/joins.libsonnet';
             // the share of time the average running vCPU waited; no series without running vCPUs
             // (guests that all stopped during the window: no division by zero)
             record: 'hypervisor:hypervisor_vcpu_wait_per_running_vcpu:ratio',
-            expr: 'hypervisor:hypervisor_vcpu_wait_seconds:rate / (hypervisor:hypervisor_vcpus_running:sum > 0)',
+            expr: |||
+              %(ratio)s
+                unless %(on)s (count by (%(identity)s) (%(ratio)s) > 1)
+              or
+              %(once)s
+                and %(on)s (count by (%(identity)s) (%(ratio)s) > 1)
+            ||| % {
+              ratio: perExporterRatio,
+              on: joins.onHypervisor(c),
+              identity: std.join(', ', joins.hypervisorLabels(c)),
+              once: joins.once(c, perExporterRatio),
+            },
           },
           {
             // per group: the group's waiting vCPUs over its running vCPUs, of the members that
@@ -36,8 +51,8 @@ local joins = import '../lib/joins.libsonnet';
               sum by (%(fleetLabel)s, kind, group) (%(wait)s)
                 / (sum by (%(fleetLabel)s, kind, group) (%(running)s) > 0)
             ||| % c {
-              wait: joins.perMembership(c, 'hypervisor:hypervisor_vcpu_wait_seconds:rate'),
-              running: joins.perMembership(c, '(hypervisor:hypervisor_vcpus_running:sum and hypervisor:hypervisor_vcpu_wait_seconds:rate)'),
+              wait: joins.perMembership(c, joins.once(c, 'hypervisor:hypervisor_vcpu_wait_seconds:rate')),
+              running: joins.perMembership(c, joins.once(c, 'hypervisor:hypervisor_vcpus_running:sum and hypervisor:hypervisor_vcpu_wait_seconds:rate')),
             },
           },
         ],

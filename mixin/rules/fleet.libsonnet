@@ -1,4 +1,7 @@
-// Domains by state, hypervisors up (in maintenance or not) and in maintenance, per fleet.
+// Domains by state, hypervisors up (in maintenance or not) and in maintenance, per fleet, each
+// hypervisor once however many exporters report it (joins.once).
+local joins = import '../lib/joins.libsonnet';
+
 {
   prometheusRules+:: {
     groups+: [
@@ -7,19 +10,19 @@
         rules: [
           {
             record: 'state:hypervisor_domains:sum',
-            expr: 'sum by (%(fleetLabel)s, state) (hypervisor_domains{%(selector)s})' % $._config,
+            expr: 'sum by (%s, state) (%s)' % [$._config.fleetLabel, joins.once($._config, 'hypervisor_domains{%(selector)s}' % $._config, ['state'])],
           },
           {
             record: ':hypervisor_up:sum',
-            expr: 'sum by (%(fleetLabel)s) (hypervisor_up{%(selector)s})' % $._config,
+            expr: 'sum by (%s) (%s)' % [$._config.fleetLabel, joins.once($._config, 'hypervisor_up{%(selector)s}' % $._config)],
           },
           {
             record: ':hypervisor_up:count',
-            expr: 'count by (%(fleetLabel)s) (hypervisor_up{%(selector)s})' % $._config,
+            expr: 'count by (%s) (%s)' % [$._config.fleetLabel, joins.once($._config, 'hypervisor_up{%(selector)s}' % $._config)],
           },
           {
             record: ':hypervisor_maintenance:sum',
-            expr: 'sum by (%(fleetLabel)s) (hypervisor_maintenance{%(selector)s})' % $._config,
+            expr: 'sum by (%s) (%s)' % [$._config.fleetLabel, joins.once($._config, 'hypervisor_maintenance{%(selector)s}' % $._config)],
           },
         ],
       },

@@ -1,7 +1,8 @@
 // Per host group (hypervisor_group_info{kind, group}: an availability zone, an aggregate, a rack):
 // the fleet's figures within each group, keeping `kind` and `group`. A hypervisor in two aggregates
 // counts once in each (so never add up the groups of a kind that overlaps: the fleet rules count it
-// once). The capacity figures are of the hypervisors in service, as the fleet's.
+// once), however many exporters report it (joins.once). The capacity figures are of the hypervisors
+// in service, as the fleet's.
 //
 // PromQL joins many series to one, never many to many: the membership series is the "many" side
 // and the hypervisor's value the "one", so resources are joined one at a time
@@ -17,12 +18,12 @@ local joins = import '../lib/joins.libsonnet';
         local c = $._config,
         local byGroup = '%s, kind, group' % c.fleetLabel,
         // per group and resource, of the hypervisors in service: `aggregation` of `series`
-        local perGroupResource(aggregation, series) =
+        local perGroupResource(aggregation, series, once='max') =
           '%s by (%s, resource, unit) (\n  %s\n)\n' % [
             aggregation,
             byGroup,
             std.join('\n  or ', [
-              joins.perMembership(c, joins.inService(c, series % { selector: c.selector, resource: resource }), ['resource', 'unit'])
+              joins.perMembership(c, joins.inService(c, joins.once(c, series % { selector: c.selector, resource: resource }, ['resource', 'unit'], aggregation=once)), ['resource', 'unit'])
               for resource in c.groupResources
             ]),
           ],
@@ -35,9 +36,10 @@ local joins = import '../lib/joins.libsonnet';
               if quantity == 'used'
               then '(hypervisor_resource_used{%(selector)s, resource="%(resource)s"} and hypervisor_resource_limit{%(selector)s, resource="%(resource)s"})'
               else 'hypervisor_resource_%s{%%(selector)s, resource="%%(resource)s"}' % quantity,
+              once=if quantity == 'free' then 'min' else 'max',
             ),
           }
-          for quantity in ['total', 'reserved', 'limit', 'used', 'free', 'claimed']
+          for quantity in ['size', 'reserved', 'limit', 'used', 'free', 'claimed']
         ] + [
           {
             record: 'group_resource:hypervisor_resource_limit:max',
@@ -72,7 +74,7 @@ local joins = import '../lib/joins.libsonnet';
             record: 'group_flavor:hypervisor_schedulable_instances:sum',
             expr: 'sum by (%s, flavor) (\n  %s\n)\n' % [
               byGroup,
-              joins.perExclusiveGroup(c, joins.inService(c, 'hypervisor_schedulable_instances{%(selector)s}' % c), kind),
+              joins.perExclusiveGroup(c, joins.inService(c, joins.onceFree(c, 'hypervisor_schedulable_instances{%(selector)s}' % c, ['flavor'])), kind),
             ],
             // the kind's own rule (promtool wants rules of one name told apart by their labels)
             labels: { kind: kind },
@@ -81,17 +83,18 @@ local joins = import '../lib/joins.libsonnet';
         ] + [
           {
             record: 'group:hypervisor_%s:%s' % [name, aggregation],
-            expr: '%s by (%s) (\n  %s\n)\n' % [aggregation, byGroup, joins.perMembership(c, series % c)],
+            expr: '%s by (%s) (\n  %s\n)\n' % [aggregation, byGroup, joins.perMembership(c, series)],
           }
           for rule in [
             // members audited successfully, and all members (up or not, in maintenance or not)
-            ['up', 'sum', 'hypervisor_up{%(selector)s}'],
-            ['up', 'count', 'hypervisor_up{%(selector)s}'],
-            ['maintenance', 'sum', 'hypervisor_maintenance{%(selector)s}'],
+            ['up', 'sum', joins.once(c, 'hypervisor_up{%(selector)s}' % c)],
+            ['up', 'count', joins.once(c, 'hypervisor_up{%(selector)s}' % c)],
+            ['maintenance', 'sum', joins.once(c, 'hypervisor_maintenance{%(selector)s}' % c)],
             // members in service: those the host-failure alert needs two of
-            ['in_service', 'count', joins.inService(c, 'hypervisor_up{%(selector)s}' % c)],
-            // members in service whose domains would not all find a host if they failed
-            ['evacuation_infeasible', 'count', joins.inService(c, '(hypervisor_evacuation_feasible{%(selector)s} == 0)' % c)],
+            ['in_service', 'count', joins.inService(c, joins.once(c, 'hypervisor_up{%(selector)s}' % c))],
+            // members in service whose domains would not all find a host if they failed (by the
+            // simulation of any exporter that reports them)
+            ['evacuation_infeasible', 'count', joins.inService(c, joins.once(c, 'hypervisor_evacuation_feasible{%(selector)s} == 0' % c))],
           ]
           for name in [rule[0]]
           for aggregation in [rule[1]]

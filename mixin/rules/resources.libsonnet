@@ -5,8 +5,9 @@ local joins = import '../lib/joins.libsonnet';
 // maintenance offers nothing, so its capacity (and what its domains use) is left out, and it is
 // neither the largest hypervisor the fleet can lose nor one more to count on; the per-hypervisor
 // ratios describe the host, in maintenance or not. Every aggregation keeps the fleet label (config.libsonnet):
-// the totals of two fleets federated into one Prometheus stay two totals. The rules after the sums
-// read them, so they stay in this one group, evaluated in order.
+// the totals of two fleets federated into one Prometheus stay two totals; and counts each hypervisor
+// once, however many exporters report it (joins.once: the two replicas of an HA pair). The rules
+// after the sums read them, so they stay in this one group, evaluated in order.
 {
   prometheusRules+:: {
     groups+: [
@@ -18,16 +19,21 @@ local joins = import '../lib/joins.libsonnet';
             expr: 'sum by (%(fleetLabel)s, resource, unit) %(series)s' % $._config {
               series: joins.inService(
                 $._config,
-                // Used only where there is a limit: a resource whose total is unknown (disk
-                // without its storage found) still exports used, and counting it would inflate
-                // every comparison with the limit and total sums (utilization, overcommit, N+1).
-                if quantity == 'used'
-                then 'hypervisor_resource_used{%(selector)s} and hypervisor_resource_limit{%(selector)s}' % $._config
-                else 'hypervisor_resource_%s{%s}' % [quantity, $._config.selector],
+                joins.once(
+                  $._config,
+                  // Used only where there is a limit: a resource whose total is unknown (disk
+                  // without its storage found) still exports used, and counting it would inflate
+                  // every comparison with the limit and total sums (utilization, overcommit, N+1).
+                  if quantity == 'used'
+                  then 'hypervisor_resource_used{%(selector)s} and hypervisor_resource_limit{%(selector)s}' % $._config
+                  else 'hypervisor_resource_%s{%s}' % [quantity, $._config.selector],
+                  ['resource', 'unit'],
+                  if quantity == 'free' then 'min' else 'max',
+                ),
               ),
             },
           }
-          for quantity in ['total', 'reserved', 'limit', 'used', 'free', 'claimed', 'actual_usage']
+          for quantity in ['size', 'reserved', 'limit', 'used', 'free', 'claimed', 'actual_usage']
         ] + [
           {
             record: 'resource:hypervisor_resource_limit:max',
@@ -36,7 +42,10 @@ local joins = import '../lib/joins.libsonnet';
           {
             // hypervisors that offer the resource at all: the N+1 test is meaningless below two
             record: 'resource:hypervisor_resource_offered:count',
-            expr: 'count by (%s, resource, unit) %s' % [$._config.fleetLabel, joins.inService($._config, 'hypervisor_resource_limit{%(selector)s} > 0' % $._config)],
+            expr: 'count by (%s, resource, unit) %s' % [
+              $._config.fleetLabel,
+              joins.inService($._config, joins.once($._config, 'hypervisor_resource_limit{%(selector)s} > 0' % $._config, ['resource', 'unit'])),
+            ],
           },
           {
             // The sum-based bound of the loss of one host (kubernetes-mixin's KubeCPUOvercommit):
