@@ -345,11 +345,11 @@ def test_a_database_of_schema_version_4_gains_maintenance_in_place(tmp_path: Pat
         return await database.maintenance()
 
     assert _in_database(path, migrate) == {"h": entry}
-    assert SCHEMA_VERSION == 5
+    assert SCHEMA_VERSION == 6
     assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
 
     async def claims(database: ClaimDatabase) -> list[Claim]:
-        return await database.open()  # a second open: already version 5, nothing to migrate
+        return await database.open()  # a second open: already version 6, nothing to migrate
 
     held = _in_database(path, claims)
     assert held == [Claim("a", "h", {Resource.VCPU: 2}, 1.0, 9.0, None, "ci")]
@@ -406,8 +406,7 @@ def test_the_api_takes_a_hypervisor_out_at_once_and_gives_it_back(server: Server
     eventually(server, "hypervisor_schedulable_instances", 0, **big)
     assert metric(server, "hypervisor_maintenance_end_timestamp_seconds", hypervisor="big") is None
     assert (
-        metric(server, "hypervisor_resource_size", hypervisor="big", resource="memory", unit="bytes")
-        == total
+        metric(server, "hypervisor_resource_size", hypervisor="big", resource="memory", unit="bytes") == total
     )
     assert (
         metric(server, "hypervisor_resource_used", hypervisor="big", resource="memory", unit="bytes") == used
