@@ -1,5 +1,6 @@
-// Hypervisors in maintenance (hypervisor_maintenance): one left out of service with no end for
-// longer than planned. A maintenance with an end (`until`) ends by itself in the exporter.
+// Hypervisors in maintenance (hypervisor_maintenance_start_timestamp_seconds): one left out of
+// service with no end for longer than planned. A maintenance with an end (`until`) ends by itself
+// in the exporter.
 local alert = (import '../lib/alerts.libsonnet').alert;
 
 {
@@ -12,15 +13,15 @@ local alert = (import '../lib/alerts.libsonnet').alert;
             $._config,
             'HypervisorMaintenanceOverdue',
             'maintenanceOverdue',
-            // How long it has lasted is the `for`: the exporter exports no start time. Prometheus
-            // keeps a `for` across its own restarts (up to --rules.alert.for-outage-tolerance); a
-            // gap in the series (the exporter down for a while) starts it again.
+            // How long it has lasted counts from its start, which the exporter keeps (across its
+            // own restarts too): a gap in the series (the exporter down for a while) does not start
+            // the week again. The short `for` only rides out a scrape or two.
             |||
-              hypervisor_maintenance{%(selector)s} == 1
+              time() - hypervisor_maintenance_start_timestamp_seconds{%(selector)s} > %(maintenanceOverdueSeconds)d
                 unless on (%(fleetLabel)s, job, instance, hypervisor) hypervisor_maintenance_end_timestamp_seconds{%(selector)s}
             ||| % $._config,
             'A hypervisor has been in maintenance for long, with no end set.',
-            '{{ $labels.hypervisor }} has been in maintenance for more than %s with no end set: its capacity is missing from the fleet.' % $._config['for'].maintenanceOverdue,
+            '{{ $labels.hypervisor }} has been in maintenance for {{ $value | humanizeDuration }} with no end set: its capacity is missing from the fleet.',
           ),
         ],
       },
