@@ -41,7 +41,9 @@
     // HypervisorFlavorHeadroomLow for the flavors of the configuration only (false), or also for
     // those virtcap discovered in the Nova metadata of existing domains (true).
     flavorHeadroomDiscovered: false,
-    // (A maintenance without an end is overdue once it has lasted `for.maintenanceOverdue`.)
+    // A maintenance without an end is overdue once it has lasted this long, counted from its start
+    // (hypervisor_maintenance_start_timestamp_seconds), whatever gaps the series has.
+    maintenanceOverdueSeconds: 7 * 24 * 3600,
 
     // CPU contention: the share of time the average running vCPU waited for a physical CPU (its
     // steal time) above which a hypervisor is contended, measured over this window.
@@ -68,7 +70,7 @@
       inventoryRefused: '10m',
       exporterDown: '5m',
       groupHostFailure: '30m',
-      maintenanceOverdue: '168h',
+      maintenanceOverdue: '10m',
       cpuContention: '15m',
       storagePoolOverProvisioned: '30m',
       shardMissing: '10m',

@@ -234,10 +234,11 @@ def test_the_description_fits_what_count_claims_answer(server: Server, served: d
     status, single = call(server, "POST", "/api/v1/claims", one, auth())
     assert status == 201, single
     validator(served, "ClaimDocument").validate(single)
-    # a claim of one instance is the document it always was, and says so in two fields more
+    # a claim of one instance is the document it always was, and says so in two fields more (and
+    # names its writer)
     assert set(single) == {
         "id", "hypervisor", "vcpu", "pcpu", "memory", "disk", "resources", "created_at", "expires_at",
-        "domain_uuid", "owner", "flavor", "extra_specs", "count", "hypervisors",
+        "domain_uuid", "owner", "flavor", "extra_specs", "count", "hypervisors", "created_by",
     }  # fmt: skip
     assert (single["count"], single["hypervisors"], single["vcpu"]) == (1, ["small"], 3)
     many = {**one, "count": 5}

@@ -85,10 +85,10 @@ def demo() -> Demo:
         if snapshot.capacity is not None:
             units.update({str(resource): resource.unit for resource in snapshot.capacity.resources})
     tolerance = one_shot_tolerance(snapshots, config.multipliers, 3)
-    # a pending claim and a maintenance with an end (of the hypervisor that is down: its audits'
+    # a pending claim and a maintenance with a start and an end (of the hypervisor that is down: its audits'
     # capacity does not say): the series only they make
     down = next(snapshot.name for snapshot in snapshots if not snapshot.up)
-    maintenance = {down: (Maintenance("api", "demo", until=time.time() + 3600),)}
+    maintenance = {down: (Maintenance("api", "demo", until=time.time() + 3600, since=time.time()),)}
     fleet = views(store, time.time(), 600, {config.hypervisors[0].name: 1}, maintenance)
     tasks = TaskHealth(dict.fromkeys(catalogue.TASK_KINDS, 1), dict.fromkeys(catalogue.TASK_KINDS, 0))
     # the per-domain series too, which are opt-in

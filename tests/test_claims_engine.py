@@ -136,7 +136,7 @@ def test_a_count_is_all_or_nothing_and_says_why(tmp_path: Path) -> None:
             with pytest.raises(ClaimRejectedError):
                 await ledger.create(request(ANY_HYPERVISOR))
             # deleted, every instance goes at once
-            await ledger.delete(claim.id)
+            await ledger.delete(claim.id, "builder")
             assert ledger.pending() == {}
             for state in ledger.store.hypervisors.values():
                 assert state.latest is not None and state.latest.capacity is not None

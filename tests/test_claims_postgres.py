@@ -31,7 +31,7 @@ from tests.test_claims_engine import request as engine_request
 from tests.test_claims_engine import shapes as engine_shapes
 from tests.test_scheduler import fleet_facts, guest
 from virtcap.claims.database import SCHEMA_VERSION
-from virtcap.claims.ledger import ClaimLedger, ClaimRejectedError
+from virtcap.claims.ledger import ClaimLedger, ClaimRejectedError, NotClaimOwnerError
 from virtcap.claims.postgres import PostgresClaimDatabase, redact
 from virtcap.claims.records import Claim
 from virtcap.claims.storage import LedgerState, Writes
@@ -409,6 +409,62 @@ def test_a_newer_schema_is_refused(tmp_path: Path, postgres: Postgres, claims_ur
     assert "newer virtcap" in result.stderr
 
 
+_VERSION_5 = (
+    """CREATE TABLE claims (
+        id text PRIMARY KEY, hypervisor text NOT NULL,
+        created_at double precision NOT NULL, expires_at double precision NOT NULL, domain_uuid text,
+        owner text NOT NULL, flavor text)""",
+    """CREATE TABLE claim_amounts (
+        claim_id text NOT NULL, resource_class text NOT NULL, amount bigint NOT NULL,
+        PRIMARY KEY (claim_id, resource_class))""",
+    """CREATE TABLE claim_extra_specs (
+        claim_id text NOT NULL, key text NOT NULL, value text NOT NULL, PRIMARY KEY (claim_id, key))""",
+    """CREATE TABLE claim_instances (
+        claim_id text NOT NULL, instance integer NOT NULL, hypervisor text NOT NULL,
+        PRIMARY KEY (claim_id, instance))""",
+    """CREATE TABLE maintenance (
+        hypervisor text PRIMARY KEY, reason text NOT NULL, until double precision,
+        since double precision NOT NULL, set_by text NOT NULL)""",
+    "CREATE TABLE ledger_version (version bigint NOT NULL)",
+    "INSERT INTO ledger_version VALUES (7)",
+    "CREATE TABLE schema_version (version integer NOT NULL)",
+    "INSERT INTO schema_version VALUES (5)",
+    "INSERT INTO claims VALUES ('old', 'h0', 1.0, 4e9, NULL, 'ci', NULL)",
+    "INSERT INTO claim_amounts VALUES ('old', 'VCPU', 2)",
+    "INSERT INTO claim_instances VALUES ('old', 0, 'h0')",
+    "INSERT INTO maintenance VALUES ('h1', 'disks', NULL, 1000000000.0, 'alice')",
+)
+"""A ledger as virtcap wrote it with schema version 5: a claim without a writer, a maintenance entry."""
+
+
+def test_a_version_5_database_is_migrated_and_its_claims_are_anyones(
+    postgres: Postgres, claims_url: str
+) -> None:
+    with postgres.connect(database_of(claims_url)) as conn:
+        for statement in _VERSION_5:
+            conn.execute(statement)
+    facts = fleet_facts(engine_shapes((8, 64, 200)))["h0"]
+
+    async def scenario() -> None:
+        async with shared_ledger(claims_url, facts) as ledger:
+            old = ledger.claims["old"]
+            assert (old.created_by, old.amounts, old.hypervisors) == (None, {Resource.VCPU: 2}, ("h0",))
+            assert ledger.maintenance["h1"].set_by == "alice"
+            # a claim made now records its writer, and another writer cannot delete it
+            mine = await ledger.create(replace(engine_request("h0"), created_by="alice"))
+            with pytest.raises(NotClaimOwnerError):
+                await ledger.delete(mine.id, "bob")
+            # the old one has none: any writer deletes it
+            assert await ledger.delete("old", "bob") == old
+        async with shared_ledger(claims_url, facts) as again:
+            assert set(again.claims) == {mine.id} and again.claims[mine.id].created_by == "alice"
+
+    _run(scenario())
+    with postgres.connect(database_of(claims_url)) as conn:
+        assert conn.execute("SELECT max(version) FROM schema_version").fetchone() == (SCHEMA_VERSION,)
+        assert conn.execute("SELECT created_by FROM claims").fetchall() == [("alice",)]
+
+
 def test_the_fixture_database_needs_the_password(postgres: Postgres, claims_url: str) -> None:
     """The exporters' URLs go through TCP with password authentication: without the password
     there is no way in, so the tests above do find it where they say."""
@@ -546,7 +602,7 @@ def test_a_claim_one_replica_reconciled_counts_on_the_other_until_its_own_audit(
                 await other.create(engine_request("h0"))
             # a deleted claim goes everywhere, at once
             held = next(iter(other.claims.values()))
-            await other.delete(held.id)
+            await other.delete(held.id, "builder")
             await asyncio.sleep(0.5)
             assert held.id not in one.claims
             assert (await one.create(engine_request("h0"))).hypervisor == "h0"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import sqlite3
 import subprocess
@@ -28,7 +29,7 @@ from virtcap.audit.oneshot import audit_fleet_once
 from virtcap.claims.database import SCHEMA_VERSION, ClaimDatabase
 from virtcap.claims.records import Claim
 from virtcap.config import ConfigError, parse_config
-from virtcap.demo import demo_config
+from virtcap.demo import DEMO_DIR, demo_config
 from virtcap.exposition import families
 from virtcap.exposition.families import FragmentCache, HypervisorView, render, views
 from virtcap.model.capacity import HostPolicy, host_capacity
@@ -345,11 +346,11 @@ def test_a_database_of_schema_version_4_gains_maintenance_in_place(tmp_path: Pat
         return await database.maintenance()
 
     assert _in_database(path, migrate) == {"h": entry}
-    assert SCHEMA_VERSION == 5
+    assert SCHEMA_VERSION == 6
     assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
 
     async def claims(database: ClaimDatabase) -> list[Claim]:
-        return await database.open()  # a second open: already version 5, nothing to migrate
+        return await database.open()  # a second open: already version 6, nothing to migrate
 
     held = _in_database(path, claims)
     assert held == [Claim("a", "h", {Resource.VCPU: 2}, 1.0, 9.0, None, "ci")]
@@ -574,3 +575,104 @@ def test_virtcap_audit_and_place_leave_a_configured_maintenance_out(tmp_path: Pa
     placed = json.loads(run("place", "--flavor", "m1.small", "--format", "json").stdout)
     assert placed["placed"] and "big" not in placed["placed"]
     assert placed["rejections"]["big"]["filter"] == "ComputeFilter"
+
+
+# --- when the maintenance started, and the maintenance command
+
+
+START = "hypervisor_maintenance_start_timestamp_seconds"
+
+
+def test_the_start_of_a_maintenance_is_exported_and_survives_restarts(tmp_path: Path) -> None:
+    """The API's starts at its PUT; the configuration's when the exporter first saw it, kept in the
+    claims database, so that a restart (a gap in the series) does not start it again."""
+    extra = f'  - {{name: kept, uri: "test://{DEMO_DIR / "compute-05.xml"}", maintenance: {{reason: PSU}}}}\n'
+    config = write_config(tmp_path, extra_hypervisors=extra)
+    before = time.time()
+    with running_server(["--config", str(config)], tmp_path) as server:
+        wait_for(lambda: metric(server, START, hypervisor="kept") is not None, 5, what="the start")
+        configured = metric(server, START, hypervisor="kept")
+        assert configured is not None and before - 1 <= configured <= time.time()
+        (entry,) = call(server, "GET", PATH.format("kept"))[1]["entries"]
+        assert entry["source"] == "config" and entry["since"] is not None and entry["set_by"] is None
+        assert metric(server, START, hypervisor="big") is None  # in service: no series
+        status, held = maintain(server, "big", {"reason": "disks"})
+        assert status == 200, held
+        since = datetime.fromisoformat(held["entries"][0]["since"]).timestamp()
+        # the document says it to the second
+        wait_for(
+            lambda: abs((metric(server, START, hypervisor="big") or 0) - since) < 1, 3, what="the API's start"
+        )
+        api_start = metric(server, START, hypervisor="big")
+        # the database keeps the configuration's start (the next expiry tick stores it)
+        database = tmp_path / "claims.sqlite"
+        wait_for(
+            lambda: (
+                sqlite3.connect(database).execute("SELECT count(*) FROM maintenance_configured").fetchone()
+                == (1,)
+            ),
+            5,
+            what="the configuration's start stored",
+        )
+    time.sleep(1.1)  # a start taken again at the restart would differ by a second or more
+    with running_server(["--config", str(config)], tmp_path) as restarted:
+        wait_for(lambda: metric(restarted, START, hypervisor="kept") is not None, 5, what="the start")
+        assert metric(restarted, START, hypervisor="kept") == configured
+        assert metric(restarted, START, hypervisor="big") == api_start
+        # out of the configuration's maintenance: its start is forgotten, and a new one starts anew
+        config.write_text(config.read_text().replace(", maintenance: {reason: PSU}", ""))
+        restarted.process.send_signal(signal.SIGHUP)
+        eventually(restarted, "hypervisor_maintenance", 0, hypervisor="kept")
+        assert metric(restarted, START, hypervisor="kept") is None
+        wait_for(
+            lambda: (
+                sqlite3.connect(tmp_path / "claims.sqlite")
+                .execute("SELECT count(*) FROM maintenance_configured")
+                .fetchone()
+                == (0,)
+            ),
+            5,
+            what="the configuration's start forgotten",
+        )
+
+
+def maintenance_cli(
+    server: Server, *args: str, user: str | None = WRITER[0]
+) -> subprocess.CompletedProcess[str]:
+    credentials = ["--user", user] if user is not None else []
+    return subprocess.run(
+        [sys.executable, "-m", "virtcap", "maintenance", *args, "--url", server.base_url, *credentials],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+        env={**os.environ, "VIRTCAP_PASSWORD": WRITER[1]},
+    )
+
+
+def test_the_maintenance_command_sets_lists_and_lifts(server: Server) -> None:
+    before = time.time()
+    set_ = maintenance_cli(server, "set", "big", "--reason", "kernel upgrade", "--for", "2h")
+    assert set_.returncode == 0, set_.stderr
+    document = json.loads(set_.stdout)
+    assert document["in_maintenance"] is True and document["entries"][0]["set_by"] == WRITER[0]
+    until = datetime.fromisoformat(document["until"]).timestamp()
+    assert before + 7200 <= until <= time.time() + 7201
+    listed = maintenance_cli(server, "list", user=None)  # a read: no credentials needed
+    assert listed.returncode == 0, listed.stderr
+    assert [entry["hypervisor"] for entry in json.loads(listed.stdout)["hypervisors"]] == ["big"]
+    eventually(server, "hypervisor_maintenance", 1, hypervisor="big")
+
+    unauthorized = maintenance_cli(server, "lift", "big", user=None)
+    assert unauthorized.returncode == 1 and "401" in unauthorized.stderr
+    unknown = maintenance_cli(server, "set", "nowhere", "--reason", "x")
+    assert unknown.returncode == 1 and "unknown hypervisor" in unknown.stderr
+    past = maintenance_cli(server, "set", "big", "--reason", "x", "--until", "2001-01-01T00:00:00Z")
+    assert past.returncode == 1 and "until" in past.stderr
+    usage = maintenance_cli(server, "set", "big", "--reason", "x", "--for", "soon")
+    assert usage.returncode == 2 and "--for" in usage.stderr
+
+    lifted = maintenance_cli(server, "lift", "big")
+    assert lifted.returncode == 0, lifted.stderr
+    assert json.loads(lifted.stdout)["in_maintenance"] is False
+    eventually(server, "hypervisor_maintenance", 0, hypervisor="big")

@@ -28,6 +28,7 @@ from virtcap.audit.capture import (
 from virtcap.audit.hypervisor import redact_uri
 from virtcap.audit.oneshot import audit_fleet_once
 from virtcap.claims.cli import add_claim_commands, run_claim
+from virtcap.claims.maintenance_cli import add_maintenance_commands, run_maintenance
 from virtcap.config import Config, ConfigError, load_config
 from virtcap.config.load import select_shard
 from virtcap.demo import demo_config
@@ -138,6 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_place_command(commands)
     add_claim_commands(commands)
+    add_maintenance_commands(commands)
     return parser
 
 
@@ -299,6 +301,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_serve(args)
         if args.command == "claim":
             return run_claim(args)
+        if args.command == "maintenance":
+            return run_maintenance(args)
         if args.command == "capture":
             return run_capture(args)
         if args.command == "place":

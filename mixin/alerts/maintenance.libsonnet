@@ -1,5 +1,6 @@
-// Hypervisors in maintenance (hypervisor_maintenance): one left out of service with no end for
-// longer than planned. A maintenance with an end (`until`) ends by itself in the exporter.
+// Hypervisors in maintenance (hypervisor_maintenance_start_timestamp_seconds): one left out of
+// service with no end for longer than planned. A maintenance with an end (`until`) ends by itself
+// in the exporter.
 local alert = (import '../lib/alerts.libsonnet').alert;
 local joins = import '../lib/joins.libsonnet';
 
@@ -13,16 +14,16 @@ local joins = import '../lib/joins.libsonnet';
             $._config,
             'HypervisorMaintenanceOverdue',
             'maintenanceOverdue',
-            // How long it has lasted is the `for`: the exporter exports no start time. Prometheus
-            // keeps a `for` across its own restarts (up to --rules.alert.for-outage-tolerance); a
-            // gap in the series (the exporter down for a while) starts it again. One alert per
+            // How long it has lasted counts from its start, which the exporter keeps (across its
+            // own restarts too): a gap in the series (the exporter down for a while) does not start
+            // the week again. The short `for` only rides out a scrape or two. One alert per
             // hypervisor, whatever the number of exporters reporting it (joins.once).
             joins.once($._config, |||
-              hypervisor_maintenance{%(selector)s} == 1
+              time() - hypervisor_maintenance_start_timestamp_seconds{%(selector)s} > %(maintenanceOverdueSeconds)d
                 unless on (%(fleetLabel)s, job, instance, hypervisor) hypervisor_maintenance_end_timestamp_seconds{%(selector)s}
             ||| % $._config),
             'A hypervisor has been in maintenance for long, with no end set.',
-            '{{ $labels.hypervisor }} has been in maintenance for more than %s with no end set: its capacity is missing from the fleet.' % $._config['for'].maintenanceOverdue,
+            '{{ $labels.hypervisor }} has been in maintenance for {{ $value | humanizeDuration }} with no end set: its capacity is missing from the fleet.',
           ),
         ],
       },

@@ -1,4 +1,5 @@
-"""`virtcap claim create|list|delete`: the claims API of a running exporter, for operators."""
+"""`virtcap claim create|list|delete`: the claims API of a running exporter, for operators; its
+client (`add_server_arguments`, `call_api`) serves `virtcap maintenance` too."""
 
 from __future__ import annotations
 
@@ -51,11 +52,7 @@ def add_claim_commands(commands: Any) -> None:
     list_ = actions.add_parser("list", help="the pending claims")
     delete = actions.add_parser("delete", help="release a claim")
     for parser in (create, list_, delete):
-        parser.add_argument(
-            "--url", default="http://localhost:10463", help="the exporter (default: %(default)s)"
-        )
-        parser.add_argument("--user", help=f"basic auth user; the password is read from ${PASSWORD_VARIABLE}")
-        parser.add_argument("--ca-file", help="CA certificate to verify an HTTPS exporter with")
+        add_server_arguments(parser)
     create.add_argument("--hypervisor", required=True, help="a configured hypervisor, or 'any'")
     create.add_argument("--vcpu", type=int, help="shared cpus (VCPU)")
     create.add_argument("--pcpu", type=int, help="dedicated cpus (PCPU)")
@@ -103,6 +100,14 @@ def add_claim_commands(commands: Any) -> None:
     delete.add_argument("claim_id")
 
 
+def add_server_arguments(parser: argparse.ArgumentParser) -> None:
+    """Which exporter, and as whom: `--url`, `--user` (the password from $VIRTCAP_PASSWORD) and
+    `--ca-file`."""
+    parser.add_argument("--url", default="http://localhost:10463", help="the exporter (default: %(default)s)")
+    parser.add_argument("--user", help=f"basic auth user; the password is read from ${PASSWORD_VARIABLE}")
+    parser.add_argument("--ca-file", help="CA certificate to verify an HTTPS exporter with")
+
+
 def run_claim(args: argparse.Namespace) -> int:
     """Prints the server's JSON answer; exit 0 on success, 1 when the server refused."""
     base = args.url.rstrip("/") + "/api/v1/claims"
@@ -135,13 +140,15 @@ def run_claim(args: argparse.Namespace) -> int:
             body["domain_uuid"] = args.domain_uuid
         if args.availability_zone:
             body["availability_zone"] = args.availability_zone
-        return _call(args, "POST", base, body)
+        return call_api(args, "POST", base, body)
     if args.action == "delete":
-        return _call(args, "DELETE", f"{base}/{args.claim_id}")
-    return _call(args, "GET", base)
+        return call_api(args, "DELETE", f"{base}/{args.claim_id}")
+    return call_api(args, "GET", base)
 
 
-def _call(args: argparse.Namespace, method: str, url: str, body: dict[str, Any] | None = None) -> int:
+def call_api(args: argparse.Namespace, method: str, url: str, body: dict[str, Any] | None = None) -> int:
+    """Send the request with `add_server_arguments`' credentials and CA; print the JSON answer
+    (to stderr when refused). Exit 0 on success, 1 when refused or unreachable."""
     headers = {"Accept": "application/json"}
     data = None
     if body is not None:

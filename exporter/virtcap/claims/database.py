@@ -7,8 +7,10 @@ CUSTOM_...), so a new class needs no new column. The extra specs (`hw:cpu_policy
 `hw:mem_page_size`, `pci_passthrough:alias`, ...) are what places a claim within its hypervisor's
 NUMA cells and devices. Older schemas are migrated in place, in one transaction, at the first
 start: version 1 (virtcap 0.1) had a column per class, in bytes; version 2 had no extra specs;
-version 3 had one instance per claim, on the claim's hypervisor; version 4 had no maintenance.
-A file of a newer version is refused, as an older virtcap refuses a file of version 5.
+version 3 had one instance per claim, on the claim's hypervisor; version 4 had no maintenance;
+version 5 recorded no claim's writer (its claims keep none: any writer may delete them) and not
+when the configuration's maintenance was first seen. A file of a newer version is refused, as an
+older virtcap refuses a file of version 6.
 
 WAL with synchronous FULL: a claim acknowledged with 201 was committed first and survives a crash.
 """
@@ -34,13 +36,14 @@ from virtcap.units import MAX_SIZE
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 _VIRTCAP_0_1 = 1
 _PER_CLASS_ROWS = 2
 _ONE_INSTANCE = 3
 _NO_MAINTENANCE = 4
+_NO_WRITERS = 5
 """The earlier schema versions: a column per class, then a row per class without extra specs,
-then one instance per claim, then no maintenance."""
+then one instance per claim, then no maintenance, then no claim's writer."""
 SQLITE_MAX_INTEGER = MAX_SIZE
 """The largest INTEGER SQLite stores (a larger amount would raise OverflowError on insert), which
 is why sizes are bounded there in the first place."""
@@ -49,7 +52,7 @@ _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS claims (
         id TEXT PRIMARY KEY, hypervisor TEXT NOT NULL,
         created_at REAL NOT NULL, expires_at REAL NOT NULL, domain_uuid TEXT, owner TEXT NOT NULL,
-        flavor TEXT)""",
+        flavor TEXT, created_by TEXT)""",
     """CREATE TABLE IF NOT EXISTS claim_amounts (
         claim_id TEXT NOT NULL, resource_class TEXT NOT NULL, amount INTEGER NOT NULL,
         PRIMARY KEY (claim_id, resource_class))""",
@@ -64,9 +67,15 @@ _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS maintenance (
         hypervisor TEXT PRIMARY KEY, reason TEXT NOT NULL, until REAL, since REAL NOT NULL,
         set_by TEXT NOT NULL)""",
+    # when the exporter first saw the configuration's maintenance of a hypervisor in effect: its
+    # start, which restarts keep
+    """CREATE TABLE IF NOT EXISTS maintenance_configured (
+        hypervisor TEXT PRIMARY KEY, since REAL NOT NULL)""",
 )
 _ONE_INSTANCE_EACH = "INSERT INTO claim_instances SELECT id, 0, hypervisor FROM claims"
-_MIGRATE_FROM_4 = (_SCHEMA[4],)
+# `created_by` NULL: a claim made before claims recorded their writer
+_MIGRATE_FROM_5 = ("ALTER TABLE claims ADD COLUMN created_by TEXT", _SCHEMA[5])
+_MIGRATE_FROM_4 = (_SCHEMA[4], *_MIGRATE_FROM_5)
 _MIGRATE_FROM_3 = (_SCHEMA[3], _ONE_INSTANCE_EACH, *_MIGRATE_FROM_4)
 _MIGRATE_FROM_2 = (
     "ALTER TABLE claims ADD COLUMN flavor TEXT",
@@ -88,6 +97,8 @@ _MIGRATE_FROM_1 = (
     _ONE_INSTANCE_EACH,
 )
 _MAINTENANCE_ROW = "INSERT OR REPLACE INTO maintenance VALUES (?, ?, ?, ?, ?)"
+CLAIM_COLUMNS = "id, hypervisor, created_at, expires_at, domain_uuid, owner, flavor, created_by"
+"""The claims' columns as `assemble_claims` takes them (PostgreSQL's table has the same)."""
 
 
 class ClaimDatabase:
@@ -110,7 +121,7 @@ class ClaimDatabase:
         return not self._failing
 
     async def start(self) -> LedgerState:
-        return LedgerState(await self.open(), await self.maintenance())
+        return LedgerState(await self.open(), await self.maintenance(), await self.configured_since())
 
     async def open(self) -> list[Claim]:
         try:
@@ -142,9 +153,7 @@ class ClaimDatabase:
             self._conn = None
             raise
         return assemble_claims(
-            conn.execute(
-                "SELECT id, hypervisor, created_at, expires_at, domain_uuid, owner, flavor FROM claims"
-            ).fetchall(),
+            conn.execute(f"SELECT {CLAIM_COLUMNS} FROM claims").fetchall(),
             conn.execute("SELECT claim_id, resource_class, amount FROM claim_amounts").fetchall(),
             conn.execute("SELECT claim_id, key, value FROM claim_extra_specs").fetchall(),
             conn.execute(
@@ -166,7 +175,7 @@ class ClaimDatabase:
         found: int | None = None
         if "vcpu" in columns:
             found = _VIRTCAP_0_1
-        elif version in (_ONE_INSTANCE, _NO_MAINTENANCE):
+        elif version in (_ONE_INSTANCE, _NO_MAINTENANCE, _NO_WRITERS):
             found = version
         elif columns:
             found = _PER_CLASS_ROWS
@@ -181,6 +190,8 @@ class ClaimDatabase:
                 statements = _MIGRATE_FROM_3
             elif found == _NO_MAINTENANCE:
                 statements = _MIGRATE_FROM_4
+            elif found == _NO_WRITERS:
+                statements = _MIGRATE_FROM_5
             else:
                 statements = _SCHEMA
             for statement in statements:
@@ -207,7 +218,7 @@ class ClaimDatabase:
 
         def insert() -> None:
             conn.execute(
-                "INSERT INTO claims VALUES (?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT INTO claims ({CLAIM_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     claim.id,
                     claim.hypervisor,
@@ -216,6 +227,7 @@ class ClaimDatabase:
                     claim.domain_uuid,
                     claim.owner,
                     claim.flavor,
+                    claim.created_by,
                 ),
             )
             conn.executemany("INSERT INTO claim_amounts VALUES (?, ?, ?)", amounts)
@@ -276,6 +288,39 @@ class ClaimDatabase:
 
         def delete() -> None:
             conn.executemany("DELETE FROM maintenance WHERE hypervisor = ?", rows)
+
+        self._transaction(delete)
+
+    async def configured_since(self) -> dict[str, float]:
+        """When the configuration's maintenance of each hypervisor was first seen in effect."""
+        return await self._run(self._configured_since)
+
+    def _configured_since(self) -> dict[str, float]:
+        conn = self._conn
+        assert conn is not None
+        return dict(conn.execute("SELECT hypervisor, since FROM maintenance_configured").fetchall())
+
+    async def put_configured_since(self, since: dict[str, float]) -> None:
+        await self._run(self._put_configured_since, sorted(since.items()))
+
+    def _put_configured_since(self, rows: list[tuple[str, float]]) -> None:
+        conn = self._conn
+        assert conn is not None
+
+        def put() -> None:
+            conn.executemany("INSERT OR IGNORE INTO maintenance_configured VALUES (?, ?)", rows)
+
+        self._transaction(put)
+
+    async def delete_configured_since(self, hypervisors: Iterable[str]) -> None:
+        await self._run(self._delete_configured_since, [(name,) for name in hypervisors])
+
+    def _delete_configured_since(self, rows: list[tuple[str]]) -> None:
+        conn = self._conn
+        assert conn is not None
+
+        def delete() -> None:
+            conn.executemany("DELETE FROM maintenance_configured WHERE hypervisor = ?", rows)
 
         self._transaction(delete)
 

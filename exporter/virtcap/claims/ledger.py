@@ -19,7 +19,13 @@ memory and delete the rows once the database accepts writes again (see `_forget`
 The ledger also keeps the maintenance set through the API (in the same database) beside the
 configuration's: a change recomputes the hypervisor's capacity at once, under the same lock as
 claims, so /metrics, placements, claims and the failure tolerance see it without waiting for an
-audit; an entry whose end passed is dropped by `expire`.
+audit; an entry whose end passed is dropped by `expire`. The configuration's maintenance starts
+when the ledger first sees it in effect (at start or at a reload), a time kept in the database
+until the configuration no longer holds the hypervisor, so that restarts keep its start.
+
+A claim belongs to the writer that created it (`created_by`): another writer may delete it only if
+named in `claims.admins`. Claims made before the ledger recorded their writer have none, and any
+writer may delete them.
 
 Shards sharing one database (one SQLite file, one PostgreSQL database) each hold only the claims
 and maintenance of the hypervisors their shard's hash assigns them (model/sharding.py), configured
@@ -38,6 +44,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 
 from virtcap.claims.database import SQLITE_MAX_INTEGER, ClaimDatabase
 from virtcap.claims.records import Claim, ClaimRequest
@@ -79,6 +86,7 @@ __all__ = [  # the records are defined in virtcap.claims.records, beside the dat
     "ClaimRequest",
     "ClaimStorageError",
     "MaintenanceConflictError",
+    "NotClaimOwnerError",
     "UnknownHypervisorError",
     "claim_within",
     "pending_claims",
@@ -127,6 +135,18 @@ class ClaimStorageError(Exception):
     """The database refused a write: nothing was acknowledged and nothing changed in memory."""
 
 
+class NotClaimOwnerError(Exception):
+    """Another writer created the claim, and this one is not among `claims.admins`: nothing
+    was deleted."""
+
+    def __init__(self, claim: Claim, writer: str) -> None:
+        super().__init__(
+            f"claim {claim.id} was created by writer {claim.created_by!r}: only that writer, or one of "
+            f"claims.admins, may delete it (not {writer!r})"
+        )
+        self.claim = claim
+
+
 class ClaimLedger:
     def __init__(
         self,
@@ -153,8 +173,14 @@ class ClaimLedger:
         self._retry_unwritten_at = 0.0
         self.configured: dict[str, Maintenance | None] = {}
         """The configured hypervisors, each with its configuration's maintenance (see `configure`)."""
+        self._configured_yet = False
         self.maintenance: dict[str, Maintenance] = {}
         """The maintenance set through the API, by hypervisor."""
+        self.configured_since: dict[str, float] = {}
+        """When the configuration's maintenance of each hypervisor was first seen in effect."""
+        self._since_unstored: set[str] = set()
+        """The names of `configured_since` not in the database yet."""
+        self._since_retry_at = 0.0
         self._maintenance_shown: dict[str, tuple[Maintenance, ...]] = {}
 
     async def start(self) -> None:
@@ -166,6 +192,7 @@ class ClaimLedger:
             mine = self._mine(state)
             self.claims.update((claim.id, claim) for claim in mine.claims)
             self.maintenance = dict(mine.maintenance)
+            self.configured_since = dict(mine.configured_since)
         await self.expire()
 
     async def follow_forever(self) -> None:
@@ -198,9 +225,21 @@ class ClaimLedger:
             for name in state.maintenance.keys() | self.maintenance.keys()
             if state.maintenance.get(name) != self.maintenance.get(name)
         )
+        # the start another replica stored first wins; one not stored yet is kept, to be stored
+        since = {
+            name: self.configured_since[name] for name in self._since_unstored - state.configured_since.keys()
+        }
+        since.update(state.configured_since)
+        changed.update(
+            name
+            for name in since.keys() | self.configured_since.keys()
+            if since.get(name) != self.configured_since.get(name)
+        )
+        self._since_unstored &= since.keys() - state.configured_since.keys()
         self.claims.clear()
         self.claims.update(claims)
         self.maintenance = dict(state.maintenance)
+        self.configured_since = since
         if changed:
             await self._refresh(changed)
             self._touch()  # the pending claims of hypervisors without an audit yet, too
@@ -218,6 +257,7 @@ class ClaimLedger:
         return LedgerState(
             [claim for claim in state.claims if self.holds(claim)],
             {name: entry for name, entry in state.maintenance.items() if _shard_holds(self.shard, name)},
+            {name: when for name, when in state.configured_since.items() if _shard_holds(self.shard, name)},
         )
 
     def _touch(self) -> None:
@@ -231,12 +271,24 @@ class ClaimLedger:
         maintenance API knows, and each one's configured maintenance (its capacity follows at
         its next audit, which a changed entry starts at once)."""
         self.configured = {hypervisor.name: hypervisor.maintenance for hypervisor in hypervisors}
+        self._configured_yet = True
+        now = time.time()
+        for name, entry in self.configured.items():
+            if entry is not None and entry.active(now) and name not in self.configured_since:
+                self.configured_since[name] = now  # stored by the next `expire`
+                self._since_unstored.add(name)
         self._publish_maintenance()
 
     def maintenance_of(self, name: str, now: float | None = None) -> tuple[Maintenance, ...]:
         """The maintenance entries of a hypervisor in effect (the configuration's first)."""
         when = time.time() if now is None else now
-        return in_effect((self.configured.get(name), self.maintenance.get(name)), when)
+        return self._in_effect(name, self.configured.get(name), when)
+
+    def _in_effect(self, name: str, configured: Maintenance | None, now: float) -> tuple[Maintenance, ...]:
+        """The entries in effect, the configuration's with the time it was first seen."""
+        if configured is not None and configured.since is None and name in self.configured_since:
+            configured = replace(configured, since=self.configured_since[name])
+        return in_effect((configured, self.maintenance.get(name)), now)
 
     def maintenance_now(self) -> dict[str, tuple[Maintenance, ...]]:
         """The configured hypervisors in maintenance now, with their entries in effect."""
@@ -390,6 +442,7 @@ class ClaimLedger:
                 flavor=request.flavor,
                 extra_specs=dict(request.extra_specs),
                 hypervisors=hosts,
+                created_by=request.created_by,
             )
             await writes.insert(claim)
             return claim
@@ -417,14 +470,19 @@ class ClaimLedger:
         )
         return claim
 
-    async def delete(self, claim_id: str) -> Claim | None:
-        """Raises ClaimStorageError, with the claim still held, when the database refuses."""
+    async def delete(self, claim_id: str, writer: str) -> Claim | None:
+        """Release a claim for `writer`: its creator, one of `claims.admins`, or any writer for a
+        claim that recorded none. Raises NotClaimOwnerError for another writer's claim, and
+        ClaimStorageError when the database refuses; either way the claim is still held."""
 
         async def remove(changed: LedgerState | None, writes: Writes) -> Claim | None:
             if changed is not None:
                 await self._adopt(changed)
             claim = self.claims.get(claim_id)
             if claim is not None:
+                owner = claim.created_by
+                if owner is not None and owner != writer and writer not in self.settings.admins:
+                    raise NotClaimOwnerError(claim, writer)
                 await writes.delete([claim.id])
             return claim
 
@@ -461,9 +519,7 @@ class ClaimLedger:
             await self._forget(found, "reconciled", refresh=False)
             pending = list(self.claims.values())
             # the hypervisor's own configuration: a reload that changed it restarted its audits
-            maintenance = in_effect(
-                (hypervisor.maintenance, self.maintenance.get(hypervisor.name)), time.time()
-            )
+            maintenance = self._in_effect(hypervisor.name, hypervisor.maintenance, time.time())
             snapshot = await asyncio.to_thread(_audited, hypervisor, facts, flavors, pending, maintenance)
             self.store.record(snapshot, "success")
 
@@ -474,6 +530,7 @@ class ClaimLedger:
             now = time.time()
             await self._forget([c for c in self.claims.values() if c.expires_at <= now], "expired")
             await self._end_maintenance(now)
+            await self._store_configured_since(now)
             await self._delete_reconciled(now)
         if self.database.shared:
             # under the lock: the transaction reads what the other exporters changed
@@ -598,6 +655,37 @@ class ClaimLedger:
             if changed:
                 await self._refresh(changed)
         self._publish_maintenance()
+
+    async def _store_configured_since(self, now: float) -> None:
+        """Store when the configuration's maintenance was first seen, and forget it for the
+        hypervisors the configuration no longer holds; a refusal is tried again a little later
+        (the start is kept in memory meanwhile)."""
+        if not self._configured_yet:
+            return  # at start, before the configuration is known: nothing it no longer holds
+        held = {name for name, entry in self.configured.items() if entry is not None and entry.active(now)}
+        gone = sorted(self.configured_since.keys() - held)
+        if not (gone or self._since_unstored) or now < self._since_retry_at:
+            return
+
+        async def store(changed: LedgerState | None, writes: Writes) -> None:
+            if changed is not None:
+                await self._adopt(changed)
+            if self._since_unstored:
+                await writes.put_configured_since(
+                    {name: self.configured_since[name] for name in self._since_unstored}
+                )
+            if gone:
+                await writes.delete_configured_since(gone)
+
+        try:
+            await self.database.transaction(store)
+        except StorageError as error:
+            self._since_retry_at = now + UNWRITTEN_RETRY_SECONDS
+            log.debug("maintenance start not stored", extra={"error": str(error)})
+            return
+        self._since_unstored.clear()
+        for name in gone:
+            self.configured_since.pop(name, None)
 
     def _publish_maintenance(self) -> None:
         """/metrics shows every hypervisor's maintenance: re-rendered when it changed."""

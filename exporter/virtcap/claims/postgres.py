@@ -1,7 +1,9 @@
 """The claims in PostgreSQL: one ledger shared by the exporters auditing the same hypervisors.
 
-The tables are SQLite's version 5 (claims/database.py), with a `schema_version` table in place of
-SQLite's user_version and a `ledger_version` row that every write transaction increments.
+The tables are SQLite's version 6 (claims/database.py), with a `schema_version` table in place of
+SQLite's user_version and a `ledger_version` row that every write transaction increments. A
+database of version 5 (no claim's writer, no start of the configuration's maintenance) is migrated
+at start, in the transaction that reads it, under the ledger-wide lock.
 
 Every write transaction, on whichever replica, first takes one ledger-wide transaction-level
 advisory lock: writers run one at a time. Holding it, the replica compares `ledger_version` with
@@ -33,7 +35,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import psycopg
 from psycopg import errors as pg_errors
 
-from virtcap.claims.database import SCHEMA_VERSION
+from virtcap.claims.database import CLAIM_COLUMNS, SCHEMA_VERSION
 from virtcap.claims.records import Claim
 from virtcap.claims.storage import LedgerState, StorageError, Work, assemble_claims
 from virtcap.config import ConfigError
@@ -67,7 +69,7 @@ _SCHEMA = (
     """CREATE TABLE claims (
         id text PRIMARY KEY, hypervisor text NOT NULL,
         created_at double precision NOT NULL, expires_at double precision NOT NULL, domain_uuid text,
-        owner text NOT NULL, flavor text)""",
+        owner text NOT NULL, flavor text, created_by text)""",
     """CREATE TABLE claim_amounts (
         claim_id text NOT NULL, resource_class text NOT NULL, amount bigint NOT NULL,
         PRIMARY KEY (claim_id, resource_class))""",
@@ -79,9 +81,13 @@ _SCHEMA = (
     """CREATE TABLE maintenance (
         hypervisor text PRIMARY KEY, reason text NOT NULL, until double precision,
         since double precision NOT NULL, set_by text NOT NULL)""",
+    "CREATE TABLE maintenance_configured (hypervisor text PRIMARY KEY, since double precision NOT NULL)",
     "CREATE TABLE ledger_version (version bigint NOT NULL)",
     "INSERT INTO ledger_version VALUES (0)",
 )
+_NO_WRITERS = 5
+"""The schema before claims recorded their writer (`created_by` NULL: any writer may delete them)."""
+_MIGRATE_FROM_5 = ("ALTER TABLE claims ADD COLUMN created_by text", _SCHEMA[5])
 
 
 def is_postgres_url(database: str) -> bool:
@@ -265,6 +271,17 @@ class PostgresClaimDatabase:
                     f"claims.database: cannot open {self.description}: schema version {found} was written "
                     f"by a newer virtcap (this one knows {SCHEMA_VERSION})"
                 )
+            elif found == _NO_WRITERS:
+                for statement in _MIGRATE_FROM_5:
+                    await conn.execute(statement)
+                await conn.execute("INSERT INTO schema_version VALUES (%s)", (SCHEMA_VERSION,))
+                # the other replicas read the ledger again (their claims gain no writer, but the
+                # version tells them the schema is read in full)
+                await conn.execute("UPDATE ledger_version SET version = version + 1")
+                log.info(
+                    "claims database migrated",
+                    extra={"database": self.description, "from": found, "to": SCHEMA_VERSION},
+                )
             return await self._read(conn)
 
     async def _read(self, conn: psycopg.AsyncConnection[Any]) -> tuple[LedgerState, int]:
@@ -276,9 +293,7 @@ class PostgresClaimDatabase:
 
         version = await rows("SELECT version FROM ledger_version")
         claims = assemble_claims(
-            await rows(
-                "SELECT id, hypervisor, created_at, expires_at, domain_uuid, owner, flavor FROM claims"
-            ),
+            await rows(f"SELECT {CLAIM_COLUMNS} FROM claims"),
             await rows("SELECT claim_id, resource_class, amount FROM claim_amounts"),
             await rows("SELECT claim_id, key, value FROM claim_extra_specs"),
             await rows("SELECT claim_id, hypervisor FROM claim_instances ORDER BY claim_id, instance"),
@@ -289,7 +304,8 @@ class PostgresClaimDatabase:
                 "SELECT hypervisor, reason, until, since, set_by FROM maintenance"
             )
         }
-        return LedgerState(claims, maintenance), int(version[0][0])
+        configured_since = dict(await rows("SELECT hypervisor, since FROM maintenance_configured"))
+        return LedgerState(claims, maintenance, configured_since), int(version[0][0])
 
     async def _read_if_changed(
         self, conn: psycopg.AsyncConnection[Any]
@@ -440,7 +456,7 @@ class _Transaction:
     async def insert(self, claim: Claim) -> None:
         async def insert(cursor: psycopg.AsyncCursor[Any]) -> bool:
             await cursor.execute(
-                "INSERT INTO claims VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                f"INSERT INTO claims ({CLAIM_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
                 (
                     claim.id,
                     claim.hypervisor,
@@ -449,6 +465,7 @@ class _Transaction:
                     claim.domain_uuid,
                     claim.owner,
                     claim.flavor,
+                    claim.created_by,
                 ),
             )
             amounts = [
@@ -496,6 +513,26 @@ class _Transaction:
 
         async def delete(cursor: psycopg.AsyncCursor[Any]) -> bool:
             await cursor.execute("DELETE FROM maintenance WHERE hypervisor = ANY(%s)", (names,))
+            return cursor.rowcount > 0
+
+        await self._run(delete)
+
+    async def put_configured_since(self, since: dict[str, float]) -> None:
+        rows = sorted(since.items())
+
+        async def put(cursor: psycopg.AsyncCursor[Any]) -> bool:
+            await cursor.executemany(
+                "INSERT INTO maintenance_configured VALUES (%s, %s) ON CONFLICT (hypervisor) DO NOTHING", rows
+            )
+            return True
+
+        await self._run(put)
+
+    async def delete_configured_since(self, hypervisors: Iterable[str]) -> None:
+        names = list(hypervisors)
+
+        async def delete(cursor: psycopg.AsyncCursor[Any]) -> bool:
+            await cursor.execute("DELETE FROM maintenance_configured WHERE hypervisor = ANY(%s)", (names,))
             return cursor.rowcount > 0
 
         await self._run(delete)

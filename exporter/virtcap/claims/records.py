@@ -29,6 +29,9 @@ class Claim:
     hypervisors: tuple[str, ...] = ()
     """Per instance, in the order they were placed, its hypervisor; empty when given means one
     instance on `hypervisor` (and is made so)."""
+    created_by: str | None = None
+    """The writer who created it; None for a claim made before claims recorded their writer
+    (schema version 5 and earlier), which any writer may delete."""
 
     def __post_init__(self) -> None:
         if not self.hypervisors:
@@ -59,3 +62,5 @@ class ClaimRequest:
     """How many instances, all or nothing."""
     availability_zone: str | None = None
     """Only hypervisors of this zone take them (Nova's requested zone); None: any."""
+    created_by: str | None = None
+    """The authenticated writer asking: the only one, with `claims.admins`, who may delete it."""

@@ -29,10 +29,12 @@ class StorageError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class LedgerState:
-    """Every stored claim and every maintenance entry set through the API."""
+    """Every stored claim, every maintenance entry set through the API, and when the configuration's
+    maintenance of each hypervisor was first seen in effect."""
 
     claims: list[Claim] = field(default_factory=list)
     maintenance: dict[str, Maintenance] = field(default_factory=dict)
+    configured_since: dict[str, float] = field(default_factory=dict)
 
 
 class Writes(Protocol):
@@ -45,6 +47,12 @@ class Writes(Protocol):
     async def put_maintenance(self, hypervisor: str, entry: Maintenance) -> None: ...
 
     async def delete_maintenance(self, hypervisors: Iterable[str]) -> None: ...
+
+    async def put_configured_since(self, since: dict[str, float]) -> None:
+        """When the configuration's maintenance of these hypervisors was first seen (a row
+        already there is kept: another replica saw it first)."""
+
+    async def delete_configured_since(self, hypervisors: Iterable[str]) -> None: ...
 
 
 Work = Callable[["LedgerState | None", Writes], Awaitable[_T]]
@@ -86,13 +94,13 @@ class ClaimStorage(Protocol):
 
 
 def assemble_claims(
-    claim_rows: Iterable[tuple[str, str, float, float, str | None, str, str | None]],
+    claim_rows: Iterable[tuple[str, str, float, float, str | None, str, str | None, str | None]],
     amount_rows: Iterable[tuple[str, str, int]],
     spec_rows: Iterable[tuple[str, str, str]],
     instance_rows: Iterable[tuple[str, str]],
 ) -> list[Claim]:
     """Claims from their rows: claims (id, hypervisor, created_at, expires_at, domain_uuid, owner,
-    flavor), amounts per Placement class in whole units, extra specs, and instances in order."""
+    flavor, created_by), amounts per Placement class in whole units, extra specs, and instances in order."""
     amounts: dict[str, dict[Resource, int]] = {}
     for claim_id, name, amount in amount_rows:
         try:
@@ -120,6 +128,7 @@ def assemble_claims(
             owner=owner,
             flavor=flavor,
             extra_specs=extra_specs.get(claim_id, {}),
+            created_by=created_by,
         )
-        for claim_id, hypervisor, created_at, expires_at, domain_uuid, owner, flavor in claim_rows
+        for claim_id, hypervisor, created_at, expires_at, domain_uuid, owner, flavor, created_by in claim_rows
     ]

@@ -689,6 +689,8 @@ class ClaimSettings(_Section):
     max_ttl: Duration = 86400.0
     writers: dict[str, BcryptHash] = {}
     """User name to bcrypt hash: who may create and delete claims (read-only scrapes never can)."""
+    admins: list[str] = Field(default=[], max_length=1000)
+    """Writers who may delete any writer's claim; the others delete their own only."""
 
     @field_validator("database")
     @classmethod
@@ -698,6 +700,19 @@ class ClaimSettings(_Section):
                 "the URL carries a password, which would show wherever the URL does; give it through "
                 "PGPASSWORD, PGPASSFILE or claims.password_file"
             )
+        return value
+
+    @field_validator("admins")
+    @classmethod
+    def _admins_are_writers(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        writers = info.data.get("writers")
+        if writers is None:
+            return value  # claims.writers is refused on its own: its error says what is wrong
+        unknown = [name for name in value if name not in writers]
+        if unknown:
+            known = ", ".join(sorted(writers)) or "none (claims.writers is empty)"
+            named = ", ".join(brief_repr(name) for name in unknown)
+            raise ValueError(f"expected names of claims.writers ({known}), got {named}")
         return value
 
     @property

@@ -508,6 +508,16 @@ MAINTENANCE_END = MetricFamily(
     meaning="Unix time the maintenance ends by itself (`until`); no series while not in maintenance "
     "or when it lasts until lifted",
 )
+MAINTENANCE_START = MetricFamily(
+    "hypervisor_maintenance_start_timestamp_seconds",
+    "gauge",
+    "Unix time at which the maintenance of the hypervisor started: the earliest start of its entries "
+    "in effect (set through the API, or the configuration's first seen by the exporter).",
+    _HYPERVISOR,
+    "seconds",
+    meaning="Unix time the maintenance started (the earliest entry in effect: its `PUT`, or when the "
+    "exporter first saw the configuration's, kept across restarts); no series while not in maintenance",
+)
 
 VCPU_WAIT = MetricFamily(
     "hypervisor_vcpu_wait_seconds_total",
@@ -619,6 +629,7 @@ HYPERVISOR_FAMILIES: tuple[MetricFamily, ...] = (
     GPU_VGPUS_USED,
     GPU_VGPUS_FREE,
     HYPERVISOR_MAINTENANCE,
+    MAINTENANCE_START,
     MAINTENANCE_END,
     VCPU_WAIT,
     PROJECT_ALLOCATED,

@@ -21,7 +21,7 @@ from virtcap.exposition import catalogue
 from virtcap.exposition.catalogue import AUDIT_OUTCOMES, CLAIM_OUTCOMES
 from virtcap.model.capacity import HostCapacity, domain_allocation
 from virtcap.model.facts import CpuIdentity, DomainState, HostFacts
-from virtcap.model.maintenance import Maintenance, maintenance_end
+from virtcap.model.maintenance import Maintenance, maintenance_end, maintenance_start
 from virtcap.model.ownership import ProjectRanking, domain_project, largest_projects, shown_projects
 from virtcap.model.placement import cell_amounts
 from virtcap.model.resources import display_order
@@ -370,17 +370,11 @@ def build_families(
     duration = gauges[catalogue.AUDIT_DURATION]
     timestamp = gauges[catalogue.AUDIT_TIMESTAMP]
     pending = gauges[catalogue.CLAIMS_PENDING]
-    maintenance = gauges[catalogue.HYPERVISOR_MAINTENANCE]
-    maintenance_ends = gauges[catalogue.MAINTENANCE_END]
     for view in hypervisors:
         name = view.name
         up.add_metric([name], 1.0 if view.up else 0.0)
         pending.add_metric([name], view.pending_claims)
-        # up or down: alerts about a host that is down leave out one taken down for maintenance
-        maintenance.add_metric([name], 1 if view.maintenance else 0)
-        end = maintenance_end(view.maintenance)
-        if end is not None:
-            maintenance_ends.add_metric([name], end)
+        _add_maintenance(gauges, view)
         _add_audit_counts(audits, domain_reads, view)
         if view.last_success is not None:
             timestamp.add_metric([name], view.last_success)
@@ -432,6 +426,19 @@ def build_families(
 
 
 _Gauges = Mapping[catalogue.MetricFamily, GaugeMetricFamily]
+
+
+def _add_maintenance(gauges: _Gauges, view: HypervisorView) -> None:
+    """Whether it is in maintenance, up or down (alerts about a host that is down leave out one
+    taken down for its maintenance), since when and until when."""
+    name, entries = view.name, view.maintenance
+    gauges[catalogue.HYPERVISOR_MAINTENANCE].add_metric([name], 1 if entries else 0)
+    start = maintenance_start(entries)
+    if start is not None:
+        gauges[catalogue.MAINTENANCE_START].add_metric([name], start)
+    end = maintenance_end(entries)
+    if end is not None:
+        gauges[catalogue.MAINTENANCE_END].add_metric([name], end)
 
 
 def _add_audit_counts(

@@ -30,7 +30,8 @@ class Maintenance:
     until: float | None = None
     """When it ends by itself (seconds since the epoch); None: when it is lifted."""
     since: float | None = None
-    """When it was set through the API (None for the configuration's)."""
+    """When it started: set through the API, or the configuration's first seen in effect by the
+    claims ledger (kept in its database); None where no ledger keeps it (`virtcap audit`)."""
     set_by: str | None = None
     """The writer who set it through the API."""
 
@@ -63,6 +64,13 @@ def maintenance_end(entries: Iterable[Maintenance]) -> float | None:
     if not ends or any(end is None for end in ends):
         return None
     return max(end for end in ends if end is not None)
+
+
+def maintenance_start(entries: Iterable[Maintenance]) -> float | None:
+    """When the maintenance started: the earliest start of the entries in effect; None when none
+    of them has one, or when there is none."""
+    starts = [entry.since for entry in entries if entry.since is not None]
+    return min(starts) if starts else None
 
 
 _SOURCES: dict[MaintenanceSource, str] = {"config": "configuration", "api": "API"}

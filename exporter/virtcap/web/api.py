@@ -24,6 +24,7 @@ from virtcap.claims.ledger import (
     ClaimRequest,
     ClaimStorageError,
     MaintenanceConflictError,
+    NotClaimOwnerError,
     UnknownHypervisorError,
     claim_within,
 )
@@ -75,6 +76,13 @@ def _ledger(request: web.Request) -> ClaimLedger:
     return request.app[CLAIMS]
 
 
+def _writer(request: web.Request) -> str:
+    """The writer making the change: the user of the credentials the writers' middleware let
+    through (middleware.py), which it checked against claims.writers."""
+    credentials = parse_basic_credentials(request.headers.get("Authorization"))
+    return credentials[0].decode("utf-8", "replace") if credentials is not None else ""
+
+
 async def create_claim(request: web.Request) -> web.Response:
     ledger = _ledger(request)
     settings: ClaimSettings = ledger.settings
@@ -110,6 +118,7 @@ async def create_claim(request: web.Request) -> web.Response:
         extra_specs=extra_specs,
         count=body.count,
         availability_zone=body.availability_zone,
+        created_by=_writer(request),
     )
     config = request.app[EXPORTER].config
     try:
@@ -206,7 +215,9 @@ async def get_claim(request: web.Request) -> web.Response:
 
 async def delete_claim(request: web.Request) -> web.Response:
     try:
-        claim = await _ledger(request).delete(request.match_info["claim_id"])
+        claim = await _ledger(request).delete(request.match_info["claim_id"], _writer(request))
+    except NotClaimOwnerError as error:
+        raise json_error(web.HTTPForbidden, str(error)) from None
     except ClaimStorageError as error:
         raise _unavailable(error) from None
     if claim is None:
@@ -299,10 +310,8 @@ async def put_maintenance(request: web.Request) -> web.Response:
         raise json_error(
             web.HTTPBadRequest, "; ".join(line.removeprefix("body: ") for line in lines)
         ) from None
-    credentials = parse_basic_credentials(request.headers.get("Authorization"))
-    writer = credentials[0].decode("utf-8", "replace") if credentials is not None else ""
     try:
-        entries = await ledger.set_maintenance(name, body.reason, body.until, writer)
+        entries = await ledger.set_maintenance(name, body.reason, body.until, _writer(request))
     except UnknownHypervisorError:  # removed by a reload meanwhile
         raise _unknown_hypervisor(request, name) from None
     except ValueError as error:

@@ -368,6 +368,11 @@ class ClaimDocument(BaseModel):
         description="Per instance, in the order they were placed, the hypervisor it is held on: "
         "`count` names, the first `hypervisor`."
     )
+    created_by: str | None = Field(
+        description="The writer (claims.writers) that created the claim: only it, or one of "
+        "claims.admins, may delete it (another writer's DELETE answers 403). null for a claim made "
+        "before claims recorded their writer, which any writer may delete."
+    )
 
     @classmethod
     def of(cls, claim: Claim) -> ClaimDocument:
@@ -386,6 +391,7 @@ class ClaimDocument(BaseModel):
             extra_specs=dict(claim.extra_specs),
             count=claim.count,
             hypervisors=list(claim.hypervisors),
+            created_by=claim.created_by,
         )
 
 
@@ -474,7 +480,8 @@ class MaintenanceEntry(BaseModel):
         description="When it ends by itself; null: until it is lifted."
     )
     since: Annotated[str | None, WithJsonSchema({"anyOf": [_DATE_TIME, {"type": "null"}]})] = Field(
-        description="When it was set through the API; null for the configuration's."
+        description="When it started: when it was set through the API, or when the exporter first "
+        "saw the configuration's in effect (kept in the claims database across restarts)."
     )
     set_by: str | None = Field(
         description="The writer who set it through the API; null for the configuration's."

@@ -133,12 +133,16 @@ def openapi_document() -> dict[str, Any]:
                     "responses": {"200": _json(ClaimDocument, "The claim."), "404": not_found},
                 },
                 "delete": {
-                    "summary": "Release a claim.",
+                    "summary": "Release a claim: the writer that created it (`created_by`), one of "
+                    "`claims.admins`, or any writer for a claim without `created_by`.",
                     "security": [{"basic": []}],
                     "responses": {
                         "200": _json(ClaimDocument, "The released claim."),
                         "401": unauthorized,
-                        "403": forbidden,
+                        "403": {
+                            "description": "Another writer created the claim and this one is not in "
+                            "`claims.admins` (an ErrorBody), or a reader's credentials: nothing was deleted."
+                        },
                         "404": not_found,
                         "503": unavailable,
                     },
