@@ -371,16 +371,15 @@ def capture_document(host: HostSpec) -> CaptureDocument:
 
 
 def _cpu_rates(host: HostSpec) -> dict[str, int]:
-    """The host's CPU time a second, nanoseconds: its guests' busy vCPUs as user time, its own work
-    as kernel time, the rest idle."""
-    guests = sum(g.vcpus * g.cpu_load for g in host.guests if g.state == RUNNING)
-    busy = guests + host.host_busy_cpus
-    if busy > host.cpus:
-        raise ValueError(f"{host.name}: its guests and itself keep more than its {host.cpus} CPUs busy")
+    """The host's CPU time a second, nanoseconds: its own work as kernel time, its guests' busy
+    vCPUs as user time, as much of it as its CPUs have room for (an overcommitted host's guests
+    wait), the rest idle."""
+    kernel = min(host.host_busy_cpus, host.cpus)
+    user = min(sum(g.vcpus * g.cpu_load for g in host.guests if g.state == RUNNING), host.cpus - kernel)
     return {
-        "kernel": round(host.host_busy_cpus * NS),
-        "user": round(guests * NS),
-        "idle": round((host.cpus - busy) * NS),
+        "kernel": round(kernel * NS),
+        "user": round(user * NS),
+        "idle": round((host.cpus - kernel - user) * NS),
         "iowait": 0,
     }
 
