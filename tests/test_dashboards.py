@@ -278,11 +278,12 @@ DEMO_DEFAULTS = {
     "fleet": FLEET,
     "hypervisor": ".*",
     "flavor": ".*",
-    "kind": "availability_zone",
-    "group": "az-1",
+    "kind": "aggregate",
+    "group": "gpu",
 }
-"""The variables' values Grafana opens the demo's dashboards with (every hypervisor and flavor), for
-the tests that compare two Prometheus servers without resolving them (tests/test_federation.py)."""
+"""The variables' values Grafana opens the demo's dashboards with (every hypervisor and flavor, the
+first kind of group and its first group, alphabetically), for the tests that compare two Prometheus
+servers without resolving them (tests/test_federation.py)."""
 
 
 def substitute(expression: str) -> str:
