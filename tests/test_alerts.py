@@ -218,8 +218,8 @@ EXPECTED_ON_DEMO = {
     ("HypervisorVgpuHeadroomLow", (("mdev_type", "nvidia-232"),)),
     # az-2's NFS export: 150 GiB of volumes on 100 GiB
     ("HypervisorStoragePoolOverProvisioned", (("pool", "netfs://nfs1.demo/export/nova"),)),
-    # compute-05's maintenance has no end: a reminder after a week (shortened here too)
-    ("HypervisorMaintenanceOverdue", (("hypervisor", "compute-05"),)),
+    # (no HypervisorMaintenanceOverdue: compute-05's maintenance has an end, which the hypervisor
+    # dashboard shows; mixin/tests holds the reminder's own unit tests)
     ("HypervisorAuditFailing", (("hypervisor", "compute-07"),)),
 }
 

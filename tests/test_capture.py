@@ -22,6 +22,7 @@ from virtcap.audit.capture import capture_host, encode_bounded, uri_problem
 from virtcap.audit.hypervisor import AuditError, audit_host, open_read_only
 from virtcap.audit.libvirt_api import VirConnect
 from virtcap.audit.replay import (
+    VCPU_STATS,
     Answer,
     CaptureDocument,
     CellPages,
@@ -32,7 +33,7 @@ from virtcap.audit.replay import (
 )
 from virtcap.cli import main
 from virtcap.config import DiskSource
-from virtcap.demo import DEMO_CONFIG, DEMO_DIR, PLACEHOLDER, demo_config
+from virtcap.demo import DEMO_DIR, demo_config, demo_config_text
 from virtcap.model.facts import DomainState, HostFacts, VcpuWait
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -139,7 +140,9 @@ def test_capturing_the_replay_gives_the_captured_document(captures: dict[str, Pa
 
 def test_the_document_records_what_the_next_audits_need(captures: dict[str, Path]) -> None:
     document = load_capture(captures["default"])
-    assert document.format == "virtcap-capture" and document.version == 1
+    assert document.format == "virtcap-capture" and document.version == 2
+    # The test driver's counters are made up: no rates are measured.
+    assert document.source.rate_interval_seconds is None and document.node.cpu_stats_per_second is None
     assert document.node.free_pages.page_sizes_kib == [4, 8, 2048, 1048576]
     assert [cell.cell for cell in document.node.free_pages.cells] == [0, 1]
     devices = document.node_devices.get()
@@ -250,8 +253,8 @@ BROKEN: dict[str, tuple[Callable[[bytes], bytes], str]] = {
     "not an object": (lambda data: b"[1, 2]", "expected a mapping"),
     "another format": (_edit(lambda d: d.update(format="kubeconfig")), "not a virtcap capture"),
     "a newer version": (
-        _edit(lambda d: d.update(version=2)),
-        "capture version 2 is not supported; this virtcap reads version 1",
+        _edit(lambda d: d.update(version=3)),
+        "capture version 3 is not supported; this virtcap reads versions 1 and 2",
     ),
     "a missing key": (_edit(lambda d: d["node"].pop("info")), "node.info: required key is missing"),
     "an unknown key": (_edit(lambda d: d["node"].update(extra=1)), "node.extra: unknown key 'extra'"),
@@ -369,7 +372,7 @@ def test_serving_captures_exposes_what_serving_the_hosts_does(
     captures: dict[str, Path], tmp_path: Path
 ) -> None:
     """The demo fleet served twice, live and from its captures: the same series, but timing."""
-    demo = DEMO_CONFIG.read_text().replace(PLACEHOLDER, str(DEMO_DIR))
+    demo = demo_config_text()
     broken = tmp_path / "broken.json"
     broken.write_bytes(b'{"format": "virtcap-capture", "version": 1')
     # Both fleets also have a host whose capture is broken: down, its error on the landing page.
@@ -412,9 +415,17 @@ def test_serving_captures_exposes_what_serving_the_hosts_does(
     live, _ = settled("live")
     served, page = settled("replayed")
     timing = {"hypervisor_audit_duration_seconds", "hypervisor_audit_timestamp_seconds"}
+    # measured over the time between two audits: the demo's captures replay their rates
+    measured = {"hypervisor_vcpu_wait_seconds_total", "hypervisor_resource_actual_usage:vcpu"}
 
     def hypervisor_series(samples: dict[Any, float]) -> dict[Any, float]:
-        return {k: v for k, v in samples.items() if k[0].startswith("hypervisor_") and k[0] not in timing}
+        return {
+            k: v
+            for k, v in samples.items()
+            if k[0].startswith("hypervisor_")
+            and k[0] not in timing | measured
+            and f"{k[0]}:{dict(k[1]).get('resource')}" not in measured
+        }
 
     assert hypervisor_series(served) == hypervisor_series(live)
     assert value(served, "hypervisor_up", hypervisor="compute-02") == 1.0
@@ -500,9 +511,16 @@ def test_a_real_libvirtd_replays_as_audited(real_host: RealHost, tmp_path: Path)
     memory = document.node.memory_stats.get()
     used_kib = memory["total"] - memory["free"] - memory["buffers"] - memory["cached"]
     assert (replayed.memory_in_use_bytes, replayed.memory_in_use_source) == (used_kib * KIB, "host")
-    # CPU counters frozen in a file tell no rate: busy CPUs are unknown, never 0
+    # The CPU time counters with their rates, measured over a second: the host's CPUs add up
+    # time every second, whatever they do. The replay reads them as the live host's.
     assert document.node.cpu_stats.get()["kernel"] > 0
-    assert replayed.cpu_times is None and replayed.busy_cpus is None
+    rates = document.node.cpu_stats_per_second
+    assert rates is not None and {"kernel", "user", "idle"} <= set(rates) and sum(rates.values()) > 0
+    assert document.source.rate_interval_seconds == 1.0
+    assert replayed.cpu_times is not None and replayed.busy_cpus is None  # a rate needs two audits
+    # the paused domain's vCPUs: recorded, their counters standing still
+    (paused,) = document.domains.vcpu_stats_per_second or []
+    assert paused.per_second and {key.split(".")[2] for key in paused.per_second} <= {"time", "wait", "delay"}
     # The vCPU delays as captured: the replay's first audit takes them as its baseline.
     vcpu_stats = document.domains.vcpu_stats
     assert vcpu_stats is not None
@@ -525,6 +543,148 @@ def test_a_real_libvirtd_replays_as_audited(real_host: RealHost, tmp_path: Path)
     assert "vdb" in next(d for d in document.domains.definitions if d.name == real_host.domain).block_info
     assert document.node_devices.error is not None or document.node_devices.get()
 
-    # Captured again through the replay, the same document.
+    # Captured again through the replay, the same document, but for its moving counters.
     again = capture(replay_uri(path), tmp_path / "again.json")
-    assert again.model_copy(update={"source": document.source}) == document
+    assert without_counters(again).model_copy(update={"source": document.source}) == without_counters(
+        document
+    )
+
+
+def without_counters(document: CaptureDocument) -> CaptureDocument:
+    """The document without its CPU time and vCPU statistics and their rates."""
+    node = document.node.model_copy(
+        update={"cpu_stats": Answer[dict[str, int]](value={}), "cpu_stats_per_second": None}
+    )
+    domains = document.domains.model_copy(update={"vcpu_stats": None, "vcpu_stats_per_second": None})
+    return document.model_copy(update={"node": node, "domains": domains})
+
+
+# Recorded rates.
+
+
+class ReplayClock:
+    """The seconds replayed, as the tests set them; capture_host's clock and sleep alike."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+COMPUTE_08 = DEMO_DIR / "compute-08.json"
+
+
+def test_the_replay_advances_the_counters_at_their_recorded_rates() -> None:
+    """Through the calls the audit makes: the CPU time (getCPUStats) and the vCPU statistics
+    (getAllDomainStats), each counter with a rate at it, the others as captured."""
+    document = load_capture(COMPUTE_08)
+    cpu_rates = document.node.cpu_stats_per_second
+    assert cpu_rates is not None and cpu_rates["user"] > 0
+    clock = ReplayClock()
+    conn = ReplayConnection(document, clock)
+    assert conn.getCPUStats(libvirt.VIR_NODE_CPU_STATS_ALL_CPUS) == document.node.cpu_stats.get()
+    clock.now = 10.0
+    assert conn.getCPUStats(libvirt.VIR_NODE_CPU_STATS_ALL_CPUS) == {
+        key: value + 10 * cpu_rates[key] for key, value in document.node.cpu_stats.get().items()
+    }
+    assert document.domains.vcpu_stats is not None
+    captured = {entry.uuid: entry.stats for entry in document.domains.vcpu_stats.get()}
+    vcpu_rates = {entry.uuid: entry.per_second for entry in document.domains.vcpu_stats_per_second or []}
+    replayed = conn.getAllDomainStats(*VCPU_STATS)
+    assert {domain.UUIDString() for domain, _stats in replayed} == set(captured) == set(vcpu_rates)
+    for domain, stats in replayed:
+        before, rates = captured[domain.UUIDString()], vcpu_rates[domain.UUIDString()]
+        assert stats == {key: int(value) + 10 * rates.get(key, 0) for key, value in before.items()}
+        assert stats["vcpu.current"] == before["vcpu.current"]  # a count, not a counter
+
+
+def test_a_replay_with_rates_is_audited_as_a_live_host() -> None:
+    """Busy CPU time and vCPU wait between two audits, the second audit's connection opened afresh
+    (as the service opens a replay for every audit): exactly the recorded rates over the seconds
+    replayed."""
+    document = load_capture(COMPUTE_08)
+    clock = ReplayClock()
+    uri = replay_uri(COMPUTE_08)
+    first = audit_host(ReplayConnection(document, clock), uri, None)
+    assert first.cpu_times is not None and first.vcpu_wait is not None and first.vcpu_wait.total_ns == 0
+    clock.now = 30.0
+    second = audit_host(
+        ReplayConnection(document, clock),
+        uri,
+        None,
+        previous_cpu=first.cpu_times,
+        previous_vcpu_wait=first.vcpu_wait,
+    )
+    cpu_rates = document.node.cpu_stats_per_second or {}
+    assert second.cpu_times is not None and second.busy_cpus is not None and second.busy_cpus > 0
+    assert second.cpu_times.busy_ns - first.cpu_times.busy_ns == 30 * (
+        cpu_rates["kernel"] + cpu_rates["user"]
+    )
+    delays = sum(
+        rate
+        for entry in document.domains.vcpu_stats_per_second or []
+        for key, rate in entry.per_second.items()
+        if key.endswith(".delay")
+    )
+    assert delays > 0 and second.vcpu_wait is not None and second.vcpu_wait.total_ns == 30 * delays
+
+
+def test_a_capture_without_rates_replays_without_busy_cpus_or_vcpu_wait(tmp_path: Path) -> None:
+    """A capture of version 1, before rates were recorded (as the demo's were): frozen counters
+    tell no busy CPUs; no vCPU statistics, no vCPU wait."""
+    document = load_capture(COMPUTE_08)
+    node = document.node.model_copy(update={"cpu_stats_per_second": None})
+    domains = document.domains.model_copy(update={"vcpu_stats": None, "vcpu_stats_per_second": None})
+    source = document.source.model_copy(update={"rate_interval_seconds": None})
+    old = document.model_copy(update={"version": 1, "node": node, "domains": domains, "source": source})
+    path = tmp_path / "old.json"
+    path.write_bytes(encode_capture(old))
+    assert b'"version": 1' in path.read_bytes() and b"per_second" not in path.read_bytes()
+    first = audit(replay_uri(path), None)
+    second = audit_host(
+        open_read_only(replay_uri(path)), replay_uri(path), None, previous_cpu=first.cpu_times
+    )
+    assert (first.cpu_times, second.cpu_times, second.busy_cpus) == (None, None, None)
+    assert first.vcpu_wait is None and second.vcpu_wait is None
+    assert first.problems == second.problems == ()
+
+
+def test_capturing_a_replay_records_its_rates(tmp_path: Path) -> None:
+    """The capture's two samples, its `rate_interval` apart, measure the rates the replay moves at:
+    captured again, the same rates, the counters where the second sample found them."""
+    document = load_capture(COMPUTE_08)
+    clock = ReplayClock()
+    again = capture_host(
+        ReplayConnection(document, clock),
+        "replay:///x.json",
+        rate_interval=5.0,
+        clock=clock,
+        sleep=clock.sleep,
+    )
+    assert again.source.rate_interval_seconds == 5.0
+    cpu_rates = document.node.cpu_stats_per_second or {}
+    assert again.node.cpu_stats_per_second == cpu_rates
+    assert again.node.cpu_stats.get() == {
+        k: v + 5 * cpu_rates[k] for k, v in document.node.cpu_stats.get().items()
+    }
+    assert again.domains.vcpu_stats_per_second == document.domains.vcpu_stats_per_second
+    assert without_counters(again).model_copy(update={"source": document.source}) == without_counters(
+        document
+    )
+    # None with an interval of 0
+    unrated = capture_host(ReplayConnection(document, clock), "replay:///x.json", rate_interval=0)
+    assert unrated.node.cpu_stats_per_second is None and unrated.domains.vcpu_stats_per_second is None
+    assert unrated.source.rate_interval_seconds is None and unrated.domains.vcpu_stats is not None
+
+
+def test_virtcap_capture_takes_its_rate_interval(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["capture", "--uri", "test:///default", "--rate-interval", "2m"])
+    assert exited.value.code == 2
+    assert "--rate-interval: expected 0 or a duration of at most 60s, got '2m'" in capsys.readouterr().err
+    assert main(["capture", "--uri", replay_uri(COMPUTE_08), "--rate-interval", "0"]) == 0
+    assert '"cpu_stats_per_second"' not in capsys.readouterr().out

@@ -12,7 +12,7 @@ from pathlib import Path
 from tests.serving import parse_samples, series, value
 from virtcap.audit.oneshot import audit_fleet_once
 from virtcap.config import Config
-from virtcap.demo import DEMO_DIR, demo_config
+from virtcap.demo import DEMO_DIR, demo_config, demo_maintenance_end
 from virtcap.demo.fleetgen import project_id
 from virtcap.demo.generate import captured_hosts, demo_hosts, main
 from virtcap.exposition.families import render, views
@@ -23,6 +23,7 @@ from virtcap.model.scheduler import fleet_tolerance
 from virtcap.service.snapshot import HypervisorSnapshot
 from virtcap.service.store import SnapshotStore
 from virtcap.service.tolerance import SimulatedHost, one_shot_tolerance, scheduler_host
+from virtcap.units import format_utc
 
 
 def test_committed_node_files_and_captures_are_what_the_generator_writes(tmp_path: Path) -> None:
@@ -288,8 +289,23 @@ def test_each_groups_flavor_headroom_and_the_hosts_it_cannot_lose() -> None:
     }
 
 
+def compute_05_maintenance(*loaded_at: float) -> set[str]:
+    """compute-05's reason with the end its maintenance had in a demo loaded at any of these times
+    (a run that crosses midnight UTC may load the demo on either side)."""
+    ends = {format_utc(demo_maintenance_end(when).timestamp()) for when in loaded_at}
+    return {f"kernel upgrade (until {end}) (set by the configuration)" for end in ends}
+
+
+def test_the_demo_maintenance_ends_ahead_of_whenever_the_demo_runs() -> None:
+    """At midnight UTC a week after the day the demo is loaded: in 2030 as today."""
+    for now in (time.time(), 1_900_000_000.0):  # today, and 2030-03-17T17:46:40Z
+        (entry,) = [h.maintenance for h in demo_config(now).hypervisors if h.maintenance is not None]
+        assert entry.until is not None and 6 * 86400 < entry.until - now <= 7 * 86400
+        assert entry.until % 86400 == 0
+
+
 def test_compute_05_is_in_maintenance_and_offers_nothing() -> None:
-    _config, snapshots = _demo_audit()
+    config, snapshots = _demo_audit()
     by_name = {s.name: s for s in snapshots}
     held = {
         name for name, s in by_name.items() if s.capacity is not None and s.capacity.maintenance is not None
@@ -297,10 +313,13 @@ def test_compute_05_is_in_maintenance_and_offers_nothing() -> None:
     assert held == {"compute-05"}
     compute_05 = by_name["compute-05"].capacity
     assert compute_05 is not None
-    assert compute_05.maintenance == "kernel upgrade (set by the configuration)"
+    (end,) = [h.maintenance.until for h in config.hypervisors if h.maintenance is not None]
+    assert end is not None and end > time.time()
+    assert compute_05.maintenance == f"kernel upgrade (until {format_utc(end)}) (set by the configuration)"
     # still audited, its allocations shown: 3 vCPUs, 1 pinned CPU and 8 GiB for its 4 running guests
     assert (compute_05.resources[Resource.VCPU].used, compute_05.resources[Resource.PCPU].used) == (3, 1)
     assert compute_05.resources[Resource.MEMORY].used == 8 * GIB
+    started = time.time()
     placed = subprocess.run(
         [sys.executable, "-m", "virtcap", "place", "--demo", "--flavor", "m1.small", "--format", "json"],
         capture_output=True,
@@ -310,10 +329,11 @@ def test_compute_05_is_in_maintenance_and_offers_nothing() -> None:
     )
     answer = json.loads(placed.stdout)
     assert answer["placed"] and "compute-05" not in answer["placed"]
-    assert answer["rejections"]["compute-05"] == {
-        "filter": "ComputeFilter",
-        "reasons": ["hypervisor compute-05 is in maintenance: kernel upgrade (set by the configuration)"],
-    }
+    rejection = answer["rejections"]["compute-05"]
+    assert rejection["filter"] == "ComputeFilter"
+    (reason,) = rejection["reasons"]
+    maintenance = reason.removeprefix("hypervisor compute-05 is in maintenance: ")
+    assert maintenance in compute_05_maintenance(started, time.time())
 
 
 def test_az_2s_nfs_export_is_one_shared_pool() -> None:

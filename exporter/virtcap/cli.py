@@ -17,8 +17,10 @@ from typing import NoReturn
 from virtcap import __version__
 from virtcap.audit.capture import (
     DEFAULT_MAX_BYTES,
+    DEFAULT_RATE_INTERVAL_SECONDS,
     DEFAULT_TIMEOUT_SECONDS,
     MAX_FILE_BYTES,
+    MAX_RATE_INTERVAL_SECONDS,
     CaptureError,
     CaptureTooLargeError,
     capture_uri,
@@ -136,6 +138,12 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"give up on a hypervisor that has not answered everything by then "
         f"(default: {DEFAULT_TIMEOUT_SECONDS:g}s)",
     )  # fmt: skip
+    capture.add_argument(
+        "--rate-interval", dest="rate_interval", type=_rate_interval, default=DEFAULT_RATE_INTERVAL_SECONDS,
+        metavar="DURATION",
+        help=f"read the CPU time and vCPU counters twice this far apart and record their rates, which a "
+        f"replay advances them at; 0 records none (default: {DEFAULT_RATE_INTERVAL_SECONDS:g}s)",
+    )  # fmt: skip
 
     add_place_command(commands)
     add_claim_commands(commands)
@@ -154,6 +162,15 @@ def _duration(text: str) -> float:
         return parse_duration(text)
     except ValueError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _rate_interval(text: str) -> float:
+    seconds = 0.0 if text.strip() in {"0", "0s"} else _duration(text)
+    if seconds > MAX_RATE_INTERVAL_SECONDS:
+        raise argparse.ArgumentTypeError(
+            f"expected 0 or a duration of at most {MAX_RATE_INTERVAL_SECONDS:g}s, got {text!r}"
+        )
+    return seconds
 
 
 def _capture_size(text: str) -> int:
@@ -275,7 +292,7 @@ def run_capture(args: argparse.Namespace) -> int:
         print(f"virtcap: capture: --uri: {problem}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        data = capture_uri(uri, args.max_size, args.timeout)
+        data = capture_uri(uri, args.max_size, args.timeout, args.rate_interval)
     except CaptureError as error:
         hint = " (--max-size)" if isinstance(error, CaptureTooLargeError) else ""
         print(f"virtcap: cannot capture {redact_uri(uri)}: {error}{hint}", file=sys.stderr)

@@ -10,6 +10,11 @@ connection: `replay:///path/host.json`.
 The document holds the host's name and its domains' definitions (names, UUIDs, Nova's metadata
 with project and user names): it is written readable by its owner only.
 
+Counters are recorded with their rates: the CPU time and the vCPU statistics are read twice,
+`rate_interval` seconds apart, the second reading kept with each counter's increase a second
+(virtcap.audit.replay advances them at those rates). Not on libvirt's test driver, whose numbers
+are made up, nor with a `rate_interval` of 0.
+
 Its size is bounded (`max_bytes`): the text libvirt returns is counted while it arrives, so that
 a host too large to capture stops the capture early instead of filling the memory.
 """
@@ -21,8 +26,10 @@ import os
 import re
 import tempfile
 import threading
+import time
 import xml.etree.ElementTree as ET
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -40,6 +47,7 @@ from virtcap.audit.libvirt_api import (
     NodeInfo,
     StoragePoolInfo,
     StorageVolInfo,
+    TypedParameter,
     VirConnect,
     VirDomain,
     VirNodeDevice,
@@ -55,6 +63,7 @@ from virtcap.audit.replay import (
     CaptureDocument,
     CellPages,
     Domain,
+    DomainRates,
     Domains,
     DomainStats,
     Failure,
@@ -68,17 +77,21 @@ from virtcap.audit.replay import (
     StoragePools,
     Volume,
     ask,
+    counter_rates,
     encode_capture,
     is_replay_uri,
     replay_path,
+    vcpu_counter,
 )
 from virtcap.config.errors import clip
 from virtcap.units import brief_repr, format_bytes
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
+    "DEFAULT_RATE_INTERVAL_SECONDS",
     "DEFAULT_TIMEOUT_SECONDS",
     "MAX_FILE_BYTES",
+    "MAX_RATE_INTERVAL_SECONDS",
     "CaptureError",
     "CaptureTooLargeError",
     "capture_host",
@@ -90,6 +103,8 @@ __all__ = [
 
 DEFAULT_MAX_BYTES = 64 * 1024**2
 DEFAULT_TIMEOUT_SECONDS = 300.0
+DEFAULT_RATE_INTERVAL_SECONDS = 1.0
+MAX_RATE_INTERVAL_SECONDS = 60.0
 MAX_URI_CHARS = 1024
 PROBE_POOL = "virtcap-capture-probe-no-such-pool"
 """A pool name no host has, looked up once to record how the host answers an unknown name."""
@@ -124,16 +139,21 @@ def uri_problem(uri: str) -> str | None:
 
 
 def capture_uri(
-    uri: str, max_bytes: int = DEFAULT_MAX_BYTES, timeout: float = DEFAULT_TIMEOUT_SECONDS
+    uri: str,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    timeout: float = DEFAULT_TIMEOUT_SECONDS,
+    rate_interval: float = DEFAULT_RATE_INTERVAL_SECONDS,
 ) -> bytes:
-    """The capture of the hypervisor at `uri`, encoded; CaptureError when it cannot be read in
-    `timeout` seconds or would exceed `max_bytes`.
+    """The capture of the hypervisor at `uri`, its rates measured over `rate_interval` seconds,
+    encoded; CaptureError when it cannot be read in `timeout` seconds or would exceed `max_bytes`.
 
     libvirt's calls block as long as the daemon does: they run in a daemon thread that the caller
     stops waiting for after `timeout` (or on Ctrl-C), and that the process may exit without.
     """
     if not 0 < max_bytes <= MAX_FILE_BYTES:
         raise ValueError(f"expected a maximum size from 1 byte to {format_bytes(MAX_FILE_BYTES)}")
+    if not 0 <= rate_interval <= MAX_RATE_INTERVAL_SECONDS:
+        raise ValueError(f"expected a rate interval from 0 to {MAX_RATE_INTERVAL_SECONDS:g} seconds")
     outcome: list[bytes | BaseException] = []
 
     def work() -> None:
@@ -143,7 +163,8 @@ def capture_uri(
             outcome.append(CaptureError(str(error)))
             return
         try:
-            outcome.append(encode_bounded(capture_host(conn, uri, max_bytes), max_bytes))
+            document = capture_host(conn, uri, max_bytes, rate_interval)
+            outcome.append(encode_bounded(document, max_bytes))
         except BaseException as error:  # handed to the waiting thread
             outcome.append(error)
         finally:
@@ -182,8 +203,17 @@ def write_private(path: Path, data: bytes) -> None:
         raise
 
 
-def capture_host(conn: VirConnect, uri: str, max_bytes: int = DEFAULT_MAX_BYTES) -> CaptureDocument:
-    """Everything the audit reads from `conn` (the hypervisor at `uri`), as one document."""
+def capture_host(
+    conn: VirConnect,
+    uri: str,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    rate_interval: float = DEFAULT_RATE_INTERVAL_SECONDS,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> CaptureDocument:
+    """Everything the audit reads from `conn` (the hypervisor at `uri`), as one document, its
+    counters' rates measured over `rate_interval` seconds (0: none)."""
     budget = _Budget(max_bytes)
     try:
         try:
@@ -191,7 +221,13 @@ def capture_host(conn: VirConnect, uri: str, max_bytes: int = DEFAULT_MAX_BYTES)
             info = _node_info(conn)
         except libvirt.libvirtError as error:
             raise CaptureError(f"cannot read node information: {error.get_error_message()}") from None
+        vcpu_stats = node_type != TEST_DRIVER  # the test driver's numbers are made up
+        sampling = vcpu_stats and rate_interval > 0
+        first = _Counters.read(conn, clock, vcpu_stats=vcpu_stats) if sampling else None
+        if first is not None:
+            sleep(rate_interval)
         capabilities = ask(Answer[str], lambda: budget.text(conn.getCapabilities()))
+        cpu_stats = _Sample.read(lambda: dict(conn.getCPUStats(libvirt.VIR_NODE_CPU_STATS_ALL_CPUS)), clock)
         node = Node(
             type=node_type,
             version=version,
@@ -200,15 +236,16 @@ def capture_host(conn: VirConnect, uri: str, max_bytes: int = DEFAULT_MAX_BYTES)
             hostname=ask(Answer[str], conn.getHostname),
             cpu_map=ask(Answer[CPUMap], lambda: _cpu_map(conn)),
             capabilities=capabilities,
-            cpu_stats=ask(
-                Answer[dict[str, int]], lambda: dict(conn.getCPUStats(libvirt.VIR_NODE_CPU_STATS_ALL_CPUS))
-            ),
+            cpu_stats=Answer[dict[str, int]](value=cpu_stats.value, error=cpu_stats.error),
+            cpu_stats_per_second=_cpu_rates(first.cpu if first else None, cpu_stats),
             memory_stats=ask(
                 Answer[dict[str, int]],
                 lambda: dict(conn.getMemoryStats(libvirt.VIR_NODE_MEMORY_STATS_ALL_CELLS)),
             ),
             free_pages=_free_pages(conn, capabilities.value),
         )
+        domains = _domains(conn, budget, clock, vcpu_stats=vcpu_stats, first=first.vcpus if first else None)
+        rated = node.cpu_stats_per_second is not None or domains.vcpu_stats_per_second is not None
         return CaptureDocument(
             format=FORMAT,
             version=VERSION,
@@ -216,9 +253,10 @@ def capture_host(conn: VirConnect, uri: str, max_bytes: int = DEFAULT_MAX_BYTES)
                 uri=redact_uri(uri),
                 captured_at=datetime.now(UTC).isoformat(timespec="seconds"),
                 virtcap_version=__version__,
+                rate_interval_seconds=rate_interval if rated else None,
             ),
             node=node,
-            domains=_domains(conn, budget, vcpu_stats=node_type != TEST_DRIVER),
+            domains=domains,
             storage_pools=_storage_pools(conn, budget),
             node_devices=ask(
                 Answer[list[NodeDevice]], lambda: [_device(d, budget) for d in conn.listAllDevices(0)]
@@ -228,6 +266,58 @@ def capture_host(conn: VirConnect, uri: str, max_bytes: int = DEFAULT_MAX_BYTES)
         problem = error.errors(include_url=False)[0]
         where = ".".join(str(part) for part in problem["loc"])
         raise CaptureError(f"unexpected answer from libvirt: {where}: {clip(problem['msg'])}") from None
+
+
+@dataclass(frozen=True)
+class _Sample:
+    """One reading of counters, or the error it raised, and when (by the capture's clock)."""
+
+    value: dict[str, int] | None
+    error: Failure | None
+    at: float
+
+    @classmethod
+    def read(cls, call: Callable[[], dict[str, int]], clock: Callable[[], float]) -> _Sample:
+        try:
+            value = call()
+        except libvirt.libvirtError as error:
+            return cls(None, Failure.of(error), clock())
+        return cls(value, None, clock())
+
+
+@dataclass(frozen=True)
+class _Counters:
+    """The first readings of the counters whose rates are recorded."""
+
+    cpu: _Sample
+    vcpus: _VcpuSample | None
+
+    @classmethod
+    def read(cls, conn: VirConnect, clock: Callable[[], float], *, vcpu_stats: bool) -> _Counters:
+        cpu = _Sample.read(lambda: dict(conn.getCPUStats(libvirt.VIR_NODE_CPU_STATS_ALL_CPUS)), clock)
+        vcpus = None
+        if vcpu_stats:
+            try:
+                listed = {
+                    domain.UUIDString(): dict(stats) for domain, stats in conn.getAllDomainStats(*VCPU_STATS)
+                }
+                vcpus = _VcpuSample(listed, clock())
+            except libvirt.libvirtError:
+                vcpus = None  # no rates: the second reading records what the host answered
+        return cls(cpu, vcpus)
+
+
+@dataclass(frozen=True)
+class _VcpuSample:
+    stats: dict[str, dict[str, TypedParameter]]
+    """By domain UUID."""
+    at: float
+
+
+def _cpu_rates(first: _Sample | None, second: _Sample) -> dict[str, int] | None:
+    if first is None or first.value is None or second.value is None or second.at <= first.at:
+        return None
+    return counter_rates(dict(first.value), dict(second.value), second.at - first.at, lambda _key: True)
 
 
 class _Budget:
@@ -301,7 +391,14 @@ def _page_sizes_and_cells(capabilities: str | None) -> tuple[list[int], list[int
     return sorted(set(sizes)), sorted(set(cells))
 
 
-def _domains(conn: VirConnect, budget: _Budget, *, vcpu_stats: bool) -> Domains:
+def _domains(
+    conn: VirConnect,
+    budget: _Budget,
+    clock: Callable[[], float],
+    *,
+    vcpu_stats: bool,
+    first: _VcpuSample | None,
+) -> Domains:
     seen: dict[str, VirDomain] = {}
 
     def known(domain: VirDomain) -> str:
@@ -315,7 +412,7 @@ def _domains(conn: VirConnect, budget: _Budget, *, vcpu_stats: bool) -> Domains:
             for domain, stats in conn.getAllDomainStats(libvirt.VIR_DOMAIN_STATS_STATE, 0)
         ],
     )
-    vcpus = None
+    vcpus = rates = None
     if vcpu_stats:  # the audit reads none on libvirt's test driver: its numbers are made up
         vcpus = ask(
             Answer[list[DomainStats]],
@@ -324,12 +421,29 @@ def _domains(conn: VirConnect, budget: _Budget, *, vcpu_stats: bool) -> Domains:
                 for domain, stats in conn.getAllDomainStats(*VCPU_STATS)
             ],
         )
+        rates = _vcpu_rates(first, vcpus.value, clock())
     return Domains(
         listed=listed,
         state_stats=state_stats,
         vcpu_stats=vcpus,
+        vcpu_stats_per_second=rates,
         definitions=[_domain(uuid, domain, budget) for uuid, domain in seen.items()],
     )
+
+
+def _vcpu_rates(
+    first: _VcpuSample | None, second: list[DomainStats] | None, at: float
+) -> list[DomainRates] | None:
+    """The rates of the vCPU counters of the domains read twice (one started in between has none)."""
+    if first is None or second is None or at <= first.at:
+        return None
+    rates = []
+    for entry in second:
+        before = first.stats.get(entry.uuid)
+        if before is not None:
+            per_second = counter_rates(before, entry.stats, at - first.at, vcpu_counter)
+            rates.append(DomainRates(uuid=entry.uuid, per_second=per_second))
+    return rates
 
 
 def _domain(uuid: str, domain: VirDomain, budget: _Budget) -> Domain:

@@ -44,7 +44,7 @@ from virtcap.audit.domain_xml import (
 )
 from virtcap.audit.libvirt_api import VirConnect, VirDomain, VirNodeDevice, VirStoragePool
 from virtcap.audit.node_devices import NodeDeviceError, mediated_device, pci_device, pci_name_address
-from virtcap.audit.replay import VCPU_STATS, CaptureFileError, ReplayConnection, is_replay_uri, open_replay
+from virtcap.audit.replay import VCPU_STATS, CaptureFileError, frozen_cpu_times, is_replay_uri, open_replay
 from virtcap.audit.storage_pools import SHARED_POOL_TYPES, pool_type, shared_pool_source
 from virtcap.config import DiskSource
 from virtcap.model.contention import VcpuDelays, advance_vcpu_wait
@@ -516,11 +516,12 @@ def read_cpu_times(conn: VirConnect) -> CpuTimes | None:
     """The host's cumulative busy CPU time, or None where the driver does not measure it.
 
     A missing figure is unknown, never 0: two samples of a constant would report an idle host.
-    The test driver and a replayed capture answer with constants, drivers without node statistics
+    The test driver and a capture replayed without recorded rates answer with constants (a capture
+    with rates advances its counters: it is read as the live host), drivers without node statistics
     with an error, and a driver that leaves out kernel or user time tells only part of the busy time.
     """
     try:
-        if conn.getType() == TEST_DRIVER or isinstance(conn, ReplayConnection):
+        if conn.getType() == TEST_DRIVER or frozen_cpu_times(conn):
             return None
         stats = conn.getCPUStats(libvirt.VIR_NODE_CPU_STATS_ALL_CPUS)
     except libvirt.libvirtError:

@@ -10,14 +10,17 @@ shape in tests, the demo and benchmarks, and what-if audits of captured hosts fo
 `open_read_only` (virtcap.audit.hypervisor) dispatches on the scheme, so a replay URI goes
 wherever a libvirt URI does: the configuration's `hypervisors`, `virtcap capture --uri`.
 
-**The document** (FORMAT, VERSION), one key per libvirt call, each answer as libvirt gave it:
-`{"value": ...}`, or `{"error": {...}}` with the libvirtError's fields, raised again on replay
-(same class, get_error_code(), get_error_domain(), get_error_message()):
+**The document** (FORMAT, VERSION; version 1, without recorded rates, is read too), one key per
+libvirt call, each answer as libvirt gave it: `{"value": ...}`, or `{"error": {...}}` with the
+libvirtError's fields, raised again on replay (same class, get_error_code(), get_error_domain(),
+get_error_message()):
 
-- `source`: the URI captured (without password), when, and by which virtcap;
+- `source`: the URI captured (without password), when, by which virtcap, and how far apart the
+  two samples of the recorded rates were (`rate_interval_seconds`, absent without rates);
 - `node`: getType, getVersion, getLibVersion and getInfo (plain values: without them there is
-  no capture), getHostname, getCPUMap, getCapabilities, getCPUStats(ALL_CPUS),
-  getMemoryStats(ALL_CELLS), and the free pages of every page size (KiB) of the capabilities'
+  no capture), getHostname, getCPUMap, getCapabilities, getCPUStats(ALL_CPUS) with
+  `cpu_stats_per_second`, the recorded rate of each of its counters (nanoseconds of CPU time a
+  second), getMemoryStats(ALL_CELLS), and the free pages of every page size (KiB) of the capabilities'
   host CPU in every NUMA cell of their topology (one getFreePages(sizes, cell, 1) per cell; no
   cell where the topology has none; a cell the driver answered nothing for, as libvirt's test
   driver does, is left out of a replayed answer as the driver left it out);
@@ -25,7 +28,8 @@ wherever a libvirt URI does: the configuration's `hypervisors`, `virtcap capture
   libvirt's order, and per domain its name, info(), XMLDesc(0) and blockInfo of each local
   disk target; `vcpu_stats`, the running domains' vCPU statistics (VCPU_STATS), where the
   audit reads them (not on libvirt's test driver, nor in captures older than it: then absent,
-  and a replay reports no vCPU wait);
+  and a replay reports no vCPU wait), with `vcpu_stats_per_second`, per domain the recorded rate
+  of its vCPUs' counters (`vcpu.<n>.time`, `.wait` and `.delay`: nanoseconds a second);
 - `storage_pools`: listAllStoragePools(0) and (VIR_CONNECT_LIST_STORAGE_POOLS_ACTIVE) as names,
   per pool its XMLDesc(0), info() and volumes (name, path(), info()), and the error
   storagePoolLookupByName gave for a name the host does not have (`missing`), which a lookup of
@@ -35,10 +39,20 @@ wherever a libvirt URI does: the configuration's `hypervisors`, `virtcap capture
   filtered as libvirt filters them. The mediated devices and their GPUs' available instances are
   those of the moment of capture, at every audit.
 
+**Recorded rates.** `virtcap capture` reads the CPU time counters and the vCPU statistics twice,
+a short interval apart (`--rate-interval`), and records the second reading with each counter's
+rate between the two. A replay advances the counters that have a recorded rate with the wall
+clock: each answer is the recorded value plus its rate times the seconds since this process
+started replaying (ELAPSED), so the audit reads busy host CPUs and vCPU wait from a replay through
+the same calls, getCPUStats and getAllDomainStats, as from the live host. A counter without a
+rate stays at its captured value: a capture without rates (version 1, or taken with
+`--rate-interval 0`) gives no busy CPUs (the audit knows its frozen CPU times tell no rate,
+FROZEN_CPU_TIMES) and a vCPU wait that stays at 0.
+
 **Not replayed**: anything else, such as other flags or statistics groups, one CPU's or cell's
 statistics, an uncaptured disk or cell, raises libvirtError (VIR_ERR_ARGUMENT_UNSUPPORTED or
-VIR_ERR_INVALID_ARG) saying it is not in the capture. The host is frozen at its capture: its
-counters never move, so busy CPUs read 0 between two audits. Events: registering callbacks
+VIR_ERR_INVALID_ARG) saying it is not in the capture. The rest of the host is frozen at its
+capture. Events: registering callbacks
 succeeds and none ever fires; keepalive is not supported (nothing to keep alive), close() returns
 0. What the audit reads outside libvirt for a local URI (/proc/meminfo, a disk path's statvfs)
 is not in the capture: a replay URI is never local, so the audit reads libvirt's node memory
@@ -52,6 +66,8 @@ A malformed or unreadable file is a CaptureFileError of one line, `file: what wa
 from __future__ import annotations
 
 import itertools
+import re
+import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -88,6 +104,7 @@ __all__ = [
     "CaptureFileError",
     "CellPages",
     "Domain",
+    "DomainRates",
     "DomainStats",
     "Domains",
     "Failure",
@@ -106,13 +123,17 @@ __all__ = [
     "StoragePools",
     "Volume",
     "ask",
+    "counter_rates",
     "decode_capture",
     "encode_capture",
+    "frozen_cpu_times",
     "is_replay_uri",
     "libvirt_error",
     "load_capture",
     "open_replay",
     "replay_path",
+    "seconds_replayed",
+    "vcpu_counter",
 ]
 
 VCPU_STATS: Final = (
@@ -124,13 +145,48 @@ domains only (others have none), without waiting for a domain busy with a job (a
 snapshot): the delays come from /proc, which needs no job."""
 
 FORMAT: Final = "virtcap-capture"
-VERSION: Final = 1
+VERSION: Final = 2
+"""What `virtcap capture` writes: version 1 and the recorded rates (`*_per_second`)."""
+READABLE_VERSIONS: Final = (1, 2)
 REPLAY_SCHEME = "replay"
 _PREFIX = f"{REPLAY_SCHEME}://"
 MAX_FILE_BYTES = 256 * 1024**2
 """The largest capture file read (and written: virtcap.audit.capture bounds below it)."""
 
 _T = TypeVar("_T")
+
+_VCPU_COUNTER = re.compile(r"vcpu\.\d+\.(?:time|wait|delay)")
+_STARTED = time.monotonic()
+
+
+def vcpu_counter(key: str) -> bool:
+    """Whether a vCPU statistic (VCPU_STATS) is a counter: `vcpu.<n>.time`, `.wait` or `.delay`,
+    nanoseconds since the vCPU's QEMU process started. The others are states and counts."""
+    return _VCPU_COUNTER.fullmatch(key) is not None
+
+
+def seconds_replayed() -> float:
+    """ELAPSED: the seconds since this process started replaying (since it loaded this module),
+    by the monotonic clock. One clock for every replay connection: the audit opens a replay afresh
+    for every audit, and its counters go on from where the last one left them."""
+    return time.monotonic() - _STARTED
+
+
+def counter_rates(
+    before: dict[str, TypedParameter],
+    after: dict[str, TypedParameter],
+    seconds: float,
+    counter: Callable[[str], bool],
+) -> dict[str, int]:
+    """Per counter read in both samples `seconds` apart, its increase a second (rounded to a whole
+    nanosecond); none for one that went back (its domain restarted in between)."""
+    rates = {}
+    for key, value in after.items():
+        first = before.get(key)
+        if not counter(key) or type(value) is not int or type(first) is not int or value < first:
+            continue
+        rates[key] = round((value - first) / seconds)
+    return rates
 
 
 class CaptureFileError(Exception):
@@ -225,6 +281,8 @@ class Source(_Record):
     captured_at: str
     """ISO 8601, UTC."""
     virtcap_version: str
+    rate_interval_seconds: float | None = None
+    """How far apart the two samples of the recorded rates were; None: no rates recorded."""
 
 
 class PageCount(_Record):
@@ -255,6 +313,8 @@ class Node(_Record):
     capabilities: Answer[str]
     cpu_stats: Answer[dict[str, int]]
     """getCPUStats(VIR_NODE_CPU_STATS_ALL_CPUS)."""
+    cpu_stats_per_second: dict[str, int] | None = None
+    """The recorded rate of each counter of `cpu_stats`, nanoseconds a second; None: not recorded."""
     memory_stats: Answer[dict[str, int]]
     """getMemoryStats(VIR_NODE_MEMORY_STATS_ALL_CELLS)."""
     free_pages: FreePages
@@ -263,6 +323,12 @@ class Node(_Record):
 class DomainStats(_Record):
     uuid: str
     stats: dict[str, TypedParameter]
+
+
+class DomainRates(_Record):
+    uuid: str
+    per_second: dict[str, int]
+    """The recorded rate of each vCPU counter (vcpu_counter) of the domain, nanoseconds a second."""
 
 
 class Domain(_Record):
@@ -282,6 +348,8 @@ class Domains(_Record):
     """getAllDomainStats(VIR_DOMAIN_STATS_STATE, 0)."""
     vcpu_stats: Answer[list[DomainStats]] | None = None
     """getAllDomainStats(*VCPU_STATS); None where not captured."""
+    vcpu_stats_per_second: list[DomainRates] | None = None
+    """The recorded rates of `vcpu_stats`' counters, of the domains they were recorded for."""
     definitions: list[Domain]
     """Every domain either call named, once."""
 
@@ -326,7 +394,7 @@ class CaptureDocument(_Record):
     """One hypervisor as the audit reads it (see the module's description)."""
 
     format: Literal["virtcap-capture"]
-    version: Literal[1]
+    version: Literal[1, 2]
     source: Source
     node: Node
     domains: Domains
@@ -340,9 +408,15 @@ class CaptureDocument(_Record):
         listed = self.domains.listed.value or []
         stats = [s.uuid for s in self.domains.state_stats.value or []]
         vcpus = [s.uuid for s in (self.domains.vcpu_stats and self.domains.vcpu_stats.value) or []]
+        rated = _unique(
+            (r.uuid for r in self.domains.vcpu_stats_per_second or []),
+            "domains.vcpu_stats_per_second",
+            "UUID",
+        )
         _all_known(listed, domains, "domains.listed", "domains.definitions")
         _all_known(stats, domains, "domains.state_stats", "domains.definitions")
         _all_known(vcpus, domains, "domains.vcpu_stats", "domains.definitions")
+        _all_known(rated, set(vcpus), "domains.vcpu_stats_per_second", "domains.vcpu_stats")
         pools = _unique((p.name for p in self.storage_pools.pools), "storage_pools.pools", "name")
         for key in ("listed", "active"):
             answer: Answer[list[str]] = getattr(self.storage_pools, key)
@@ -387,10 +461,11 @@ def decode_capture(data: bytes, source: str) -> CaptureDocument:
                 f"{source}: not a virtcap capture: 'format' is {brief_repr(header.format)}, "
                 f"expected {FORMAT!r}"
             )
-        if type(header.version) is not int or header.version != VERSION:
+        if type(header.version) is not int or header.version not in READABLE_VERSIONS:
+            readable = " and ".join(str(version) for version in READABLE_VERSIONS)
             raise CaptureFileError(
                 f"{source}: capture version {brief_repr(header.version)} is not supported; "
-                f"this virtcap reads version {VERSION}"
+                f"this virtcap reads versions {readable}"
             )
         return CaptureDocument.model_validate_json(data)
     except ValidationError as error:
@@ -475,12 +550,22 @@ _LISTED_CAPABILITIES: Final = {
 """The listAllDevices filters replayed, each answered from listAllDevices(0) as libvirt filters."""
 
 
+def frozen_cpu_times(conn: VirConnect) -> bool:
+    """FROZEN_CPU_TIMES: whether `conn` replays CPU time counters without a recorded rate, which
+    never move: two readings of them tell no busy time (unknown, not 0)."""
+    return isinstance(conn, ReplayConnection) and conn.document.node.cpu_stats_per_second is None
+
+
 class ReplayConnection:
     """A VirConnect answering from a capture. Like libvirt, every listing or lookup gives new
-    objects; none of them changes anything."""
+    objects; none of them changes anything. The counters with a recorded rate advance with
+    `elapsed()`, the seconds replayed (ELAPSED, the tests give their own)."""
 
-    def __init__(self, document: CaptureDocument) -> None:
+    def __init__(self, document: CaptureDocument, elapsed: Callable[[], float] = seconds_replayed) -> None:
         self.document = document
+        self._elapsed = elapsed
+        vcpu_rates = document.domains.vcpu_stats_per_second or []
+        self._vcpu_rates = {entry.uuid: entry.per_second for entry in vcpu_rates}
         self._domains = {d.uuid: d for d in document.domains.definitions}
         self._pools = {p.name: p for p in document.storage_pools.pools}
         self._cells = {c.cell: c for c in document.node.free_pages.cells}
@@ -512,7 +597,9 @@ class ReplayConnection:
     def getCPUStats(self, cpu_num: int, /) -> dict[str, int]:
         if cpu_num != libvirt.VIR_NODE_CPU_STATS_ALL_CPUS:
             raise _not_captured(f"the CPU statistics of CPU {cpu_num}", libvirt.VIR_ERR_INVALID_ARG)
-        return dict(self.document.node.cpu_stats.get())
+        return _advanced(
+            self.document.node.cpu_stats.get(), self.document.node.cpu_stats_per_second, self._elapsed
+        )
 
     def getMemoryStats(self, cell_num: int, /) -> dict[str, int]:
         if cell_num != libvirt.VIR_NODE_MEMORY_STATS_ALL_CELLS:
@@ -552,7 +639,13 @@ class ReplayConnection:
         }.get((stats, flags))
         if captured is None:
             raise _not_captured(f"getAllDomainStats of groups {stats} with flags {flags}")
-        return [(ReplayDomain(self._domains[entry.uuid]), dict(entry.stats)) for entry in captured.get()]
+        return [
+            (
+                ReplayDomain(self._domains[entry.uuid]),
+                _advanced(entry.stats, self._vcpu_rates.get(entry.uuid), self._elapsed),
+            )
+            for entry in captured.get()
+        ]
 
     def listAllStoragePools(self, flags: int, /) -> list[VirStoragePool]:
         listings = {0: "listed", libvirt.VIR_CONNECT_LIST_STORAGE_POOLS_ACTIVE: "active"}
@@ -636,6 +729,23 @@ class ReplayConnection:
 
     def close(self) -> int:
         return 0
+
+
+_V = TypeVar("_V", int, TypedParameter)
+
+
+def _advanced(
+    values: dict[str, _V], rates: dict[str, int] | None, elapsed: Callable[[], float]
+) -> dict[str, _V]:
+    """The values, each counter with a rate advanced by it over the seconds replayed."""
+    answer = dict(values)
+    if rates:
+        seconds = elapsed()
+        for key, rate in rates.items():
+            value = answer.get(key)
+            if type(value) is int:
+                answer[key] = value + round(rate * seconds)
+    return answer
 
 
 class ReplayDomain:

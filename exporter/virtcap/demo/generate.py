@@ -285,7 +285,9 @@ def _pinned(
     page_size_kib: int | None = None,
     pci: tuple[str, ...] = (),
     mdevs: tuple[hostgen.MdevSpec, ...] = (),
+    cpu_load: float = 0.6,
 ) -> hostgen.GuestSpec:
+    """A guest pinned to whole cores of its own: its vCPUs hardly ever wait for a host CPU."""
     return hostgen.GuestSpec(
         name=name,
         vcpus=flavor.vcpus,
@@ -297,11 +299,19 @@ def _pinned(
         pci=pci,
         mdevs=mdevs,
         project=project,
+        cpu_load=cpu_load,
+        cpu_wait=0.002,
     )
 
 
 def _shared(
-    name: str, flavor: hostgen.FlavorSpec, shared_cpus: tuple[int, ...], state: int = hostgen.RUNNING
+    name: str,
+    flavor: hostgen.FlavorSpec,
+    shared_cpus: tuple[int, ...],
+    state: int = hostgen.RUNNING,
+    *,
+    cpu_load: float = 0.2,
+    cpu_wait: float = 0.005,
 ) -> hostgen.GuestSpec:
     return hostgen.GuestSpec(
         name=name,
@@ -311,7 +321,15 @@ def _shared(
         pins=shared_cpus,
         flavor=flavor,
         project="web-shop",
+        cpu_load=cpu_load,
+        cpu_wait=cpu_wait,
     )
+
+
+CROWDED_LOAD, CROWDED_WAIT = 0.35, 0.12
+"""compute-08's shared guests: 10 vCPUs floating over its 4 shared CPUs, 3.5 of them busy, each
+waiting 12% of the time for a CPU (5% for the host's average running vCPU: under the 10% of
+HypervisorCPUContention)."""
 
 
 ML = "ml-training"
@@ -368,9 +386,13 @@ def numa_host() -> hostgen.HostSpec:
             page_size_kib=hostgen.PAGE_1G_KIB,
             pci=nics[1].vf_addresses[:2],
         ),
-        _shared("compute-08-web-01", SHARED_LARGE, shared_cpus),
-        _shared("compute-08-app-01", SHARED_MEDIUM, shared_cpus),
-        _shared("compute-08-cache-01", SHARED_RAM_LARGE, shared_cpus),
+        _shared("compute-08-web-01", SHARED_LARGE, shared_cpus, cpu_load=CROWDED_LOAD, cpu_wait=CROWDED_WAIT),
+        _shared(
+            "compute-08-app-01", SHARED_MEDIUM, shared_cpus, cpu_load=CROWDED_LOAD, cpu_wait=CROWDED_WAIT
+        ),
+        _shared(
+            "compute-08-cache-01", SHARED_RAM_LARGE, shared_cpus, cpu_load=CROWDED_LOAD, cpu_wait=CROWDED_WAIT
+        ),
         _shared("compute-08-cache-02", SHARED_RAM_LARGE, shared_cpus, hostgen.SHUTOFF),
     )
     return replace(

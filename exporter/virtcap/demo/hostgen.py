@@ -16,7 +16,11 @@ written in the shape libvirt gives on real hardware, following libvirt's documen
   `<nova:instance>` metadata): `<vcpu>`, `<cputune>` pins, the guest's NUMA cell, `<numatune>`,
   `<memoryBacking><hugepages>`, `<hostdev>` of a VF or of a vGPU;
 - the free hugepages of every cell (virNodeGetFreePages): each cell's total less the pages its
-  running hugepage-backed guests hold, as the kernel counts them.
+  running hugepage-backed guests hold, as the kernel counts them;
+- the counters, with the rates `virtcap capture` records (RATE_INTERVAL_SECONDS): the host's CPU
+  time (getCPUStats), its guests' vCPUs busy (`cpu_load`) plus its own (`host_busy_cpus`), and
+  each running guest's vCPU statistics (VCPU_STATS), `vcpu.<n>.time` at its `cpu_load` and
+  `vcpu.<n>.delay` at its `cpu_wait`, the share of time it waits for a host CPU.
 
 A host is described by a HostSpec; `capture_document(spec)` gives the document and
 `encode_capture(capture_document(spec))` the file `replay:///path` audits. The demo's two-socket
@@ -36,6 +40,7 @@ import libvirt
 from virtcap import __version__
 from virtcap.audit.capture import PROBE_POOL
 from virtcap.audit.domain_xml import NOVA_NAMESPACE
+from virtcap.audit.libvirt_api import TypedParameter
 from virtcap.audit.replay import (
     FORMAT,
     VERSION,
@@ -43,6 +48,7 @@ from virtcap.audit.replay import (
     CaptureDocument,
     CellPages,
     Domain,
+    DomainRates,
     Domains,
     DomainStats,
     Failure,
@@ -95,6 +101,10 @@ _STATE_REASONS = {RUNNING: 1, PAUSED: 1, SHUTOFF: 1}
 
 CAPTURED_AT = "2026-11-21T12:00:00+00:00"
 """A fixed time: the same spec gives the same bytes, so committed files can be compared."""
+RATE_INTERVAL_SECONDS = 1.0
+UPTIME_SECONDS = 3600
+"""How long the host and its running guests had run at the capture: their counters' values."""
+NS = 1_000_000_000
 LIBVIRT_VERSION = 10_000_000
 QEMU_VERSION = 8_002_002
 POOL_PATH = "/var/lib/nova/instances"
@@ -197,6 +207,10 @@ class GuestSpec:
     """Host PCI functions passed through (`<hostdev type='pci'>`)."""
     mdevs: tuple[MdevSpec, ...] = ()
     project: str = "demo"
+    cpu_load: float = 0.5
+    """The share of time each of its vCPUs is busy, when it runs."""
+    cpu_wait: float = 0.0
+    """The share of time each of its vCPUs waits for a host CPU (its steal), when it runs."""
 
     @property
     def uuid(self) -> str:
@@ -223,6 +237,8 @@ class HostSpec:
     """What the host itself uses beyond its guests and hugepages (kernel, agents, page cache)."""
     model: str = "Xeon-Gold-6338"
     mhz: int = 2000
+    host_busy_cpus: float = 0.5
+    """The host CPUs its own work keeps busy beyond its guests' vCPUs (kernel, agents, OVS)."""
 
     @property
     def cpus(self) -> int:
@@ -292,6 +308,7 @@ def capture_document(host: HostSpec) -> CaptureDocument:
         raise ValueError(f"{host.name}: its guests and hugepages take more than its memory")
     sizes = sorted({BASE_PAGE_KIB, PAGE_2M_KIB, PAGE_1G_KIB})
     free = free_pages(host)
+    cpu_rates = _cpu_rates(host)
     node = Node(
         type="QEMU",
         version=QEMU_VERSION,
@@ -310,13 +327,9 @@ def capture_document(host: HostSpec) -> CaptureDocument:
         cpu_map=Answer[tuple[int, list[bool], int]](value=(host.cpus, [True] * host.cpus, host.cpus)),
         capabilities=Answer[str](value=capabilities_xml(host)),
         cpu_stats=Answer[dict[str, int]](
-            value={
-                "kernel": 1_200_000_000_000,
-                "user": 9_800_000_000_000,
-                "idle": 88_000_000_000_000,
-                "iowait": 40_000_000_000,
-            }
+            value={key: rate * UPTIME_SECONDS for key, rate in cpu_rates.items()}
         ),
+        cpu_stats_per_second=cpu_rates,
         memory_stats=Answer[dict[str, int]](
             value={
                 "total": memory_kib,
@@ -348,12 +361,47 @@ def capture_document(host: HostSpec) -> CaptureDocument:
             uri=f"qemu+ssh://{host.name}.example.org/system",
             captured_at=CAPTURED_AT,
             virtcap_version=__version__,
+            rate_interval_seconds=RATE_INTERVAL_SECONDS,
         ),
         node=node,
         domains=_domains(host),
         storage_pools=_storage_pools(host),
         node_devices=Answer[list[NodeDevice]](value=list(_node_devices(host))),
     )
+
+
+def _cpu_rates(host: HostSpec) -> dict[str, int]:
+    """The host's CPU time a second, nanoseconds: its own work as kernel time, its guests' busy
+    vCPUs as user time, as much of it as its CPUs have room for (an overcommitted host's guests
+    wait), the rest idle."""
+    kernel = min(host.host_busy_cpus, host.cpus)
+    user = min(sum(g.vcpus * g.cpu_load for g in host.guests if g.state == RUNNING), host.cpus - kernel)
+    return {
+        "kernel": round(kernel * NS),
+        "user": round(user * NS),
+        "idle": round((host.cpus - kernel - user) * NS),
+        "iowait": 0,
+    }
+
+
+def _vcpu_rates(guest: GuestSpec) -> dict[str, int]:
+    rates = {}
+    for vcpu in range(guest.vcpus):
+        rates[f"vcpu.{vcpu}.time"] = round(guest.cpu_load * NS)
+        rates[f"vcpu.{vcpu}.wait"] = 0  # libvirt's reading, with the kernel's schedstats off
+        rates[f"vcpu.{vcpu}.delay"] = round(guest.cpu_wait * NS)
+    return rates
+
+
+def _vcpu_stats(guest: GuestSpec, rates: dict[str, int]) -> dict[str, TypedParameter]:
+    """VCPU_STATS of an active guest as libvirt gives them, its counters as after UPTIME_SECONDS."""
+    stats: dict[str, TypedParameter] = {"vcpu.current": guest.vcpus, "vcpu.maximum": guest.vcpus}
+    for vcpu in range(guest.vcpus):
+        stats[f"vcpu.{vcpu}.state"] = libvirt.VIR_VCPU_RUNNING
+        for counter in ("time", "wait", "delay"):
+            key = f"vcpu.{vcpu}.{counter}"
+            stats[key] = rates[key] * UPTIME_SECONDS
+    return stats
 
 
 def _check(host: HostSpec) -> None:
@@ -674,6 +722,8 @@ def _mdev_xml(mdev: MdevSpec, group: int) -> str:
 def _domains(host: HostSpec) -> Domains:
     definitions = []
     stats = []
+    vcpu_stats = []
+    vcpu_rates = []
     ids = iter(range(1, 10_000))
     for guest in host.guests:
         domain_id = next(ids) if guest.state != SHUTOFF else None
@@ -696,10 +746,17 @@ def _domains(host: HostSpec) -> Domains:
                 stats={"state.state": guest.state, "state.reason": _STATE_REASONS[guest.state]},
             )
         )
+        if guest.state != SHUTOFF:  # VCPU_STATS lists the active domains: a paused one's vCPUs stand
+            rates = _vcpu_rates(guest)
+            vcpu_stats.append(DomainStats(uuid=guest.uuid, stats=_vcpu_stats(guest, rates)))
+            moving = rates if guest.state == RUNNING else dict.fromkeys(rates, 0)
+            vcpu_rates.append(DomainRates(uuid=guest.uuid, per_second=moving))
     uuids = [guest.uuid for guest in host.guests]
     return Domains(
         listed=Answer[list[str]](value=uuids),
         state_stats=Answer[list[DomainStats]](value=stats),
+        vcpu_stats=Answer[list[DomainStats]](value=vcpu_stats),
+        vcpu_stats_per_second=vcpu_rates,
         definitions=definitions,
     )
 
