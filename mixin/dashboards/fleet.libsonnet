@@ -310,7 +310,7 @@ local fleetDashboard(config) =
       g.row('CPU contention and shared storage'),
       g.bargauge(
         'Most contended hypervisors',
-        'The hypervisors whose running vCPUs spent the largest share of their time over the last %s waiting for a physical CPU (their steal time; hypervisor:hypervisor_vcpu_wait_per_running_vcpu:ratio). Red above %g%% (HypervisorCPUContention). Empty where no hypervisor reports vCPU delays (libvirt\'s test driver, so the demo; libvirt before 7.2).' % [config.cpuContentionWindow, 100 * config.cpuContentionRatio],
+        'The hypervisors whose running vCPUs spent the largest share of their time over the last %s waiting for a physical CPU (their steal time; hypervisor:hypervisor_vcpu_wait_per_running_vcpu:ratio). Red above %g%% (HypervisorCPUContention). Empty where no hypervisor reports vCPU delays (libvirt\'s test driver, which most of the demo runs on; libvirt before 7.2).' % [config.cpuContentionWindow, 100 * config.cpuContentionRatio],
         'percentunit',
         [t('topk by (%(fleetLabel)s) (10, hypervisor:hypervisor_vcpu_wait_per_running_vcpu:ratio{%(f)s})' % c, '{{hypervisor}}')],
         thresholds=g.usedSteps(config.cpuContentionRatio / 2, config.cpuContentionRatio),

@@ -65,7 +65,7 @@ local hypervisorDashboard(config) =
       ),
       g.timeseries(
         'vCPU: busy host CPUs against allocation',
-        'Host CPUs really busy against the vCPUs allocated and the vCPU limit. Busy CPUs are absent where the driver measures no host CPU time (libvirt\'s test driver, so the demo).',
+        'Host CPUs really busy against the vCPUs allocated and the vCPU limit. Busy CPUs are absent where the driver measures no host CPU time (libvirt\'s test driver, which most of the demo runs on: its replayed hosts have them).',
         cpus,
         [
           t('hypervisor_resource_actual_usage{%s, resource="vcpu"}' % h, '{{hypervisor}} busy'),
@@ -132,15 +132,15 @@ local hypervisorDashboard(config) =
       g.row('CPU contention'),
       g.timeseries(
         'vCPU wait per running vCPU',
-        'Share of time the running vCPUs of each selected hypervisor waited, runnable, for a physical CPU (their steal time): the rate of hypervisor_vcpu_wait_seconds_total over the vCPUs and dedicated CPUs of its running domains. Above %g%% for 15 minutes: HypervisorCPUContention. No line: the hypervisor does not report vCPU delays (libvirt\'s test driver, so the demo; libvirt before 7.2).' % (100 * config.cpuContentionRatio),
+        'Share of time the running vCPUs of each selected hypervisor waited, runnable, for a physical CPU (their steal time): the rate of hypervisor_vcpu_wait_seconds_total over the vCPUs and dedicated CPUs of its running domains. Above %g%% for 15 minutes: HypervisorCPUContention. No line: the hypervisor does not report vCPU delays (libvirt\'s test driver, on which most of the demo runs; libvirt before 7.2). One line per hypervisor, however many exporters report it.' % (100 * config.cpuContentionRatio),
         'percentunit',
-        [t('sum by (%(fleetLabel)s, hypervisor) (rate(hypervisor_vcpu_wait_seconds_total{%(h)s}[$__rate_interval])) / (sum by (%(fleetLabel)s, hypervisor) (hypervisor_resource_allocated{%(h)s, resource=~"vcpu|pcpu", state="running"}) > 0)' % c, '{{hypervisor}}')],
+        [t('max by (%(fleetLabel)s, hypervisor) (rate(hypervisor_vcpu_wait_seconds_total{%(h)s}[$__rate_interval])) / (sum by (%(fleetLabel)s, hypervisor) (max by (%(fleetLabel)s, hypervisor, resource, state) (hypervisor_resource_allocated{%(h)s, resource=~"vcpu|pcpu", state="running"})) > 0)' % c, '{{hypervisor}}')],
       ),
       g.timeseries(
         'vCPUs waiting for a CPU',
-        'How many of the guests\' vCPUs were waiting for a physical CPU, on average (the rate of hypervisor_vcpu_wait_seconds_total), per selected hypervisor. No line: the hypervisor does not report vCPU delays.',
+        'How many of the guests\' vCPUs were waiting for a physical CPU, on average (the rate of hypervisor_vcpu_wait_seconds_total), per selected hypervisor, however many exporters report it. No line: the hypervisor does not report vCPU delays.',
         'short',
-        [t('sum by (%(fleetLabel)s, hypervisor) (rate(hypervisor_vcpu_wait_seconds_total{%(h)s}[$__rate_interval]))' % c, '{{hypervisor}}')],
+        [t('max by (%(fleetLabel)s, hypervisor) (rate(hypervisor_vcpu_wait_seconds_total{%(h)s}[$__rate_interval]))' % c, '{{hypervisor}}')],
       ),
       g.row('NUMA cells and devices'),
       g.timeseries(
