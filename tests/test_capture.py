@@ -414,7 +414,12 @@ def test_serving_captures_exposes_what_serving_the_hosts_does(
 
     live, _ = settled("live")
     served, page = settled("replayed")
-    timing = {"hypervisor_audit_duration_seconds", "hypervisor_audit_timestamp_seconds"}
+    # when each server audited, and when each first saw the configuration's maintenance
+    timing = {
+        "hypervisor_audit_duration_seconds",
+        "hypervisor_audit_timestamp_seconds",
+        "hypervisor_maintenance_start_timestamp_seconds",
+    }
     # measured over the time between two audits: the demo's captures replay their rates
     measured = {"hypervisor_vcpu_wait_seconds_total", "hypervisor_resource_actual_usage:vcpu"}
 
@@ -428,6 +433,8 @@ def test_serving_captures_exposes_what_serving_the_hosts_does(
         }
 
     assert hypervisor_series(served) == hypervisor_series(live)
+    started = "hypervisor_maintenance_start_timestamp_seconds"
+    assert series(served, started).keys() == series(live, started).keys() != set()
     assert value(served, "hypervisor_up", hypervisor="compute-02") == 1.0
     assert value(served, "hypervisor_up", hypervisor="broken") == 0.0
     assert f"cannot replay {broken}: Invalid JSON" in page

@@ -1,4 +1,5 @@
 import resource
+import signal
 import subprocess
 import sys
 import time
@@ -6,7 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from virtcap.config import ConfigError, load_config, parse_config
+from tests.serving import running_server, value, wait_for
+from virtcap.config import ConfigError, load_config, parse_config, yamlfile
+from virtcap.config.yamlfile import load_yaml_text
+from virtcap.demo import DEMO_DIR
 from virtcap.model.resources import Resource
 
 GIB = 1024**3
@@ -433,6 +437,139 @@ def test_hostile_yaml_is_one_short_line(text: str, message: str) -> None:
     (line,) = str(caught.value).splitlines()
     assert line.startswith(message), line
     assert len(line) < 300
+
+
+@pytest.fixture(
+    params=[
+        pytest.param(
+            yamlfile._FAST_LOADER,
+            id="libyaml",
+            marks=pytest.mark.skipif(yamlfile._FAST_LOADER is None, reason="PyYAML without libyaml"),
+        ),
+        pytest.param(None, id="PyYAML's parser"),
+    ]
+)
+def yaml_parser(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each of the two parsers virtcap may read YAML with, the one PyYAML writes in Python alone too."""
+    monkeypatch.setattr(yamlfile, "_FAST_LOADER", request.param)
+
+
+@pytest.mark.usefixtures("yaml_parser")
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        # libyaml 0.2.6 refuses the 1001st `[` while scanning ahead, before any event reaches virtcap
+        ("audit: " + "[" * 100_000 + "]" * 100_000, "1:71: audit[0][0][0]"),
+        ("audit:\n" + "- " * 2000 + "x", "2:127: audit[0][0][0]"),
+        ("audit:\n" + "- " * 40 + "[" * 1000 + "]" * 1000, "2:104: audit[0][0][0]"),
+        ("audit: " + "{a: " * 1000 + "1" + "}" * 1000, "1:260: audit.a.a.a"),
+    ],
+    ids=["flow", "block", "block then flow", "flow mappings"],
+)
+def test_deep_nesting_is_refused_by_virtcap_whatever_parser_reads_it(text: str, where: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(text, "x.yaml")
+    (line,) = str(caught.value).splitlines()
+    assert line.startswith(f"x.yaml:{where}"), line
+    assert line.endswith(": values nest more than 64 levels deep; expected at most that"), line
+    assert len(line) < 300
+
+
+@pytest.mark.usefixtures("yaml_parser")
+def test_values_nest_64_levels_deep_and_no_more() -> None:
+    deepest = load_yaml_text("[" * 64 + "]" * 64, "x.yaml")
+    for _ in range(63):
+        assert isinstance(deepest, list)
+        (deepest,) = deepest
+    assert deepest == []
+    with pytest.raises(
+        ConfigError, match=r"^x\.yaml:1:65: \[0\]\[0\].*: values nest more than 64 levels deep"
+    ):
+        load_yaml_text("[" * 65 + "]" * 65, "x.yaml")
+
+
+@pytest.mark.usefixtures("yaml_parser")
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "defaults:\n  allocation_ratios: {vcpu: 4, vcpu: 16}\n",
+            "x.yaml:2:32: defaults.allocation_ratios: duplicate key vcpu: "
+            "first at column 23, again at column 32 of line 2; expected each key once",
+        ),
+        (
+            "hypervisors:\n  - {name: a, uri: u}\naudit: {interval: 30s}\nhypervisors: []\n",
+            "x.yaml:4:1: duplicate key hypervisors: first on line 1, again on line 4; expected each key once",
+        ),
+        (
+            "hypervisors:\n  - name: a\n    uri: u\n    name: b\n",
+            "x.yaml:4:5: hypervisors[0]: duplicate key name: first on line 2, again on line 4; "
+            "expected each key once",
+        ),
+        # compared as YAML reads them: a quoted key is the same string, `yes` is `true`
+        (
+            "defaults: {reserved: {memory: 1GiB, 'memory': 2GiB}}",
+            "x.yaml:1:37: defaults.reserved: duplicate key memory: first at column 23, again at column 37",
+        ),
+        ("flags: {yes: 1, true: 2}", "x.yaml:1:17: flags: duplicate key true: first at column 9"),
+        (
+            "audit: {&k interval: 30s, *k : 1m}",
+            "x.yaml:1:9: audit: duplicate key interval: once as written on line 1, once more by an alias",
+        ),
+    ],
+    ids=["flow mapping", "section", "block mapping", "quoted", "yes is true", "alias"],
+)
+def test_a_key_given_twice_is_refused_with_both_places(text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(text, "x.yaml")
+    assert str(caught.value).startswith(message), str(caught.value)
+
+
+def test_merged_keys_are_overridden_by_the_mappings_own() -> None:
+    """`<<: *defaults` then a key of its own is no duplicate: YAML's merge means exactly that, at
+    every level of merges."""
+    text = """
+ratios: &ratios {vcpu: 4.0, memory: 1.5}
+middle: &middle {<<: *ratios, vcpu: 8.0}
+defaults:
+  allocation_ratios: {<<: *middle, memory: 1.0}
+"""
+    assert load_yaml_text(text, "x.yaml") == {
+        "ratios": {"vcpu": 4.0, "memory": 1.5},
+        "middle": {"vcpu": 8.0, "memory": 1.5},
+        "defaults": {"allocation_ratios": {"vcpu": 8.0, "memory": 1.0}},
+    }
+
+
+def test_a_reload_with_a_key_given_twice_keeps_the_running_configuration(tmp_path: Path) -> None:
+    config = tmp_path / "virtcap.yaml"
+    good = f"""audit: {{interval: 1h}}
+claims: {{database: {tmp_path / "claims.sqlite"}}}
+hypervisors:
+  - {{name: compute-01, uri: "test://{DEMO_DIR / "compute-01.xml"}"}}
+"""
+    config.write_text(good)
+    with running_server(["--config", str(config)], tmp_path) as server:
+        assert value(server.samples(), "hypervisor_up", hypervisor="compute-01") == 1.0
+        config.write_text(good + "hypervisors: []\n")
+        server.process.send_signal(signal.SIGHUP)
+        wait_for(lambda: "configuration not reloaded" in server.log_text(), 10, what="the reload refused")
+        # the message a start with this file exits 2 with
+        started = subprocess.run(
+            [sys.executable, "-m", "virtcap", "audit", "--config", str(config)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert started.returncode == 2
+        (line,) = started.stderr.splitlines()
+        message = line.removeprefix("virtcap: configuration error: ")
+        assert message == (
+            f"{config}:5:1: duplicate key hypervisors: first on line 3, again on line 5; "
+            "expected each key once"
+        )
+        assert message in server.log_text()
+        assert value(server.samples(), "hypervisor_up", hypervisor="compute-01") == 1.0
 
 
 def test_many_problems_are_twenty_lines_and_a_count() -> None:

@@ -11,7 +11,8 @@ anything expensive happens:
 - values nest at most MAX_DEPTH deep and no scalar is longer than MAX_SCALAR_CHARS;
 - the document holds at most MAX_VALUES values, each alias counted as a full copy of what it
   refers to, since that is what validating and printing the result would cost; an alias may
-  not refer to a value that contains it.
+  not refer to a value that contains it;
+- no mapping gives a key twice (YAML would keep the last one silently).
 
 Every problem is a ConfigError of one line, `source[:line:column]: [key: ]what was expected`.
 ConfigError lives here, below the rest of virtcap.config, so that any module reading YAML (the fleet
@@ -59,8 +60,15 @@ _PATH_CHARS = 120
 _PROBLEM_CHARS = 200
 
 # libyaml scans and parses in C, several times faster than PyYAML's Python parser; both give
-# the same events, which _Composer below turns into nodes under the bounds.
-_EVENT_LOADER: type[yaml.SafeLoader] | type[yaml.CSafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+# the same events, which _Composer below turns into nodes under the bounds. A document libyaml
+# refuses is read again by PyYAML's parser (a second reading, slower, for a refused file only),
+# whose diagnosis is the one reported: libyaml's refusals change with its version (0.2.6, in
+# PyYAML 6.0.4's wheels, refuses 1000 levels of nesting while it scans ahead, before the composer
+# has seen the 65th level), the Python parser's do not.
+_FAST_LOADER: type[yaml.CSafeLoader] | None = getattr(yaml, "CSafeLoader", None)
+
+_MERGE_TAGS = frozenset({"tag:yaml.org,2002:merge", "tag:yaml.org,2002:value"})
+"""`<<` and `=` keys, which SafeConstructor folds into the mapping rather than keeping as keys."""
 
 
 class _Position(Protocol):
@@ -111,17 +119,13 @@ def load_yaml_text(text: str, source: str, max_chars: int = MAX_FILE_BYTES) -> o
     """The YAML document in `text` (None when empty), or ConfigError `{source}...: ...` in one line."""
     if len(text) > max_chars:
         raise ConfigError(f"{source}: the text is longer than {max_chars} characters; expected at most that")
-    composer = _Composer(text, source)
     try:
-        node = composer.compose(yaml.parse(text, Loader=_EVENT_LOADER))
-        if node is None:
+        composer = _composed(text, source)
+        if composer.root is None:
             return None
-        return _Constructor(text, source, composer.paths).construct_document(node)
-    except ReaderError as error:
-        position = error.position
-        if _EVENT_LOADER is not yaml.SafeLoader:  # libyaml counts bytes of the UTF-8 encoding here
-            position = len(text.encode()[:position].decode("utf-8", "ignore"))
-        line, column = _position(text, position)
+        return _Constructor(text, source, composer.paths).construct_document(composer.root)
+    except ReaderError as error:  # PyYAML's reader: a position in characters
+        line, column = _position(text, error.position)
         code = error.character if isinstance(error.character, int) else ord(str(error.character)[:1] or "?")
         reason = _one_line(str(error.reason))
         raise ConfigError(
@@ -133,11 +137,23 @@ def load_yaml_text(text: str, source: str, max_chars: int = MAX_FILE_BYTES) -> o
         raise ConfigError(f"{source}{where}: invalid YAML: {problem}") from None
     except yaml.YAMLError as error:
         raise ConfigError(f"{source}: invalid YAML: {_one_line(str(error))}") from None
-    except UnicodeEncodeError as error:  # text from elsewhere than a file: lone surrogates
-        line, column = _position(text, error.start)
-        raise ConfigError(
-            f"{source}:{line}:{column}: invalid YAML: unacceptable character #x{ord(text[error.start]):04x}"
-        ) from None
+
+
+def _composed(text: str, source: str) -> _Composer:
+    """The document composed under the bounds: by libyaml when it reads it, else by PyYAML's parser,
+    whose error (or bound passed) is then the one raised."""
+    if _FAST_LOADER is not None:
+        composer = _Composer(text, source)
+        try:
+            composer.compose(yaml.parse(text, Loader=_FAST_LOADER))
+        # UnicodeEncodeError: libyaml reads UTF-8, which a str with lone surrogates cannot be.
+        except (yaml.YAMLError, UnicodeEncodeError):
+            pass
+        else:
+            return composer
+    composer = _Composer(text, source)
+    composer.compose(yaml.parse(text, Loader=yaml.SafeLoader))
+    return composer
 
 
 _KeyPath: TypeAlias = "tuple[_KeyPath, Node | int] | None"
@@ -223,7 +239,8 @@ class _Composer:
     def _open(self, event: CollectionStartEvent) -> None:
         path = self._child_path()
         if len(self.stack) >= MAX_DEPTH:
-            raise self._error(event.start_mark, path, f"values nest more than {MAX_DEPTH} levels deep")
+            problem = f"values nest more than {MAX_DEPTH} levels deep; expected at most that"
+            raise self._error(event.start_mark, path, problem)
         self._count(1, event.start_mark, path)
         tag = event.tag
         node: SequenceNode | MappingNode
@@ -303,13 +320,51 @@ class _Composer:
 
 class _Constructor(SafeConstructor):
     """SafeConstructor whose stray Python errors (a date such as 2024-13-01 raises ValueError)
-    become configuration errors naming their key."""
+    become configuration errors naming their key, and which refuses a key given twice."""
 
     def __init__(self, text: str, source: str, paths: dict[int, _KeyPath]) -> None:
         super().__init__()
         self._text = text
         self._source = source
         self._paths = paths
+        self._flattened: set[int] = set()
+
+    def flatten_mapping(self, node: MappingNode) -> None:
+        # The first call on a mapping sees its own keys only: merging (`<<: *defaults`) then adds
+        # the merged ones to node.value, which its own keys rightly override.
+        if id(node) not in self._flattened:
+            self._flattened.add(id(node))
+            self._refuse_duplicate_keys(node)
+        super().flatten_mapping(node)
+
+    def _refuse_duplicate_keys(self, node: MappingNode) -> None:
+        """Keys compared as constructed, as the dict would: `vcpu` and "vcpu", `yes` and `true`."""
+        seen: dict[object, Node] = {}
+        for key_node, _ in node.value:
+            if key_node.tag in _MERGE_TAGS:
+                continue
+            key = self.construct_object(key_node)
+            try:
+                first = seen.get(key)
+            except TypeError:  # unhashable: SafeConstructor refuses it, with its mark
+                continue
+            if first is None:
+                seen[key] = key_node
+                continue
+            # An alias stands for its anchor's node, marks included: both are then the anchor's.
+            first_line, first_column = _position(self._text, first.start_mark.index)
+            line, column = _position(self._text, key_node.start_mark.index)
+            if first is key_node:
+                where = f"once as written on line {line}, once more by an alias of it"
+            elif first_line != line:
+                where = f"first on line {first_line}, again on line {line}"
+            else:
+                where = f"first at column {first_column}, again at column {column} of line {line}"
+            shown = _key(key_node.value) if isinstance(key_node, ScalarNode) else "(a complex key)"
+            raise ConfigError(
+                f"{self._source}:{line}:{column}: {_shown_path(self._paths.get(id(node)))}"
+                f"duplicate key {shown}: {where}; expected each key once"
+            )
 
     def construct_object(self, node: Node, deep: bool = False) -> object:
         try:
