@@ -76,7 +76,7 @@ from typing import Any
 
 import libvirt
 
-import run as bench
+import harness
 from virtcap.config.schema import AuditSettings
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -187,10 +187,10 @@ def delayed_link(port: int, milliseconds: float, netem: bool) -> Iterator[int]:
         finally:
             set_delay(0)
         return
-    relay_port = bench.free_port()
+    relay_port = harness.free_port()
     command = [sys.executable, str(Path(__file__).resolve()), "--relay", str(relay_port), str(port)]
-    with bench.process([*command, str(milliseconds)]):
-        bench.wait(lambda: _listening(relay_port), 30)
+    with harness.process([*command, str(milliseconds)]):
+        harness.wait(lambda: _listening(relay_port), 30)
         yield relay_port
 
 
@@ -258,7 +258,7 @@ def tcp_daemon(directory: Path) -> Iterator[tuple[Libvirtd, int]]:
     127.0.0.1 without authentication, and its port; stopped with its guests afterwards."""
     owner = daemon_owner()
     environment = prepare(directory, owner)
-    port = bench.free_port()
+    port = harness.free_port()
     config = directory / "config" / "libvirt" / "libvirtd.conf"
     config.write_text(
         config.read_text()
@@ -278,7 +278,7 @@ def tcp_daemon(directory: Path) -> Iterator[tuple[Libvirtd, int]]:
             daemon.process = subprocess.Popen(
                 command, stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT, env=environment
             )
-        bench.wait(
+        harness.wait(
             lambda: answers(daemon.uri) or daemon.process is None or daemon.process.poll() is not None, 60
         )
         if daemon.process.poll() is not None:
@@ -376,18 +376,18 @@ def audited(scratch: Path, uri: str, hypervisors: int, incremental: bool, label:
     names = {f"hv-{index:03d}": uri for index in range(hypervisors)}
     # without incremental audits in this virtcap, the keys are left out (unknown keys are refused)
     modes = {"incremental": incremental, "resync_every": 1000} if incremental_supported() else {}
-    config = bench.write_config(
+    config = harness.write_config(
         scratch, names, interval=AUDIT_INTERVAL, timeout="600s", concurrency=hypervisors, **modes
     )
     log = scratch / f"rpc-{label}.log"
     with (
         environment(LIBVIRT_LOG_FILTERS="2:rpc.netclient", LIBVIRT_LOG_OUTPUTS=f"2:file:{log}"),
-        bench.virtcap(config) as (port, _child, _ready),
+        harness.virtcap(config) as (port, _child, _ready),
     ):
         first = successful_audits(scrape(port))
-        bench.wait(lambda: _audited_again(port, first, STEADY_AUDITS), 1800)
+        harness.wait(lambda: _audited_again(port, first, STEADY_AUDITS), 1800)
         text = scrape(port)
-        scrape_seconds = statistics.median(bench.latencies(port, 5))
+        scrape_seconds = statistics.median(harness.latencies(port, 5))
     first_bursts, steady = round_trips(log)
     durations = list(samples(text, ("hypervisor_audit_duration_seconds",)).values())
     return Audited(
@@ -447,9 +447,9 @@ def peer_scraped(scratch: Path, uri: str, count: int, label: str) -> Scraped:
     log = scratch / f"rpc-peer-{label}.log"
     with (
         environment(LIBVIRT_LOG_FILTERS="2:rpc.netclient", LIBVIRT_LOG_OUTPUTS=f"2:file:{log}"),
-        bench.peer(uri) as port,
+        harness.peer(uri) as port,
     ):
-        seconds = bench.latencies(port, count)
+        seconds = harness.latencies(port, count)
     calls = remote_calls(log) if log.exists() else {}
     return Scraped(seconds, sum(len(times) for times in calls.values()) / len(seconds))
 
@@ -475,8 +475,8 @@ def incremental_supported() -> bool:
 
 def measure(sizes: Sizes, netem: bool) -> None:
     modes = [False, True] if incremental_supported() else [False]
-    audit_rows: bench.Table = []
-    peer_rows: bench.Table = []
+    audit_rows: harness.Table = []
+    peer_rows: harness.Table = []
     with tempfile.TemporaryDirectory(prefix="virtcap-latency-") as directory:
         scratch = Path(directory)
         scratch.chmod(0o755)  # the daemon's user reaches its folder through it
@@ -507,7 +507,7 @@ def measure(sizes: Sizes, netem: bool) -> None:
                         )
                     )
     how = "netem on the namespace's loopback" if netem else "a relay in the namespace (no netem here)"
-    bench.print_table(
+    harness.print_table(
         f"virtcap over qemu+tcp, delayed by {how}; a round trip costs twice the delay. {sizes.hypervisors} "
         f"hypervisors (connections) to one libvirtd ({RUNNING_GUESTS} domains running), audits every "
         f"{AUDIT_INTERVAL}, one run: audit duration per hypervisor (median, min-max over hypervisors) and "
@@ -524,14 +524,14 @@ def measure(sizes: Sizes, netem: bool) -> None:
         ),
         audit_rows,
     )
-    bench.print_table(
-        f"{bench.PEER} /metrics on the same link ({sizes.peer_scrapes} scrapes: median, min-max; it opens "
+    harness.print_table(
+        f"{harness.PEER} /metrics on the same link ({sizes.peer_scrapes} scrapes: median, min-max; it opens "
         "a libvirt connection and reads the running domains on every scrape), next to virtcap's /metrics "
         f"(served from memory{'' if netem else '; the relay delays libvirt only, not HTTP'})",
         (
             "domains",
             "delay (one way)",
-            f"{bench.PEER} scrape",
+            f"{harness.PEER} scrape",
             "its round trips a scrape",
             "virtcap",
             "ratio",
@@ -540,7 +540,7 @@ def measure(sizes: Sizes, netem: bool) -> None:
     )
 
 
-def audit_row(domains: int, delay: float, hypervisors: int, results: dict[bool, Audited]) -> bench.Table:
+def audit_row(domains: int, delay: float, hypervisors: int, results: dict[bool, Audited]) -> harness.Table:
     same = "-"
     if len(results) == 2:
         same = "yes" if results[False].compared == results[True].compared else "NO"

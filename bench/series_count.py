@@ -1,5 +1,5 @@
 """How many series /metrics holds with and without the opt-in per-domain series, and how many
-the per-project series add: for the demo fleet, and for a synthetic fleet (bench/run.py's
+the per-project series add: for the demo fleet, and for a synthetic fleet (bench/harness.py's
 `make_hosts`, half its domains Nova instances) whose Nova instances belong to one of `--projects`
 projects at random. One audit, rendered offline as `virtcap serve` renders /metrics (no server).
 
@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from run import make_hosts, write_config
+from harness import make_hosts, write_config
 from virtcap.audit.domain_xml import NOVA_NAMESPACE
 from virtcap.audit.oneshot import audit_fleet_once
 from virtcap.config import Config, load_config

@@ -22,7 +22,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from run import (
+from harness import (
     Table,
     cell,
     free_port,

@@ -1,0 +1,188 @@
+"""What the benchmark's scenarios share: test-driver fleets and their configuration, `virtcap serve`
+and prometheus-libvirt-exporter started and stopped, /metrics timed, and the Markdown tables.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import random
+import re
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from virtcap.demo.fleetgen import FLAVORS, RUNNING, SHUTOFF, FlavorSpec, HostSpec, random_domain, write_fleet
+
+PEER = "prometheus-libvirt-exporter"
+Table = list[tuple[str, ...]]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def make_hosts(
+    directory: Path,
+    hypervisors: int,
+    domains: int,
+    *,
+    seed: int = 7,
+    size: tuple[int, int, int] = (64, 512, 100),
+    flavors: tuple[FlavorSpec, ...] = FLAVORS,
+) -> dict[str, Path]:
+    """Hypervisors of `size` (CPUs, GiB of memory, GiB of disk pool) with random domains."""
+    rng = random.Random(seed)
+    cpus, memory_gib, pool_gib = size
+    hosts = []
+    for h in range(hypervisors):
+        name = f"bench-{h:04d}"
+        specs = [
+            random_domain(rng, name, i, RUNNING if i % 5 else SHUTOFF, flavors=flavors)
+            for i in range(domains)
+        ]
+        hosts.append(HostSpec(name, cpus, memory_gib, pool_gib, 0, domains=specs))
+    return write_fleet(hosts, directory)
+
+
+def write_config(directory: Path, uris: dict[str, str], interval: str = "1h", **audit: Any) -> Path:
+    config = {
+        "audit": {"interval": interval, "timeout": "60s", **audit},
+        "claims": {"database": ":memory:"},
+        "hypervisors": [{"name": name, "uri": uri} for name, uri in uris.items()],
+        "flavors": [
+            {"name": f"f{i}", "vcpu": 2**i, "memory": f"{2 ** (i + 1)}GiB", "disk": f"{10 * 2**i}GiB"}
+            for i in range(5)
+        ],
+    }
+    path = directory / f"virtcap-{len(uris)}.yaml"
+    path.write_text(json.dumps(config))
+    return path
+
+
+def get(port: int, path: str, timeout: float = 10) -> int:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        connection.request("GET", path)
+        return connection.getresponse().status
+    except OSError:
+        return 0
+    finally:
+        connection.close()
+
+
+def wait(condition: Callable[[], bool], timeout: float) -> float:
+    started = time.monotonic()
+    while not condition():
+        if time.monotonic() - started > timeout:
+            raise SystemExit(f"timed out after {timeout}s")
+        time.sleep(0.01)
+    return time.monotonic() - started
+
+
+@contextmanager
+def process(command: list[str]) -> Iterator[subprocess.Popen[bytes]]:
+    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield child
+    finally:
+        child.send_signal(signal.SIGTERM)
+        try:
+            child.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+
+
+@contextmanager
+def virtcap(config: Path) -> Iterator[tuple[int, subprocess.Popen[bytes], float]]:
+    """A running `virtcap serve`, and how long it took from start to ready."""
+    port = free_port()
+    command = [sys.executable, "-m", "virtcap", "serve", "--config", str(config)]
+    command += ["--web.listen-address", f"127.0.0.1:{port}", "--log.level", "error"]
+    started = time.monotonic()
+    with process(command) as child:
+        wait(lambda: get(port, "/-/ready") == 200, 600)
+        yield port, child, time.monotonic() - started
+
+
+@contextmanager
+def peer(uri: str) -> Iterator[int]:
+    port = free_port()
+    with process([PEER, f"--web.listen-address=127.0.0.1:{port}", f"--libvirt.uri={uri}"]):
+        wait(lambda: get(port, "/", timeout=2) in (200, 404), 30)
+        yield port
+
+
+def latencies(port: int, count: int, path: str = "/metrics") -> list[float]:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    result = []
+    for _ in range(count):
+        started = time.perf_counter()
+        connection.request("GET", path)
+        response = connection.getresponse()
+        response.read()
+        result.append(time.perf_counter() - started)
+    connection.close()
+    return result
+
+
+def throughput(port: int, clients: int, seconds: float) -> float:
+    done = [0] * clients
+    deadline = time.monotonic() + seconds
+
+    def client(index: int) -> None:
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        while time.monotonic() < deadline:
+            connection.request("GET", "/metrics")
+            connection.getresponse().read()
+            done[index] += 1
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return sum(done) / seconds
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(int(fraction * len(ordered)), len(ordered) - 1)]
+
+
+def cell(values: list[float], unit: str = "", digits: int = 2) -> str:
+    spread = (max(values) - min(values)) / 2
+    return f"{statistics.median(values):.{digits}f}{unit} ± {spread:.{digits}f}"
+
+
+def print_table(title: str, header: tuple[str, ...], rows: Table) -> None:
+    print(f"\n### {title}\n")
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+    sys.stdout.flush()
+
+
+def metric_value(port: int, name: str) -> float | None:
+    """One sample of /metrics (`name` with its labels as rendered), None if absent."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    try:
+        connection.request("GET", "/metrics")
+        body = connection.getresponse().read().decode()
+    finally:
+        connection.close()
+    found = re.search(rf"^{re.escape(name)} (\S+)$", body, re.MULTILINE)
+    return float(found.group(1)) if found else None
