@@ -19,7 +19,8 @@ from tests.serving import Samples, parse_samples, running_server, series, value
 from virtcap.audit.domain_xml import NOVA_NAMESPACE, OwnershipMetadata, parse_domain_xml
 from virtcap.audit.events import start_libvirt_event_thread
 from virtcap.audit.oneshot import audit_fleet_once
-from virtcap.cli import build_parser, main, with_collectors
+from virtcap.commands import build_parser, main
+from virtcap.commands.serve import with_collectors
 from virtcap.config import AuditSettings, Config, ConfigError, Flavor, Hypervisor, parse_config
 from virtcap.config.schema import ExpositionSection
 from virtcap.demo.fleetgen import RUNNING, SHUTOFF, DomainSpec, FlavorSpec, HostSpec, node_xml

@@ -1,3 +1,3 @@
-from virtcap.cli import run
+from virtcap.commands import run
 
 run()

@@ -9,24 +9,40 @@ too: a claim lands where the dry run of the same request says.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
+from typing import Any
 
+from pydantic import ValidationError
+
+from virtcap.audit.oneshot import audit_fleet_once
 from virtcap.claims.records import Claim
 from virtcap.claims.scheduling import FleetEntry, host_states, schedule_fleet
 from virtcap.config import Config
 from virtcap.model.pci import PCI_ALIAS_SPEC, PciRequestError, parse_alias_request
 from virtcap.model.placement import Demand
 from virtcap.model.scheduler import WEIGHERS, Rejection, ScheduleResult
+from virtcap.service.flavors import with_discovered_flavors
 from virtcap.web.models import (
     PlacementAnswer,
     PlacementBody,
     PlacementFlavor,
     PlacementRejection,
     PlacementStep,
+    placement_body_error,
 )
 
-__all__ = ["FleetEntry", "PlacementError", "dry_run", "host_states", "render_answer", "requested_demand"]
+__all__ = [
+    "FleetEntry",
+    "PlacementError",
+    "dry_run",
+    "host_states",
+    "parse_body",
+    "place_locally",
+    "render_answer",
+    "requested_demand",
+]
 
 NO_VALID_HOST = "No valid host was found. There are not enough hosts available."
 """Nova's NoValidHost message when the filters leave fewer hosts than instances."""
@@ -165,3 +181,23 @@ def _ranges(indexes: list[int]) -> str:
         if index is not None:
             start = previous = index
     return ", ".join(parts)
+
+
+def parse_body(document: dict[str, Any]) -> PlacementBody:
+    """PlacementBody, its errors in one line as the API gives them."""
+    try:
+        return PlacementBody.model_validate(document)
+    except ValidationError as error:
+        raise PlacementError(placement_body_error(error)) from None
+    except (ValueError, ArithmeticError, TypeError) as error:  # a parser that let its own error out
+        raise PlacementError(f"the body is not a valid placement: {error}") from None
+
+
+def place_locally(config: Config, body: PlacementBody) -> PlacementAnswer:
+    """One audit of the fleet (no pending claims: there is no ledger), then the engine. Runs its
+    own event loop: for `virtcap place`, not for a caller on one."""
+    snapshots = asyncio.run(audit_fleet_once(config))
+    # a flavor by name: a configured one, or one discovered in the fleet's Nova metadata
+    audited = [(snapshot.name, snapshot.facts) for snapshot in snapshots if snapshot.facts is not None]
+    config = with_discovered_flavors(config, audited)
+    return dry_run(config, body, [FleetEntry.of(snapshot) for snapshot in snapshots])

@@ -1,23 +1,16 @@
-"""`virtcap claim create|list|delete`: the claims API of a running exporter, for operators; its
-client (`add_server_arguments`, `call_api`) serves `virtcap maintenance` too."""
+"""`virtcap claim create|list|delete`: the claims API of a running exporter, for operators."""
 
 from __future__ import annotations
 
 import argparse
-import base64
-import json
-import os
-import ssl
 import sys
-import urllib.error
-import urllib.request
 from collections import Counter
 from typing import Any
 
+from virtcap.commands.arguments import EXIT_USAGE, extra_spec_argument
+from virtcap.commands.client import add_server_arguments, call_api
 from virtcap.model.resources import STANDARD_CLASSES
 
-PASSWORD_VARIABLE = "VIRTCAP_PASSWORD"
-EXIT_USAGE = 2
 _STANDARD = tuple(resource.label for resource in STANDARD_CLASSES)
 """The claim body's own fields for the standard classes; any class goes in its `resources`."""
 
@@ -37,15 +30,7 @@ def _count(text: str) -> int:
     return int(text)
 
 
-def extra_spec_argument(text: str) -> tuple[str, str]:
-    """`KEY=VALUE`: the key and value are checked by the exporter, as Nova's API checks a flavor's."""
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"expected KEY=VALUE such as hw:cpu_policy=dedicated, got {text!r}")
-    return key, value
-
-
-def add_claim_commands(commands: Any) -> None:
+def add_parser(commands: Any) -> None:
     claim = commands.add_parser("claim", help="create, list or delete claims on a running exporter")
     actions = claim.add_subparsers(dest="action", required=True, metavar="ACTION")
     create = actions.add_parser("create", help="claim capacity for a build in flight")
@@ -100,15 +85,7 @@ def add_claim_commands(commands: Any) -> None:
     delete.add_argument("claim_id")
 
 
-def add_server_arguments(parser: argparse.ArgumentParser) -> None:
-    """Which exporter, and as whom: `--url`, `--user` (the password from $VIRTCAP_PASSWORD) and
-    `--ca-file`."""
-    parser.add_argument("--url", default="http://localhost:10463", help="the exporter (default: %(default)s)")
-    parser.add_argument("--user", help=f"basic auth user; the password is read from ${PASSWORD_VARIABLE}")
-    parser.add_argument("--ca-file", help="CA certificate to verify an HTTPS exporter with")
-
-
-def run_claim(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     """Prints the server's JSON answer; exit 0 on success, 1 when the server refused."""
     base = args.url.rstrip("/") + "/api/v1/claims"
     if args.action == "create":
@@ -144,33 +121,3 @@ def run_claim(args: argparse.Namespace) -> int:
     if args.action == "delete":
         return call_api(args, "DELETE", f"{base}/{args.claim_id}")
     return call_api(args, "GET", base)
-
-
-def call_api(args: argparse.Namespace, method: str, url: str, body: dict[str, Any] | None = None) -> int:
-    """Send the request with `add_server_arguments`' credentials and CA; print the JSON answer
-    (to stderr when refused). Exit 0 on success, 1 when refused or unreachable."""
-    headers = {"Accept": "application/json"}
-    data = None
-    if body is not None:
-        data = json.dumps(body).encode()
-        headers["Content-Type"] = "application/json"
-    if args.user:
-        password = os.environ.get(PASSWORD_VARIABLE, "")
-        headers["Authorization"] = "Basic " + base64.b64encode(f"{args.user}:{password}".encode()).decode()
-    context = ssl.create_default_context(cafile=args.ca_file) if args.ca_file else None
-    request = urllib.request.Request(url, data=data, method=method, headers=headers)
-    try:
-        with urllib.request.urlopen(request, timeout=30, context=context) as response:
-            print(json.dumps(json.load(response), indent=2))
-            return 0
-    except urllib.error.HTTPError as error:
-        text = error.read().decode(errors="replace")
-        try:
-            print(json.dumps(json.loads(text), indent=2), file=sys.stderr)
-        except json.JSONDecodeError:
-            print(f"virtcap: {method} {url}: HTTP {error.code}: {text.strip()}", file=sys.stderr)
-        return 1
-    except (urllib.error.URLError, OSError) as error:
-        reason = getattr(error, "reason", error)
-        print(f"virtcap: cannot reach {args.url}: {reason}", file=sys.stderr)
-        return 1

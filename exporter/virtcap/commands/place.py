@@ -8,32 +8,29 @@ Exit 0 when every instance fits, 1 when not (NoValidHost), 2 when the request ca
 from __future__ import annotations
 
 import argparse
-import asyncio
-import base64
 import json
-import os
-import ssl
 import sys
-import urllib.error
-import urllib.request
 from collections import Counter
 from typing import Any
 
 from pydantic import ValidationError
 
-from virtcap.audit.oneshot import audit_fleet_once
-from virtcap.claims.cli import PASSWORD_VARIABLE, extra_spec_argument
-from virtcap.config import Config, load_config
+from virtcap.commands.arguments import EXIT_USAGE, extra_spec_argument
+from virtcap.commands.client import (
+    PASSWORD_VARIABLE,
+    Exporter,
+    ExporterRefusedError,
+    ExporterUnreachableError,
+)
+from virtcap.config import load_config
 from virtcap.demo import demo_config
-from virtcap.dryrun import FleetEntry, PlacementError, dry_run, render_answer
-from virtcap.service.flavors import with_discovered_flavors
-from virtcap.web.models import PlacementAnswer, PlacementBody, placement_body_error
+from virtcap.dryrun import PlacementError, parse_body, place_locally, render_answer
+from virtcap.web.models import PlacementAnswer
 
 EXIT_NOT_PLACED = 1
-EXIT_USAGE = 2
 
 
-def add_place_command(commands: Any) -> None:
+def add_parser(commands: Any) -> None:
     place = commands.add_parser(
         "place",
         help="where a batch of instances would land now (Nova's scheduler simulated; nothing is held)",
@@ -122,30 +119,11 @@ def placement_body(args: argparse.Namespace) -> dict[str, Any]:
     return body
 
 
-def parse_body(document: dict[str, Any]) -> PlacementBody:
-    """PlacementBody, its errors in one line as the API gives them."""
-    try:
-        return PlacementBody.model_validate(document)
-    except ValidationError as error:
-        raise PlacementError(placement_body_error(error)) from None
-    except (ValueError, ArithmeticError, TypeError) as error:  # a parser that let its own error out
-        raise PlacementError(f"the body is not a valid placement: {error}") from None
-
-
-def place_locally(config: Config, body: PlacementBody) -> PlacementAnswer:
-    """One audit of the fleet (no pending claims: there is no ledger), then the engine."""
-    snapshots = asyncio.run(audit_fleet_once(config))
-    # a flavor by name: a configured one, or one discovered in the fleet's Nova metadata
-    audited = [(snapshot.name, snapshot.facts) for snapshot in snapshots if snapshot.facts is not None]
-    config = with_discovered_flavors(config, audited)
-    return dry_run(config, body, [FleetEntry.of(snapshot) for snapshot in snapshots])
-
-
-def run_place(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     try:
         document = placement_body(args)
         if args.url is not None:
-            answer = _ask(args, document)
+            answer = _ask(Exporter(args.url, args.user, args.ca_file), document)
             if answer is None:
                 return EXIT_USAGE
         else:
@@ -162,26 +140,19 @@ def run_place(args: argparse.Namespace) -> int:
     return 0 if answer.placed else EXIT_NOT_PLACED
 
 
-def _ask(args: argparse.Namespace, body: dict[str, Any]) -> PlacementAnswer | None:
-    url = args.url.rstrip("/") + "/api/v1/placements"
-    headers = {"Accept": "application/json", "Content-Type": "application/json"}
-    if args.user:
-        password = os.environ.get(PASSWORD_VARIABLE, "")
-        headers["Authorization"] = "Basic " + base64.b64encode(f"{args.user}:{password}".encode()).decode()
-    context = ssl.create_default_context(cafile=args.ca_file) if args.ca_file else None
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST", headers=headers)
+def _ask(exporter: Exporter, body: dict[str, Any]) -> PlacementAnswer | None:
+    """The exporter's answer, or None once why there is none has been printed."""
+    url = exporter.endpoint("/api/v1/placements")
     try:
-        with urllib.request.urlopen(request, timeout=60, context=context) as response:
-            return PlacementAnswer.model_validate_json(response.read())
-    except urllib.error.HTTPError as error:
-        text = error.read().decode(errors="replace")
+        return PlacementAnswer.model_validate_json(exporter.send("POST", url, body, timeout=60))
+    except ExporterRefusedError as error:
         try:
-            message = json.loads(text).get("error", text)
+            message = json.loads(error.text).get("error", error.text)
         except (json.JSONDecodeError, AttributeError):
-            message = text.strip()
-        print(f"virtcap: place: {url}: HTTP {error.code}: {message}", file=sys.stderr)
-    except (urllib.error.URLError, OSError) as error:
-        print(f"virtcap: place: cannot reach {args.url}: {getattr(error, 'reason', error)}", file=sys.stderr)
+            message = error.text.strip()
+        print(f"virtcap: place: {url}: HTTP {error.status}: {message}", file=sys.stderr)
+    except ExporterUnreachableError as error:
+        print(f"virtcap: place: cannot reach {error.url}: {error.reason}", file=sys.stderr)
     except ValidationError as error:
         print(
             f"virtcap: place: {url}: not a placement answer: {error.error_count()} problem(s)",

@@ -1,5 +1,5 @@
 """`virtcap maintenance set|lift|list`: the maintenance API of a running exporter, for operators,
-through the claim command's client and credentials (a writer's, for `set` and `lift`)."""
+with the same client and credentials as `virtcap claim` (a writer's, for `set` and `lift`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 import urllib.parse
 from typing import Any
 
-from virtcap.claims.cli import add_server_arguments, call_api
+from virtcap.commands.client import add_server_arguments, call_api
 from virtcap.units import format_utc, parse_duration
 
 MAX_DURATION_SECONDS = 10 * 366 * 86400
@@ -28,7 +28,7 @@ def _duration(text: str) -> float:
     return seconds
 
 
-def add_maintenance_commands(commands: Any) -> None:
+def add_parser(commands: Any) -> None:
     maintenance = commands.add_parser(
         "maintenance", help="put hypervisors into maintenance, lift it, or list it, on a running exporter"
     )
@@ -52,7 +52,7 @@ def add_maintenance_commands(commands: Any) -> None:
     )
 
 
-def run_maintenance(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     """Prints the server's JSON answer; exit 0 on success, 1 when the server refused."""
     base = args.url.rstrip("/") + "/api/v1"
     if args.action == "list":

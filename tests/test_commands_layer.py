@@ -1,0 +1,47 @@
+"""The command line is the top layer: nothing else in the package imports `virtcap.commands`."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import virtcap
+
+PACKAGE = Path(virtcap.__file__).parent
+ENTRY_POINTS = {PACKAGE / "__main__.py"}
+
+
+def imported_modules(path: Path) -> set[str]:
+    modules: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        if isinstance(node, ast.Import):
+            modules.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module is not None and node.level == 0:
+            modules.add(node.module)
+            modules.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return modules
+
+
+def imports_commands(path: Path) -> bool:
+    return any(name.split(".")[:2] == ["virtcap", "commands"] for name in imported_modules(path))
+
+
+def test_nothing_below_the_commands_imports_them() -> None:
+    commands = PACKAGE / "commands"
+    offenders = sorted(
+        str(path.relative_to(PACKAGE))
+        for path in PACKAGE.rglob("*.py")
+        if commands not in path.parents and path not in ENTRY_POINTS and imports_commands(path)
+    )
+    assert offenders == []
+
+
+def test_the_commands_module_exists_for_each_subcommand() -> None:
+    from virtcap.commands import build_parser  # noqa: PLC0415  (the test's subject)
+
+    parser = build_parser()
+    subparsers = next(action for action in parser._actions if action.dest == "command")
+    assert isinstance(subparsers.choices, dict)
+    assert list(subparsers.choices) == ["audit", "serve", "capture", "place", "claim", "maintenance"]
+    for name in subparsers.choices:
+        assert (PACKAGE / "commands" / f"{name}.py").is_file()
