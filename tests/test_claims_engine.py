@@ -27,9 +27,9 @@ from virtcap.claims.ledger import (
     ClaimLedger,
     ClaimRejectedError,
     ClaimRequest,
-    UnknownHypervisorError,
     pending_claims,
 )
+from virtcap.claims.maintenance_ledger import UnknownHypervisorError
 from virtcap.claims.scheduling import FleetEntry, schedule_fleet
 from virtcap.config import ClaimSettings, Hypervisor
 from virtcap.model.capacity import host_capacity

@@ -23,11 +23,10 @@ from virtcap.claims.ledger import (
     ClaimRejectedError,
     ClaimRequest,
     ClaimStorageError,
-    MaintenanceConflictError,
     NotClaimOwnerError,
-    UnknownHypervisorError,
     claim_within,
 )
+from virtcap.claims.maintenance_ledger import MaintenanceConflictError, UnknownHypervisorError
 from virtcap.claims.scheduling import fleet_entries
 from virtcap.config import ClaimSettings, Config, explain_validation_error
 from virtcap.dryrun import PlacementError, dry_run
