@@ -36,9 +36,10 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from virtcap.audit.volumes import VolumeIndex
+
 if TYPE_CHECKING:
     from virtcap.audit.domain_xml import DomainDefinition
-    from virtcap.audit.hypervisor import _VolumeIndex
     from virtcap.model.facts import DomainFacts
 
 
@@ -129,7 +130,7 @@ class DomainCache:
     pool_events: bool = False
     """Storage pool events were registered: without them the volume index is read every audit."""
     domains: dict[str, CachedDomain] = field(default_factory=dict)
-    volumes: _VolumeIndex | None = None
+    volumes: VolumeIndex | None = None
     volumes_generation: int = 0
     host_readings: HostReadings | None = None
     """The versions and host name the last full audit read."""
@@ -146,7 +147,7 @@ class DomainCache:
             or self.audits % self.resync_every == 0
         )
 
-    def new_volumes(self, volumes: _VolumeIndex) -> _VolumeIndex:
+    def new_volumes(self, volumes: VolumeIndex) -> VolumeIndex:
         """Keep `volumes` from now on: the domains kept are looked up in it again."""
         self.volumes = volumes
         self.volumes_generation += 1

@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import time
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import cast
 from urllib.parse import urlsplit
@@ -35,17 +35,16 @@ from virtcap.audit.capabilities import CapabilitiesError, numa_cells, parse_capa
 from virtcap.audit.domain_cache import CachedDomain, DomainCache, HostReadings
 from virtcap.audit.domain_states import ACTIVE_STATES, state_from_libvirt
 from virtcap.audit.domain_xml import (
-    NON_LOCAL_DEVICES,
     DiskReference,
     DomainDefinition,
     DomainXMLError,
     OwnershipMetadata,
     parse_domain_xml,
 )
-from virtcap.audit.libvirt_api import VirConnect, VirDomain, VirNodeDevice, VirStoragePool
+from virtcap.audit.libvirt_api import VirConnect, VirDomain, VirNodeDevice
 from virtcap.audit.node_devices import NodeDeviceError, mediated_device, pci_device, pci_name_address
 from virtcap.audit.replay import VCPU_STATS, CaptureFileError, frozen_cpu_times, is_replay_uri, open_replay
-from virtcap.audit.storage_pools import SHARED_POOL_TYPES, pool_type, shared_pool_source
+from virtcap.audit.volumes import VolumeIndex, is_local_disk
 from virtcap.config import DiskSource
 from virtcap.model.contention import VcpuDelays, advance_vcpu_wait
 from virtcap.model.facts import (
@@ -57,7 +56,6 @@ from virtcap.model.facts import (
     MediatedDevice,
     NumaCell,
     PciDevice,
-    SharedPoolFacts,
     StorageFacts,
     VcpuWait,
 )
@@ -183,7 +181,7 @@ def audit_host(
     # disk): only its storage pools' volumes are real data.
     block_info_is_real = hypervisor_type != TEST_DRIVER
     if cache is None:
-        volumes = _VolumeIndex(conn, block_info_is_real=block_info_is_real)
+        volumes = VolumeIndex(conn, block_info_is_real=block_info_is_real)
         domains, reads = _read_all_domains(conn, volumes, ownership, problems)
         full = True
     else:
@@ -650,7 +648,7 @@ def _list_domains(conn: VirConnect) -> list[tuple[VirDomain, int | None]]:
 
 
 def _read_all_domains(
-    conn: VirConnect, volumes: _VolumeIndex, ownership: OwnershipMetadata | None, problems: list[str]
+    conn: VirConnect, volumes: VolumeIndex, ownership: OwnershipMetadata | None, problems: list[str]
 ) -> tuple[list[DomainFacts], int]:
     """Every domain read: a full audit without a cache. Also the number of definitions read."""
     domains = []
@@ -669,7 +667,7 @@ def _audit_domains_with(
     block_info_is_real: bool,
     ownership: OwnershipMetadata | None,
     problems: list[str],
-) -> tuple[list[DomainFacts], _VolumeIndex, int, bool]:
+) -> tuple[list[DomainFacts], VolumeIndex, int, bool]:
     """The domains, reading again only those that changed since the cache's last audit, unless
     this audit is a full one. Also the volume index used, the definitions read, and whether the
     audit was full. See virtcap.audit.domain_cache for why what is kept is still exact."""
@@ -703,7 +701,7 @@ def _audit_domains_with(
     if not volumes_fresh and any(
         volumes.lacks(reference) for *_, read in present if read for reference in read[1].disks
     ):
-        volumes = cache.new_volumes(_VolumeIndex(conn, block_info_is_real=block_info_is_real))
+        volumes = cache.new_volumes(VolumeIndex(conn, block_info_is_real=block_info_is_real))
     domains: list[DomainFacts] = []
     kept_domains: dict[str, CachedDomain] = {}
     for domain, uuid, read in present:
@@ -731,7 +729,7 @@ def _audit_domains_with(
 
 def _volumes_for(
     cache: DomainCache, conn: VirConnect, block_info_is_real: bool, *, full: bool, pools_changed: bool
-) -> tuple[_VolumeIndex, bool]:
+) -> tuple[VolumeIndex, bool]:
     """The cache's volume index where it may be kept, else a new one (and True)."""
     volumes = cache.volumes
     if (
@@ -742,7 +740,7 @@ def _volumes_for(
         or not volumes.reusable()
         or not volumes.refresh_shared()  # a call per shared pool: their sizes move without events
     ):
-        return cache.new_volumes(_VolumeIndex(conn, block_info_is_real=block_info_is_real)), True
+        return cache.new_volumes(VolumeIndex(conn, block_info_is_real=block_info_is_real)), True
     return volumes, False
 
 
@@ -781,7 +779,7 @@ def _domain_facts(
     domain: VirDomain,
     state_code: int,
     definition: DomainDefinition,
-    volumes: _VolumeIndex,
+    volumes: VolumeIndex,
     block_capacities: dict[str, int | str],
 ) -> DomainFacts:
     """A domain's facts from its definition; its disks' sizes from the volume index, or from
@@ -823,13 +821,13 @@ def _label(domain: VirDomain) -> str:
 def _disk_facts(
     domain: VirDomain,
     reference: DiskReference,
-    volumes: _VolumeIndex,
+    volumes: VolumeIndex,
     problems: list[str],
     label: str,
     *,
     block_capacities: dict[str, int | str],
 ) -> DiskFacts:
-    if not _is_local(reference):
+    if not is_local_disk(reference):
         return DiskFacts(reference.target, reference.source, local=False, capacity_bytes=None)
     if reference.kind == "volume":
         volume = volumes.by_pool_volume(reference.pool or "", reference.volume or "")
@@ -852,146 +850,3 @@ def _disk_facts(
         problems.append(f"{label}: disk {reference.target} ({reference.source}): {capacity}")
         return DiskFacts(reference.target, reference.source, local=True, capacity_bytes=None)
     return DiskFacts(reference.target, reference.source, local=True, capacity_bytes=capacity)
-
-
-def _is_local(reference: DiskReference) -> bool:
-    """A disk on the host's own storage, whose size counts: not a CD-ROM, a floppy, or a network
-    disk, nor one without a source."""
-    return not (
-        reference.device in NON_LOCAL_DEVICES
-        or reference.kind == "network"
-        or not reference.source.strip("/")
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class _Volume:
-    capacity: int
-    shared: bool
-
-
-@dataclass
-class _VolumeIndex:
-    """Every volume of every active storage pool, listed once per audit and only when needed; an
-    incremental audit keeps the index of an earlier one (see reusable)."""
-
-    conn: VirConnect
-    block_info_is_real: bool = True
-    problems: list[str] = field(default_factory=list)
-    _paths: dict[str, _Volume] | None = None
-    _names: dict[tuple[str, str], _Volume] = field(default_factory=dict)
-    _shared: list[SharedPoolFacts] = field(default_factory=list)
-    _shared_pools: dict[str, VirStoragePool] = field(default_factory=dict)
-    _targets: list[str] = field(default_factory=list)
-    """The pools' target directories, where their volumes' paths lie."""
-
-    def reusable(self) -> bool:
-        """Read completely, without a problem that reading again could clear: an incremental
-        audit may keep it. Pools defined, started, stopped or refreshed are told by storage pool
-        events, volumes created or deleted are not: lacks() tells when a domain read again names
-        one created since, and a full audit reads the index again anyway."""
-        return self._paths is not None and not self.problems
-
-    def lacks(self, reference: DiskReference) -> bool:
-        """The disk names a volume of a pool that this index does not hold (created since?)."""
-        if not _is_local(reference):
-            return False
-        if reference.kind == "volume":
-            self._load()
-            return (reference.pool or "", reference.volume or "") not in self._names
-        path = reference.path or ""
-        return path not in self._load() and any(
-            path.startswith(target.rstrip("/") + "/") for target in self._targets
-        )
-
-    def refresh_shared(self) -> bool:
-        """The shared pools' sizes read again, one call each (other hosts fill them without any
-        event here); False where one cannot be read: the index is then read again whole."""
-        refreshed = []
-        for facts in self._shared:
-            try:
-                _state, capacity, used, _available = self._shared_pools[facts.name].info()
-            except libvirt.libvirtError:
-                return False
-            refreshed.append(replace(facts, capacity_bytes=int(capacity), used_bytes=int(used)))
-        self._shared = refreshed
-        return True
-
-    def shared_pools(self) -> tuple[SharedPoolFacts, ...]:
-        """The active pools of shared types with their sizes, by name. Called after the domains'
-        disks were looked up: where none needed the pools, a driver without storage pools at all
-        is no problem of the host."""
-        self._load(disks=False)
-        return tuple(sorted(self._shared, key=lambda pool: pool.name))
-
-    def by_path(self, path: str) -> _Volume | None:
-        return self._load().get(path)
-
-    def by_pool_volume(self, pool: str, volume: str) -> _Volume | None:
-        self._load()
-        return self._names.get((pool, volume))
-
-    def _load(self, *, disks: bool = True) -> dict[str, _Volume]:
-        if self._paths is not None:
-            return self._paths
-        self._paths = {}
-        try:
-            pools = self.conn.listAllStoragePools(libvirt.VIR_CONNECT_LIST_STORAGE_POOLS_ACTIVE)
-        except libvirt.libvirtError as error:
-            if disks or error.get_error_code() != libvirt.VIR_ERR_NO_SUPPORT:
-                self.problems.append(f"cannot list storage pools: {error.get_error_message()}")
-            return self._paths
-        for pool in pools:
-            try:
-                pool_name = pool.name()
-                xml = pool.XMLDesc(0)
-                self._targets.extend(_pool_target(xml))
-                shared = pool_type(xml) in SHARED_POOL_TYPES
-                provisioned = 0
-                listed = pool.listAllVolumes(0)
-                for volume in listed:
-                    entry = _Volume(capacity=int(volume.info()[1]), shared=shared)
-                    provisioned += entry.capacity
-                    self._paths[volume.path()] = entry
-                    self._names[(pool_name, volume.name())] = entry
-                if shared:
-                    self._add_shared(pool, pool_name, xml, provisioned, len(listed))
-            except libvirt.libvirtError as error:
-                self.problems.append(f"storage pool {pool.name()}: {error.get_error_message()}")
-        return self._paths
-
-    def _add_shared(self, pool: VirStoragePool, name: str, xml: str, provisioned: int, volumes: int) -> None:
-        """A shared pool's source and sizes, once every volume of it was read: a partial sum of
-        its volumes would understate what it promised."""
-        try:
-            source = shared_pool_source(xml)
-        except ET.ParseError as error:
-            self.problems.append(
-                f"storage pool {name}: its XML does not parse ({error}); left out of shared pools"
-            )
-            return
-        if source is None:
-            return
-        _state, capacity, used, _available = pool.info()
-        self._shared_pools[name] = pool
-        self._shared.append(
-            SharedPoolFacts(
-                name=name,
-                type=source.type,
-                hosts=source.hosts,
-                path=source.path,
-                capacity_bytes=int(capacity),
-                used_bytes=int(used),
-                provisioned_bytes=provisioned,
-                volumes=volumes,
-            )
-        )
-
-
-def _pool_target(xml: str) -> list[str]:
-    """The pool's target directory (`<target><path>`), if its XML has one."""
-    try:
-        path = ET.fromstring(xml).findtext("target/path")
-    except ET.ParseError:
-        return []
-    return [path.strip()] if path and path.strip() else []
