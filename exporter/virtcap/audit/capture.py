@@ -38,7 +38,7 @@ import libvirt
 from pydantic import ValidationError
 
 from virtcap import __version__
-from virtcap.audit.domain_xml import NON_LOCAL_DEVICES, DiskReference, DomainXMLError, parse_domain_xml
+from virtcap.audit.domain_xml import DomainXMLError, parse_domain_xml
 from virtcap.audit.hypervisor import TEST_DRIVER, AuditError, open_read_only, redact_uri
 from virtcap.audit.libvirt_api import (
     BlockInfo,
@@ -83,6 +83,7 @@ from virtcap.audit.replay import (
     replay_path,
     vcpu_counter,
 )
+from virtcap.audit.volumes import is_local_disk
 from virtcap.config.errors import clip
 from virtcap.units import brief_repr, format_bytes
 
@@ -479,11 +480,7 @@ def _local_disk_targets(xml: str | None) -> Iterable[str]:
         disks = parse_domain_xml(xml).disks
     except DomainXMLError:
         return []  # the audit leaves such a domain out before it asks for any disk
-    return sorted({disk.target for disk in disks if _is_local(disk)})
-
-
-def _is_local(disk: DiskReference) -> bool:
-    return disk.device not in NON_LOCAL_DEVICES and disk.kind != "network" and bool(disk.source.strip("/"))
+    return sorted({disk.target for disk in disks if is_local_disk(disk)})
 
 
 def _storage_pools(conn: VirConnect, budget: _Budget) -> StoragePools:
