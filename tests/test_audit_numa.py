@@ -41,7 +41,6 @@ from virtcap.audit.replay import (
 )
 from virtcap.config import AuditSettings, DiskSource, Hypervisor, parse_config
 from virtcap.demo import demo_config
-from virtcap.model.capacity import HostPolicy
 from virtcap.model.facts import (
     CpuIdentity,
     GuestCell,
@@ -52,6 +51,7 @@ from virtcap.model.facts import (
     PciDevice,
 )
 from virtcap.model.facts import PageCount as CellPageCount
+from virtcap.model.policy import HostPolicy
 from virtcap.service.auditor import HypervisorAuditor
 from virtcap.service.store import SnapshotStore
 from virtcap.service.supervise import Supervisor

@@ -22,8 +22,9 @@ from virtcap.audit.hypervisor import (
 from virtcap.audit.oneshot import audit_fleet_once
 from virtcap.config import DiskSource, parse_config
 from virtcap.exposition.report import fleet_document, render_tables
-from virtcap.model.capacity import HostPolicy, host_capacity
+from virtcap.model.capacity import host_capacity
 from virtcap.model.facts import DomainState, HostFacts
+from virtcap.model.policy import HostPolicy
 from virtcap.model.resources import Resource
 from virtcap.service.snapshot import HypervisorSnapshot
 

@@ -2,7 +2,7 @@
 count below what the whole-host classes allow, with pending claims taking their share.
 
 Every expected count is worked out by hand from the host's shape (in the comments), never by
-calling model/numa.py or model/placement.py another way. Hosts are built from model.facts types;
+calling model/numa.py or model/host_fit.py another way. Hosts are built from model.facts types;
 flavors and policies come from a small configuration, as the exporter reads them.
 """
 
@@ -16,7 +16,7 @@ from virtcap.audit.hypervisor import audit_host, open_read_only
 from virtcap.audit.replay import encode_capture
 from virtcap.config import parse_config
 from virtcap.demo.hostgen import PAGE_1G_KIB, GuestSpec, HostSpec, Hugepages, NicSpec, capture_document
-from virtcap.model.capacity import HostCapacity, HostPolicy, host_capacity
+from virtcap.model.capacity import HostCapacity, host_capacity
 from virtcap.model.facts import (
     DomainFacts,
     DomainPlacement,
@@ -29,7 +29,8 @@ from virtcap.model.facts import (
     PageCount,
     PciDevice,
 )
-from virtcap.model.placement import Demand
+from virtcap.model.host_fit import Demand
+from virtcap.model.policy import HostPolicy
 from virtcap.model.resources import Resource
 
 SMALL = 4

@@ -34,7 +34,7 @@ from virtcap.claims.scheduling import FleetEntry, schedule_fleet
 from virtcap.config import ClaimSettings, Hypervisor
 from virtcap.model.capacity import host_capacity
 from virtcap.model.facts import HostFacts
-from virtcap.model.placement import Demand
+from virtcap.model.host_fit import Demand
 from virtcap.model.resources import Resource
 from virtcap.model.scheduler import SPREAD, Multipliers, evacuation, fleet_tolerance
 from virtcap.service.snapshot import HypervisorSnapshot

@@ -41,7 +41,7 @@ from virtcap.dryrun import FleetEntry, dry_run
 from virtcap.exposition.families import render, views
 from virtcap.exposition.report import fleet_document, render_tables
 from virtcap.model.facts import DomainFacts
-from virtcap.model.placement import Demand
+from virtcap.model.host_fit import Demand
 from virtcap.model.resources import Resource
 from virtcap.model.scheduler import (
     AVAILABILITY_ZONE,

@@ -32,9 +32,10 @@ from virtcap.config import ConfigError, parse_config
 from virtcap.demo import DEMO_DIR, demo_config
 from virtcap.exposition import families
 from virtcap.exposition.families import FragmentCache, HypervisorView, render, views
-from virtcap.model.capacity import HostPolicy, host_capacity
+from virtcap.model.capacity import host_capacity
+from virtcap.model.host_fit import Demand
 from virtcap.model.maintenance import Maintenance, in_effect, maintenance_end, maintenance_reason
-from virtcap.model.placement import Demand
+from virtcap.model.policy import HostPolicy
 from virtcap.model.resources import Resource
 from virtcap.model.scheduler import COMPUTE, SPREAD, Rejection, fleet_tolerance, host_state, schedule
 from virtcap.service.snapshot import NO_CLAIMS, HypervisorSnapshot

@@ -37,11 +37,12 @@ from virtcap.audit.replay import (
 from virtcap.config import parse_config
 from virtcap.demo.hostgen import PAGE_2M_KIB, HostSpec, Hugepages, capture_document
 from virtcap.exposition.families import render, views
-from virtcap.model.capacity import HostPolicy, host_capacity
+from virtcap.model.capacity import host_capacity
 from virtcap.model.facts import DomainFacts, DomainState, NumaCell
 from virtcap.model.facts import PageCount as NumaPageCount
 from virtcap.model.memory_backing import cell_page_size, hugepage_backed_bytes
 from virtcap.model.numa import host_cells
+from virtcap.model.policy import HostPolicy
 from virtcap.model.resources import Resource
 from virtcap.service.store import SnapshotStore
 

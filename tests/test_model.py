@@ -8,18 +8,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.factories import GIB, MIB, domain, host, local_disk
-from virtcap.model.capacity import (
-    NOVA_ALLOCATION_RATIOS,
-    NOVA_RESERVED,
-    HostPolicy,
-    Inventory,
-    ResourceCapacity,
-    claim_test,
-    host_capacity,
-)
+from virtcap.model.capacity import ResourceCapacity, claim_test, host_capacity
 from virtcap.model.facts import DiskFacts, DomainState, NovaFlavor, NovaInstance
+from virtcap.model.host_fit import Demand
 from virtcap.model.nova import nova_request
-from virtcap.model.placement import Demand
+from virtcap.model.policy import NOVA_ALLOCATION_RATIOS, NOVA_RESERVED, HostPolicy, Inventory
 from virtcap.model.resources import STANDARD_CLASSES, Resource
 
 R = Resource

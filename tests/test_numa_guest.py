@@ -47,9 +47,10 @@ import pytest
 from tests.libvirtd import SEARCH_PATH, Libvirtd, _bounded, daemon_owner, prepare, running_daemon
 from virtcap.audit.hypervisor import audit_host, open_read_only
 from virtcap.config import parse_config
-from virtcap.model.capacity import HostPolicy, host_capacity
+from virtcap.model.capacity import host_capacity
 from virtcap.model.facts import DomainFacts, DomainState, GuestCell, HostFacts, HugepageBacking, NumaCell
-from virtcap.model.placement import Demand
+from virtcap.model.host_fit import Demand
+from virtcap.model.policy import HostPolicy
 from virtcap.model.resources import Resource
 
 # A real libvirtd: left out, with the session's own daemon tests, by `-m "not libvirtd"`.

@@ -26,9 +26,9 @@ from virtcap.config.schema import ExpositionSection
 from virtcap.demo.fleetgen import RUNNING, SHUTOFF, DomainSpec, FlavorSpec, HostSpec, node_xml
 from virtcap.exposition.families import FragmentCache, HypervisorView, render, views
 from virtcap.exposition.report import fleet_document, render_tables
-from virtcap.model.capacity import HostPolicy
 from virtcap.model.discovery import discover, host_flavors
 from virtcap.model.facts import DomainState, NovaFlavor, NovaInstance, NovaOwner, ProjectOwner
+from virtcap.model.host_fit import Demand
 from virtcap.model.ownership import (
     OTHER,
     UNKNOWN,
@@ -37,7 +37,7 @@ from virtcap.model.ownership import (
     domain_project,
     largest_projects,
 )
-from virtcap.model.placement import Demand
+from virtcap.model.policy import HostPolicy
 from virtcap.model.resources import GIB, MIB, Resource
 from virtcap.service.auditor import FleetAuditor
 from virtcap.service.flavors import FlavorCatalog

@@ -33,9 +33,10 @@ from virtcap.claims import ledger
 from virtcap.claims.scheduling import FleetEntry, schedule_fleet
 from virtcap.config import Hypervisor
 from virtcap.model import scheduler
-from virtcap.model.capacity import HostPolicy, domain_allocation, host_capacity
+from virtcap.model.capacity import domain_allocation, host_capacity
 from virtcap.model.facts import DomainFacts, HostFacts, NovaFlavor, NumaCell, PageCount
-from virtcap.model.placement import Demand, within_host
+from virtcap.model.host_fit import Demand, within_host
+from virtcap.model.policy import HostPolicy
 from virtcap.model.resources import Resource
 from virtcap.model.scheduler import (
     ANTI_AFFINITY,

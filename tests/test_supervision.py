@@ -20,8 +20,9 @@ from virtcap.audit.oneshot import audit_fleet_once
 from virtcap.claims.ledger import ClaimDatabase, ClaimLedger
 from virtcap.config import AuditSettings, ClaimSettings, Config, Hypervisor
 from virtcap.demo import DEMO_DIR
-from virtcap.model.capacity import NOVA_ALLOCATION_RATIOS, HostPolicy, amounts
-from virtcap.model.placement import Demand
+from virtcap.model.capacity import amounts
+from virtcap.model.host_fit import Demand
+from virtcap.model.policy import NOVA_ALLOCATION_RATIOS, HostPolicy
 from virtcap.model.resources import Resource
 from virtcap.service.auditor import FleetAuditor
 from virtcap.service.snapshot import HypervisorSnapshot

@@ -28,7 +28,7 @@ from virtcap.demo import demo_config
 from virtcap.dryrun import FleetEntry, host_states
 from virtcap.exposition.report import fleet_document, render_tables
 from virtcap.model import scheduler
-from virtcap.model.placement import Demand
+from virtcap.model.host_fit import Demand
 from virtcap.model.resources import GIB, Resource
 from virtcap.model.scheduler import SPREAD, Multipliers, Unplaced, _reference_evacuation, fleet_tolerance
 from virtcap.service import tolerance as tolerance_module

@@ -27,9 +27,10 @@ from virtcap.audit.replay import (
     libvirt_error,
 )
 from virtcap.config import ConfigError, parse_config
-from virtcap.model.capacity import HostPolicy, host_capacity
+from virtcap.model.capacity import host_capacity
 from virtcap.model.facts import DomainState, HostFacts, MdevType, MediatedDevice, NovaFlavor, NovaInstance
 from virtcap.model.nova import nova_allocation, nova_request
+from virtcap.model.policy import HostPolicy
 from virtcap.model.resources import Resource, display_order, resource_class
 from virtcap.model.vgpu import EnabledMdevType, GpuInventory, gpu_totals, vgpu_capacity
 

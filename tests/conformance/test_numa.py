@@ -27,6 +27,7 @@ from typing import Any
 
 from tests.conformance.upstream import Oracle, agree, generator
 from virtcap.model.facts import NumaCell, PageCount, PciDevice
+from virtcap.model.host_fit import CellsAndDevices, WithinHost
 from virtcap.model.numa import (
     CellPages,
     HostCell,
@@ -37,7 +38,6 @@ from virtcap.model.numa import (
     instance_topology,
 )
 from virtcap.model.pci import PciAlias, PciDeviceSpec, PciPool, device_pools
-from virtcap.model.placement import CellsAndDevices, WithinHost
 
 HOSTS = 500
 LIMIT = 60

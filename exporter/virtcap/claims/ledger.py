@@ -59,8 +59,8 @@ from virtcap.claims.scheduling import (
 from virtcap.claims.storage import ClaimStorage, LedgerState, StorageError, Writes
 from virtcap.config import ClaimSettings, Hypervisor
 from virtcap.model.facts import HostFacts
+from virtcap.model.host_fit import Demand
 from virtcap.model.maintenance import Maintenance
-from virtcap.model.placement import Demand
 from virtcap.model.resources import Amounts, Resource, placement_units
 from virtcap.model.scheduler import (
     COMPUTE,

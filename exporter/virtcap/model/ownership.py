@@ -14,8 +14,9 @@ import heapq
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from virtcap.model.capacity import HostPolicy, domain_allocation
+from virtcap.model.capacity import domain_allocation
 from virtcap.model.facts import DomainFacts, HostFacts
+from virtcap.model.policy import HostPolicy
 from virtcap.model.resources import Resource, display_order
 
 UNKNOWN = "unknown"

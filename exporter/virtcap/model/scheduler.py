@@ -78,11 +78,12 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
-from virtcap.model.capacity import HostCapacity, HostPolicy, domain_allocation, host_capacity
+from virtcap.model.capacity import HostCapacity, domain_allocation, host_capacity
 from virtcap.model.facts import DomainFacts, HostFacts
+from virtcap.model.host_fit import NOTHING_WITHIN, Demand, WithinHost, within_host
 from virtcap.model.nova import nova_request
 from virtcap.model.numa import refitted
-from virtcap.model.placement import NOTHING_WITHIN, Demand, WithinHost, within_host
+from virtcap.model.policy import HostPolicy
 from virtcap.model.resources import MIB, Amounts, Resource, placement_units, request_groups
 
 # Filter names, as Nova names its filters (Placement for the allocation candidates and claims).

@@ -41,7 +41,7 @@ from virtcap.audit.threads import SerialCaller
 from virtcap.claims.ledger import ClaimLedger
 from virtcap.config import AuditSettings, Hypervisor
 from virtcap.model.facts import CpuIdentity, CpuTimes, HostFacts, VcpuWait
-from virtcap.model.placement import Demand
+from virtcap.model.host_fit import Demand
 from virtcap.service.flavors import FlavorCatalog
 from virtcap.service.snapshot import HypervisorSnapshot
 from virtcap.service.store import SnapshotStore

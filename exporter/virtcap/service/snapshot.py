@@ -9,9 +9,9 @@ from dataclasses import dataclass, field, replace
 from virtcap.config import Hypervisor
 from virtcap.model.capacity import HostCapacity, host_capacity
 from virtcap.model.facts import HostFacts
+from virtcap.model.host_fit import Demand
 from virtcap.model.maintenance import Maintenance, in_effect, maintenance_reason
 from virtcap.model.ownership import ProjectUsage, host_projects
-from virtcap.model.placement import Demand
 from virtcap.model.resources import Amounts
 
 

@@ -32,9 +32,9 @@ from virtcap.config.schema import (
     parse_time,
 )
 from virtcap.exposition.report import maintenance_document
+from virtcap.model.host_fit import Demand, within_host
 from virtcap.model.maintenance import Maintenance
 from virtcap.model.nova import extra_spec_problems, flavor_request
-from virtcap.model.placement import Demand, within_host
 from virtcap.model.resources import (
     CUSTOM_CLASS,
     STANDARD_CLASSES,

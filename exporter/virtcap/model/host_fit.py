@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from virtcap.model.facts import HostFacts
 from virtcap.model.numa import (
@@ -42,10 +42,8 @@ from virtcap.model.pci import (
     device_pools,
     parse_alias_request,
 )
+from virtcap.model.policy import HostPolicy
 from virtcap.model.resources import MIB, Amounts, Resource, placement_units
-
-if TYPE_CHECKING:  # capacity.py builds on this module: its policy is only read here
-    from virtcap.model.capacity import HostPolicy
 
 Constraint = Literal["numa", "pci"]
 """What within the host limits a flavor below its whole-host count: its NUMA fit (cells, pinned
