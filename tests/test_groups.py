@@ -49,13 +49,13 @@ from virtcap.model.scheduler import (
     SPREAD,
     HostState,
     Multipliers,
-    _reference_evacuation,
     evacuation,
     fleet_tolerance,
     fleet_tolerance_update,
     host_state,
     schedule,
 )
+from virtcap.model.scheduler.evacuations import reference_evacuation
 from virtcap.service.snapshot import HypervisorSnapshot
 from virtcap.service.store import SnapshotStore
 from virtcap.service.tolerance import LocalSimulation, SimulatedHost, scheduler_host, scheduling_key
@@ -357,7 +357,7 @@ def test_a_domain_that_fits_only_outside_its_zone_cannot_be_evacuated() -> None:
     assert big.rejections["c"].filter == AVAILABILITY_ZONE
     assert big.rejections["c"].reason == "hypervisor c is in availability zone az-2, not in az-1 as requested"
     assert dict(big.refused_by) == {PLACEMENT: 1, AVAILABILITY_ZONE: 1}
-    assert lost == _reference_evacuation(hosts, "a")
+    assert lost == reference_evacuation(hosts, "a")
     # the same fleet without zones: c takes it
     flat = [
         replace(
@@ -428,7 +428,7 @@ def test_zoned_evacuations_and_tolerance_give_the_straightforward_answers(
 ) -> None:
     hosts = zoned_fleet(shapes, zones)
     rng.shuffle(hosts)
-    expected = {state.name: _reference_evacuation(hosts, state.name, multipliers) for state in hosts}
+    expected = {state.name: reference_evacuation(hosts, state.name, multipliers) for state in hosts}
     tolerance = fleet_tolerance(hosts, multipliers=multipliers, bound=3)
     assert dict(tolerance.evacuations) == expected
     assert tolerance.tolerated == reference_tolerated(hosts, 3, multipliers)

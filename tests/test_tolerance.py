@@ -27,10 +27,11 @@ from virtcap.audit.oneshot import audit_fleet_once
 from virtcap.demo import demo_config
 from virtcap.dryrun import FleetEntry, host_states
 from virtcap.exposition.report import fleet_document, render_tables
-from virtcap.model import scheduler
 from virtcap.model.host_fit import Demand
 from virtcap.model.resources import GIB, Resource
-from virtcap.model.scheduler import SPREAD, Multipliers, Unplaced, _reference_evacuation, fleet_tolerance
+from virtcap.model.scheduler import SPREAD, Multipliers, Unplaced, fleet_tolerance
+from virtcap.model.scheduler.evacuations import reference_evacuation
+from virtcap.model.scheduler.fleet_refusals import UnplacedRejections
 from virtcap.service import tolerance as tolerance_module
 from virtcap.service.snapshot import HypervisorSnapshot, PendingClaims
 from virtcap.service.tolerance import (
@@ -362,14 +363,14 @@ def test_an_unplaced_domains_summary_counts_its_rejections(
     hosts = larger_fleet(shapes)
     tolerance = fleet_tolerance(hosts, multipliers=multipliers)
     # the service never builds an evacuation's rejections (each lists every other hypervisor)
-    unread = mock.patch.object(scheduler._Rejections, "_dict", side_effect=AssertionError("built"))
+    unread = mock.patch.object(UnplacedRejections, "_dict", side_effect=AssertionError("built"))
     with unread:
         shown = {
             name: [tolerance_module._unplaced(one) for one in e.unplaced]
             for name, e in tolerance.evacuations.items()
         }
     for name, found in tolerance.evacuations.items():
-        reference = _reference_evacuation(hosts, name, multipliers)
+        reference = reference_evacuation(hosts, name, multipliers)
         assert shown[name] == [_counted_summary(expected) for expected in reference.unplaced]
         for one, expected in zip(found.unplaced, reference.unplaced, strict=True):
             assert tolerance_module._unplaced(one) == _counted_summary(expected)

@@ -153,8 +153,8 @@ class HostCapacity:
     def claim_test(self, demand: Demand) -> list[str]:
         """Every reason one more instance of the demand does not fit (Nova's claim test, then
         the vGPUs, the NUMA cells and the PCI devices); empty when it fits."""
-        placed = _Placed(self.resources, self.vgpus, self.claimed_vgpus, self.within)
-        return list(placed.refusals(demand))
+        fit_test = _InstanceFitTest(self.resources, self.vgpus, self.claimed_vgpus, self.within)
+        return list(fit_test.refusals(demand))
 
     @property
     def problems(self) -> tuple[str, ...]:
@@ -333,7 +333,7 @@ def host_capacity(
     claimed_vgpus = tuple(amount for claim in pending if (amount := claim.request.get(Resource.VGPU, 0)) > 0)
     if not pending and claimed.get(Resource.VGPU, 0) > 0:
         claimed_vgpus = (claimed[Resource.VGPU],)
-    placed = _Placed(resources, vgpus, claimed_vgpus, within)
+    fit_test = _InstanceFitTest(resources, vgpus, claimed_vgpus, within)
     if maintenance is not None:
         # offered nothing, as a disabled compute service: the counts are 0 whatever is free
         why = (f"in maintenance: {maintenance}",)
@@ -349,7 +349,7 @@ def host_capacity(
             refusals=dict.fromkeys(flavors or {}, why),
             maintenance=maintenance,
         )
-    fits = {name: placed.count(demand) for name, demand in (flavors or {}).items()}
+    fits = {name: fit_test.count(demand) for name, demand in (flavors or {}).items()}
     return HostCapacity(
         resources,
         domains_by_state,
@@ -361,7 +361,7 @@ def host_capacity(
         placement_limited={name: fit.limited for name, fit in fits.items() if fit.limited is not None},
         claimed_vgpus=claimed_vgpus,
         refusals={
-            name: placed.refusals(flavors[name]) for name, fit in fits.items() if fit.count == 0 and flavors
+            name: fit_test.refusals(flavors[name]) for name, fit in fits.items() if fit.count == 0 and flavors
         },
     )
 
@@ -374,7 +374,7 @@ class FlavorCount:
 
 
 @dataclass(frozen=True, slots=True)
-class _Placed:
+class _InstanceFitTest:
     """What decides a count beyond the whole-host classes: vGPUs come from one GPU each, and the
     cells and devices hold the instances Nova's filters let in."""
 
@@ -411,7 +411,7 @@ class _Placed:
         if not reasons and groups and vgpu_fits(self.vgpus, groups, self.claimed_vgpus, 1) == 0:
             reasons.append(vgpu_refusal(self.vgpus, groups, self.claimed_vgpus))
         if not reasons:
-            reasons.extend(self.within.refusals(demand.within))
+            reasons.extend(refusal.message for refusal in self.within.refusals(demand.within))
         return tuple(reasons)
 
 

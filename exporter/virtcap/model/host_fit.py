@@ -10,7 +10,10 @@ A flavor's count within the host is how many instances in a row pass those tests
 what it was given before the next is tried, each fitted with its own topology as nova-compute's
 claim fits it: the NUMA fit picks the cells and the CPU pinning, then the devices are taken from
 the pools near those cells. (The scheduler fits the later instances of one request with the
-topology fitted before, its page size chosen: model/scheduler.py.)
+topology fitted before, its page size chosen: model/scheduler/request.py.)
+
+Each refusal is a `HostFitRefusal` that names its test, so that the scheduler files it under
+its filter without reading its words.
 
 Pure: facts and policy in, cells and pools out.
 """
@@ -126,7 +129,22 @@ class Demand:
     within: WithinHost = NOTHING_WITHIN
     availability_zone: str | None = None
     """The zone its host must be in (Nova's `RequestSpec.availability_zone`); None: any host. Only
-    the scheduler reads it (model/scheduler.py); a host's own fit test does not."""
+    the scheduler reads it (model/scheduler/filters.py); a host's own fit test does not."""
+
+
+@dataclass(frozen=True, slots=True)
+class HostFitRefusal:
+    """Why one instance does not fit a hypervisor's cells or devices: the test that refuses it
+    (`numa`: its NUMA fit, Nova's NUMATopologyFilter; `pci`: its devices alone, Nova's
+    PciPassthroughFilter) and the reason, naming the cell or the alias."""
+
+    constraint: Constraint
+    reason: str
+
+    @property
+    def message(self) -> str:
+        """The reason as reports show it, after its test: `NUMA: cell 0: ...`, `PCI: ...`."""
+        return f"{self.constraint.upper()}: {self.reason}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,15 +198,28 @@ class CellsAndDevices:
         except PciRequestError as error:  # the `socket` policy: it needs the host's sockets
             return NumaFit(reasons=(f"PCI: {error}",))
 
-    def refusals(self, within: WithinHost) -> list[str]:
+    def refusals(self, within: WithinHost) -> list[HostFitRefusal]:
         """Why one instance does not fit the cells and devices, naming the cell or the alias;
-        empty when it fits."""
-        placement = self.fit(within)
-        if placement is not None:
-            return [] if placement.fits else [f"NUMA: {why}" for why in placement.reasons]
-        if within.pci_alias is not None and self._take_devices(within, None) is None:
-            return [f"PCI: no free devices for {within.pci_alias}{self._free_by_alias(within.pci_alias)}"]
-        return []
+        empty when it fits. A NUMA topology decides alone: its fit places the devices too."""
+        return self.numa_refusals(within) or self.device_refusals(within)
+
+    def numa_refusals(self, within: WithinHost) -> list[HostFitRefusal]:
+        """Why the NUMA fit of one instance fails (its cells, pinned CPUs, hugepages and the
+        devices near its cells: Nova's NUMATopologyFilter); empty without a NUMA topology."""
+        numa_fit = self.fit(within)
+        if numa_fit is None or numa_fit.fits:
+            return []
+        return [HostFitRefusal("numa", why) for why in numa_fit.reasons]
+
+    def device_refusals(self, within: WithinHost) -> list[HostFitRefusal]:
+        """Why the devices of one instance without a NUMA topology are not free (Nova's
+        PciPassthroughFilter); empty with a NUMA topology, whose fit takes the devices."""
+        if within.topology is not None or within.pci_alias is None:
+            return []
+        if self._take_devices(within, None) is not None:
+            return []
+        free = self._free_by_alias(within.pci_alias)
+        return [HostFitRefusal("pci", f"no free devices for {within.pci_alias}{free}")]
 
     def take(self, within: WithinHost) -> CellsAndDevices | None:
         """The cells and pools once one more instance is given its share, None where it does not
@@ -198,16 +229,16 @@ class CellsAndDevices:
             return self
         cells = self.cells
         near: frozenset[int] | None = None
-        placement = self.fit(within)
-        if placement is not None:
+        numa_fit = self.fit(within)
+        if numa_fit is not None:
             assert within.topology is not None
-            if not placement.fits:
+            if not numa_fit.fits:
                 return None
             try:
-                cells = consume(cells, within.topology, placement)
+                cells = consume(cells, within.topology, numa_fit)
             except PinningConflictError:
                 return None
-            near = frozenset(placement.host_cells)
+            near = frozenset(numa_fit.host_cells)
         pools = self.pci_pools
         if within.pci_alias is not None:
             taken = self._take_devices(within, near)
@@ -266,8 +297,8 @@ class CellsAndDevices:
 
 
 def cells_and_devices(facts: HostFacts, policy: HostPolicy) -> CellsAndDevices:
-    """The hypervisor's cells and pools with what its counted domains use: their NUMA placement
-    (numa.host_cells) and the devices they pass through, Nova's ratios for the cells' limits."""
+    """The hypervisor's cells and pools with what its counted domains use: the cells they
+    are on (numa.host_cells) and the devices they pass through, Nova's ratios for the cells' limits."""
     counted = policy.counted_states
     held = [
         address
@@ -312,6 +343,7 @@ __all__ = [
     "CellsAndDevices",
     "Constraint",
     "Demand",
+    "HostFitRefusal",
     "WithinHost",
     "cell_amounts",
     "cells_and_devices",
