@@ -135,6 +135,9 @@ HostTest = Callable[[HostState, FilterRequest], Sequence[str]]
 
 @dataclass(frozen=True, slots=True)
 class HostFilter:
+    """One filter: Nova's name for it (the `Rejection.filter` of the hosts it refuses), when the
+    request loop runs it, and its test."""
+
     name: str
     stage: Stage
     test: HostTest
