@@ -174,7 +174,7 @@ def _github_anchors(markdown: str) -> set[str]:
 
 
 def test_alerts_follow_the_mixin_conventions() -> None:
-    anchors = _github_anchors((MIXIN / "runbook.md").read_text())
+    anchors = _github_anchors((ROOT / "docs/runbook.md").read_text())
     rules = alert_rules()
     assert len(rules) == 20
     for rule in rules:
