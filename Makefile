@@ -39,6 +39,7 @@ demo: system-deps $(BIN)/virtcap
 lint: $(BIN)/virtcap
 	$(BIN)/ruff check exporter tests bench
 	$(BIN)/ruff format --check exporter tests bench
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 typecheck: $(BIN)/virtcap
 	$(BIN)/mypy
@@ -66,7 +67,7 @@ test: system-deps $(BIN)/virtcap lint typecheck unit
 # dependencies, no -J path), the README's metrics table from the metric catalogue and the demo's
 # node files and captures by virtcap.demo.generate; a test fails when any of them drifts.
 generate: system-deps $(BIN)/virtcap
-	$(BIN)/python -m virtcap.exposition.catalogue README.md
+	$(BIN)/python -m virtcap.exposition.catalogue docs/metrics.md
 	$(BIN)/python -m virtcap.demo.generate > /dev/null
 	jsonnet -S mixin/alerts.jsonnet > mixin/generated/prometheus_alerts.yaml
 	jsonnet -S mixin/rules.jsonnet > mixin/generated/prometheus_rules.yaml
