@@ -30,7 +30,6 @@ from virtcap.demo.hostgen import (
     NicSpec,
     capture_document,
 )
-from virtcap.model import numa
 from virtcap.model.facts import (
     GuestCell,
     HostFacts,
@@ -41,6 +40,7 @@ from virtcap.model.facts import (
     PageCount,
     PciDevice,
 )
+from virtcap.model.numa import fitting as numa
 from virtcap.model.vgpu import vgpu_capacity
 
 GIB = 1024**3

@@ -20,7 +20,7 @@ from virtcap.model.facts import (
     NumaCell,
     PageCount,
 )
-from virtcap.model.numa import (
+from virtcap.model.numa.fitting import (
     PAGE_ANY,
     PAGE_LARGE,
     CellPages,

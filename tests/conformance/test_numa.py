@@ -27,7 +27,7 @@ from typing import Any
 
 from tests.conformance.upstream import Oracle, agree, generator
 from virtcap.model.facts import NumaCell, PageCount, PciDevice
-from virtcap.model.numa import (
+from virtcap.model.numa.fitting import (
     CellPages,
     HostCell,
     InstanceTopology,

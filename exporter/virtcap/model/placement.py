@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
 from virtcap.model.facts import HostFacts
-from virtcap.model.numa import (
+from virtcap.model.numa.fitting import (
     HostCell,
     InstanceTopology,
     NumaFit,

@@ -1,0 +1,9 @@
+"""NUMA placement as Nova accounts for it, one module per part (pure: no libvirt, no I/O):
+
+- `request`: the NUMA topology a flavor (and image) asks for, or why Nova refuses it;
+- `cells`: the host's cells as Nova's resource tracker holds them, with the usage of the domains
+  already there;
+- `fitting`: whether and where a guest's cells fit the host's (page sizes, CPU pinning, PCI
+  affinity), and the topology a fit leaves for the request's next instance;
+- `usage`: what a fitted instance adds to the cells, and how many instances fit one after another.
+"""
