@@ -41,7 +41,7 @@ from virtcap.model.capacity import HostPolicy, host_capacity
 from virtcap.model.facts import DomainFacts, DomainState, NumaCell
 from virtcap.model.facts import PageCount as NumaPageCount
 from virtcap.model.memory_backing import cell_page_size, hugepage_backed_bytes
-from virtcap.model.numa.fitting import host_cells
+from virtcap.model.numa.cells import host_cells
 from virtcap.model.resources import Resource
 from virtcap.service.store import SnapshotStore
 
