@@ -11,7 +11,7 @@ import libvirt
 import pytest
 
 from tests.factories import storageless_fleet
-from virtcap.audit.hypervisor import (
+from virtcap.audit.host_readings import (
     AuditError,
     audit_host,
     open_read_only,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from virtcap.audit.hypervisor import audit_host, open_read_only
+from virtcap.audit.host_readings import audit_host, open_read_only
 from virtcap.model.contention import VcpuDelays, advance_vcpu_wait
 from virtcap.model.facts import VcpuWait
 

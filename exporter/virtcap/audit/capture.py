@@ -39,7 +39,7 @@ from pydantic import ValidationError
 
 from virtcap import __version__
 from virtcap.audit.domain_xml import DomainXMLError, parse_domain_xml
-from virtcap.audit.hypervisor import TEST_DRIVER, AuditError, open_read_only, redact_uri
+from virtcap.audit.host_readings import TEST_DRIVER, AuditError, open_read_only, redact_uri
 from virtcap.audit.libvirt_api import (
     BlockInfo,
     CPUMap,

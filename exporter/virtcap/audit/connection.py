@@ -25,7 +25,7 @@ from collections.abc import Callable
 import libvirt
 
 from virtcap.audit.domain_cache import DomainCache
-from virtcap.audit.hypervisor import open_read_only
+from virtcap.audit.host_readings import open_read_only
 from virtcap.audit.libvirt_api import VirConnect
 from virtcap.audit.subscriptions import ConnectionEvents, Subscription
 from virtcap.audit.threads import run_in_daemon_thread

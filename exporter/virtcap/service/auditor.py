@@ -27,7 +27,7 @@ from collections.abc import Mapping
 import libvirt
 
 from virtcap.audit.connection import IN_PROCESS_DRIVER, HypervisorConnection
-from virtcap.audit.hypervisor import (
+from virtcap.audit.host_readings import (
     AuditError,
     HostLayout,
     audit_host,
