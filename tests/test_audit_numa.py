@@ -21,7 +21,8 @@ import pytest
 import virtcap.audit.connection
 from tests.libvirtd import Libvirtd
 from virtcap.audit.capture import capture_host, encode_bounded
-from virtcap.audit.host_readings import audit_host, open_read_only
+from virtcap.audit.connection import open_read_only
+from virtcap.audit.hypervisor import audit_host
 from virtcap.audit.libvirt_api import VirConnect, VirNodeDevice
 from virtcap.audit.oneshot import audit_fleet_once
 from virtcap.audit.replay import (

@@ -12,7 +12,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from tests.factories import GIB, domain, host
-from virtcap.audit.host_readings import audit_host, open_read_only
+from virtcap.audit.connection import open_read_only
+from virtcap.audit.hypervisor import audit_host
 from virtcap.audit.replay import encode_capture
 from virtcap.config import parse_config
 from virtcap.demo.hostgen import PAGE_1G_KIB, GuestSpec, HostSpec, Hugepages, NicSpec, capture_document

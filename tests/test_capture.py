@@ -19,7 +19,8 @@ import pytest
 from tests.libvirtd import Libvirtd
 from tests.serving import running_server, series, value, wait_for
 from virtcap.audit.capture import capture_host, encode_bounded, uri_problem
-from virtcap.audit.host_readings import AuditError, audit_host, open_read_only
+from virtcap.audit.connection import AuditError, open_read_only
+from virtcap.audit.hypervisor import audit_host
 from virtcap.audit.libvirt_api import VirConnect
 from virtcap.audit.replay import (
     VCPU_STATS,

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from virtcap.audit.host_readings import audit_host, open_read_only
+from virtcap.audit.connection import open_read_only
+from virtcap.audit.hypervisor import audit_host
 from virtcap.audit.replay import decode_capture, encode_capture
 from virtcap.demo import demo_config
 from virtcap.demo.generate import gpu_host, numa_host, spare_host

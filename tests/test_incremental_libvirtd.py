@@ -27,7 +27,7 @@ from tests.serving import Samples, Server, running_server, series, value, wait_f
 from virtcap.audit.connection import HypervisorConnection
 from virtcap.audit.domain_xml import NOVA_NAMESPACE
 from virtcap.audit.events import start_libvirt_event_thread
-from virtcap.audit.host_readings import audit_host
+from virtcap.audit.hypervisor import audit_host
 from virtcap.config import AuditSettings, DiskSource
 
 pytestmark = pytest.mark.libvirtd

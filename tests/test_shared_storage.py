@@ -15,7 +15,7 @@ import pytest
 from tests.factories import host
 from tests.serving import Samples, parse_samples, series, value
 from virtcap.audit.capture import capture_host
-from virtcap.audit.host_readings import open_read_only
+from virtcap.audit.connection import open_read_only
 from virtcap.audit.libvirt_api import StoragePoolInfo
 from virtcap.audit.oneshot import audit_fleet_once
 from virtcap.audit.replay import Answer, CaptureDocument, encode_capture

@@ -16,7 +16,9 @@ import libvirt
 import pytest
 
 from virtcap.audit.capture import capture_host
-from virtcap.audit.host_readings import audit_host, open_read_only, read_host_layout
+from virtcap.audit.connection import open_read_only
+from virtcap.audit.host_readings import read_host_layout
+from virtcap.audit.hypervisor import audit_host
 from virtcap.audit.libvirt_api import VirNodeDevice
 from virtcap.audit.node_devices import NodeDeviceError, mediated_device, pci_device, pci_name_address
 from virtcap.audit.replay import (

@@ -38,8 +38,9 @@ import libvirt
 from pydantic import ValidationError
 
 from virtcap import __version__
+from virtcap.audit.connection import AuditError, open_read_only, redact_uri
 from virtcap.audit.domain_xml import DomainXMLError, parse_domain_xml
-from virtcap.audit.host_readings import TEST_DRIVER, AuditError, open_read_only, redact_uri
+from virtcap.audit.host_readings import TEST_DRIVER
 from virtcap.audit.libvirt_api import (
     BlockInfo,
     CPUMap,
@@ -473,7 +474,7 @@ def _block_info(domain: VirDomain, target: str) -> BlockInfo:
 
 def _local_disk_targets(xml: str | None) -> Iterable[str]:
     """The disks whose size the audit may ask libvirt for: those it counts as local (see
-    virtcap.audit.hypervisor). Asking for a network disk could wait on unreachable storage."""
+    virtcap.audit.volumes.is_local_disk). Asking for a network disk could wait on unreachable storage."""
     if xml is None:
         return []
     try:

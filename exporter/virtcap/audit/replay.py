@@ -7,7 +7,7 @@ shape in tests, the demo and benchmarks, and what-if audits of captured hosts fo
 
 **The URI.** `replay:///absolute/path/host.json` names a capture file: everything after
 `replay://` is the file's absolute path, taken as is (no host, no query, no percent-decoding).
-`open_read_only` (virtcap.audit.hypervisor) dispatches on the scheme, so a replay URI goes
+`open_read_only` (virtcap.audit.connection) dispatches on the scheme, so a replay URI goes
 wherever a libvirt URI does: the configuration's `hypervisors`, `virtcap capture --uri`.
 
 **The document** (FORMAT, VERSION; version 1, without recorded rates, is read too), one key per
