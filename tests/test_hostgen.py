@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from virtcap.audit.capture_format import decode_capture, encode_capture
 from virtcap.audit.connection import open_read_only
 from virtcap.audit.hypervisor import audit_host
-from virtcap.audit.replay import decode_capture, encode_capture
 from virtcap.demo import demo_config
 from virtcap.demo.generate import gpu_host, numa_host, spare_host
 from virtcap.demo.hostgen import (

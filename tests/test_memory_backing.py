@@ -22,9 +22,7 @@ import pytest
 
 from tests.factories import GIB, host
 from tests.serving import parse_samples, value
-from virtcap.audit.domain_xml import parse_domain_xml
-from virtcap.audit.oneshot import audit_fleet_once
-from virtcap.audit.replay import (
+from virtcap.audit.capture_format import (
     Answer,
     CaptureDocument,
     CellPages,
@@ -34,6 +32,8 @@ from virtcap.audit.replay import (
     PageCount,
     encode_capture,
 )
+from virtcap.audit.domain_xml import parse_domain_xml
+from virtcap.audit.oneshot import audit_fleet_once
 from virtcap.config import parse_config
 from virtcap.demo.hostgen import PAGE_2M_KIB, HostSpec, Hugepages, capture_document
 from virtcap.exposition.families import render, views

@@ -38,24 +38,7 @@ import libvirt
 from pydantic import ValidationError
 
 from virtcap import __version__
-from virtcap.audit.connection import AuditError, open_read_only, redact_uri
-from virtcap.audit.domain_xml import DomainXMLError, parse_domain_xml
-from virtcap.audit.host_readings import TEST_DRIVER
-from virtcap.audit.libvirt_api import (
-    BlockInfo,
-    CPUMap,
-    DomainInfo,
-    NodeInfo,
-    StoragePoolInfo,
-    StorageVolInfo,
-    TypedParameter,
-    VirConnect,
-    VirDomain,
-    VirNodeDevice,
-    VirStoragePool,
-    VirStorageVol,
-)
-from virtcap.audit.replay import (
+from virtcap.audit.capture_format import (
     FORMAT,
     MAX_FILE_BYTES,
     VCPU_STATS,
@@ -83,6 +66,23 @@ from virtcap.audit.replay import (
     is_replay_uri,
     replay_path,
     vcpu_counter,
+)
+from virtcap.audit.connection import AuditError, open_read_only, redact_uri
+from virtcap.audit.domain_xml import DomainXMLError, parse_domain_xml
+from virtcap.audit.host_readings import TEST_DRIVER
+from virtcap.audit.libvirt_api import (
+    BlockInfo,
+    CPUMap,
+    DomainInfo,
+    NodeInfo,
+    StoragePoolInfo,
+    StorageVolInfo,
+    TypedParameter,
+    VirConnect,
+    VirDomain,
+    VirNodeDevice,
+    VirStoragePool,
+    VirStorageVol,
 )
 from virtcap.audit.volumes import is_local_disk
 from virtcap.config.errors import clip

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import libvirt
 
+from virtcap.audit.capture_format import VCPU_STATS
 from virtcap.audit.connection import AuditError
 from virtcap.audit.domain_cache import CachedDomain, DomainCache
 from virtcap.audit.domain_states import ACTIVE_STATES, state_from_libvirt
@@ -25,7 +26,6 @@ from virtcap.audit.domain_xml import (
     parse_domain_xml,
 )
 from virtcap.audit.libvirt_api import VirConnect, VirDomain
-from virtcap.audit.replay import VCPU_STATS
 from virtcap.audit.volumes import VolumeIndex, is_local_disk
 from virtcap.model.contention import VcpuDelays
 from virtcap.model.facts import DiskFacts, DomainFacts
