@@ -32,7 +32,6 @@ from virtcap.audit.capture_format import (
     FreePages,
     NodeDevice,
     PageCount,
-    ReplayConnection,
     encode_capture,
     load_capture,
 )
@@ -40,6 +39,7 @@ from virtcap.audit.connection import open_read_only
 from virtcap.audit.hypervisor import audit_host
 from virtcap.audit.libvirt_api import VirConnect, VirNodeDevice
 from virtcap.audit.oneshot import audit_fleet_once
+from virtcap.audit.replay import ReplayConnection
 from virtcap.config import AuditSettings, DiskSource, Hypervisor, parse_config
 from virtcap.demo import demo_config
 from virtcap.model.capacity import HostPolicy

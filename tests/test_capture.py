@@ -25,13 +25,13 @@ from virtcap.audit.capture_format import (
     CaptureDocument,
     CellPages,
     PageCount,
-    ReplayConnection,
     encode_capture,
     load_capture,
 )
 from virtcap.audit.connection import AuditError, open_read_only
 from virtcap.audit.hypervisor import audit_host
 from virtcap.audit.libvirt_api import VirConnect
+from virtcap.audit.replay import ReplayConnection
 from virtcap.commands import main
 from virtcap.config import DiskSource
 from virtcap.demo import DEMO_DIR, demo_config, demo_config_text

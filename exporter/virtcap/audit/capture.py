@@ -63,8 +63,6 @@ from virtcap.audit.capture_format import (
     ask,
     counter_rates,
     encode_capture,
-    is_replay_uri,
-    replay_path,
     vcpu_counter,
 )
 from virtcap.audit.connection import AuditError, open_read_only, redact_uri
@@ -84,6 +82,7 @@ from virtcap.audit.libvirt_api import (
     VirStoragePool,
     VirStorageVol,
 )
+from virtcap.audit.replay import is_replay_uri, replay_path
 from virtcap.audit.volumes import is_local_disk
 from virtcap.config.errors import clip
 from virtcap.units import brief_repr, format_bytes

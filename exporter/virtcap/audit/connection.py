@@ -27,9 +27,10 @@ from urllib.parse import urlsplit
 
 import libvirt
 
-from virtcap.audit.capture_format import CaptureFileError, is_replay_uri, open_replay
+from virtcap.audit.capture_format import CaptureFileError
 from virtcap.audit.domain_cache import DomainCache
 from virtcap.audit.libvirt_api import VirConnect
+from virtcap.audit.replay import is_replay_uri, open_replay
 from virtcap.audit.subscriptions import ConnectionEvents, Subscription
 from virtcap.audit.threads import run_in_daemon_thread
 from virtcap.config import AuditSettings

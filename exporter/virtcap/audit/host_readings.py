@@ -26,11 +26,11 @@ from pathlib import Path
 import libvirt
 
 from virtcap.audit.capabilities import CapabilitiesError, numa_cells, parse_capabilities
-from virtcap.audit.capture_format import frozen_cpu_times
 from virtcap.audit.connection import AuditError, is_local_uri
 from virtcap.audit.domain_cache import DomainCache, HostReadings
 from virtcap.audit.libvirt_api import VirConnect, VirNodeDevice
 from virtcap.audit.node_devices import NodeDeviceError, mediated_device, pci_device, pci_name_address
+from virtcap.audit.replay import frozen_cpu_times
 from virtcap.config import DiskSource
 from virtcap.model.facts import (
     CpuIdentity,

@@ -26,11 +26,11 @@ from collections.abc import Mapping
 
 import libvirt
 
-from virtcap.audit.capture_format import is_replay_uri
 from virtcap.audit.connection import IN_PROCESS_DRIVER, AuditError, HypervisorConnection, redact_uri
 from virtcap.audit.host_readings import HostLayout, read_cpu_times, read_host_layout
 from virtcap.audit.hypervisor import audit_host
 from virtcap.audit.libvirt_api import VirConnect
+from virtcap.audit.replay import is_replay_uri
 from virtcap.audit.threads import SerialCaller
 from virtcap.claims.ledger import ClaimLedger
 from virtcap.config import AuditSettings, Hypervisor
