@@ -9,7 +9,7 @@ from virtcap.model.capacity import HostCapacity, ResourceCapacity
 from virtcap.model.discovery import DiscoveredFlavor, FlavorDiscovery, definition_text
 from virtcap.model.facts import DomainState
 from virtcap.model.maintenance import Maintenance, maintenance_end, maintenance_reason
-from virtcap.model.numa import HostCell
+from virtcap.model.numa.cells import HostCell
 from virtcap.model.ownership import UNKNOWN, ProjectUsage, fleet_projects
 from virtcap.model.pci import PciPool
 from virtcap.model.placement import cell_amounts
