@@ -36,8 +36,8 @@ from virtcap.claims.database import ClaimDatabase
 from virtcap.claims.ledger import ANY_HYPERVISOR, ClaimLedger, ClaimRejectedError
 from virtcap.claims.records import ClaimRequest
 from virtcap.config import ClaimSettings, ConfigError, Hypervisor, parse_config
+from virtcap.contract.claims import PlacementBody
 from virtcap.demo.fleetgen import RUNNING, DomainSpec, HostSpec, write_fleet
-from virtcap.dryrun import FleetEntry, dry_run
 from virtcap.exposition.families import render, views
 from virtcap.exposition.report import fleet_document, render_tables
 from virtcap.model.facts import DomainFacts
@@ -56,10 +56,10 @@ from virtcap.model.scheduler import (
     host_state,
     schedule,
 )
+from virtcap.service.dryrun import FleetEntry, dry_run
 from virtcap.service.snapshot import HypervisorSnapshot
 from virtcap.service.store import SnapshotStore
 from virtcap.service.tolerance import LocalSimulation, SimulatedHost, scheduler_host, scheduling_key
-from virtcap.web.models import PlacementBody
 
 # --- configuration ---------------------------------------------------------------------------------
 

@@ -20,8 +20,8 @@ from tests.test_demo import compute_05_maintenance
 from virtcap.config import ConfigError, load_config, parse_config
 from virtcap.demo import demo_config
 from virtcap.demo.fleetgen import HostSpec, write_fleet
-from virtcap.dryrun import parse_body, place_locally
 from virtcap.model.scheduler import Multipliers
+from virtcap.service.dryrun import parse_body, place_locally
 
 # --- configuration -----------------------------------------------------------------------------
 

@@ -23,9 +23,9 @@ from virtcap.commands.client import (
     ExporterUnreachableError,
 )
 from virtcap.config import load_config
+from virtcap.contract.claims import PlacementAnswer
 from virtcap.demo import demo_config
-from virtcap.dryrun import PlacementError, parse_body, place_locally, render_answer
-from virtcap.web.models import PlacementAnswer
+from virtcap.service.dryrun import PlacementError, parse_body, place_locally, render_answer
 
 EXIT_NOT_PLACED = 1
 

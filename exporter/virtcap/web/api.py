@@ -29,17 +29,7 @@ from virtcap.claims.ledger import (
 from virtcap.claims.maintenance_ledger import MaintenanceConflictError, UnknownHypervisorError
 from virtcap.claims.scheduling import fleet_entries
 from virtcap.config import ClaimSettings, Config, explain_validation_error
-from virtcap.dryrun import PlacementError, dry_run
-from virtcap.exposition.report import fleet_document
-from virtcap.model.maintenance import Maintenance
-from virtcap.model.pci import PCI_ALIAS_SPEC, PciRequestError, parse_alias_request
-from virtcap.model.resources import Resource
-from virtcap.service.store import SnapshotStore
-from virtcap.units import brief_repr
-from virtcap.web.auth import parse_basic_credentials
-from virtcap.web.body import json_error, parse_json, read_body
-from virtcap.web.exporter import EXPORTER
-from virtcap.web.models import (
+from virtcap.contract.claims import (
     ClaimBody,
     ClaimDocument,
     ClaimList,
@@ -51,7 +41,17 @@ from virtcap.web.models import (
     iso_time,
     placement_body_error,
 )
-from virtcap.web.openapi import openapi_document
+from virtcap.contract.openapi import openapi_document
+from virtcap.exposition.report import fleet_document
+from virtcap.model.maintenance import Maintenance
+from virtcap.model.pci import PCI_ALIAS_SPEC, PciRequestError, parse_alias_request
+from virtcap.model.resources import Resource
+from virtcap.service.dryrun import PlacementError, dry_run
+from virtcap.service.store import SnapshotStore
+from virtcap.units import brief_repr
+from virtcap.web.auth import parse_basic_credentials
+from virtcap.web.body import json_error, parse_json, read_body
+from virtcap.web.exporter import EXPORTER
 
 STORAGE_RETRY_AFTER_SECONDS = 10
 CLAIMS = web.AppKey("claims", ClaimLedger)

@@ -11,7 +11,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from virtcap.web.models import ErrorBody
+from virtcap.contract.claims import ErrorBody
 
 MAX_BODY_BYTES = 16 * 1024
 BODY_TIMEOUT_SECONDS = 5.0

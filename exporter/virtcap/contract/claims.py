@@ -31,6 +31,7 @@ from virtcap.config.schema import (
     parse_reason,
     parse_time,
 )
+from virtcap.contract.quantities import Duration, Size, not_zero
 from virtcap.exposition.report import maintenance_document
 from virtcap.model.maintenance import Maintenance
 from virtcap.model.nova import extra_spec_problems, flavor_request
@@ -44,7 +45,6 @@ from virtcap.model.resources import (
     resource_class,
 )
 from virtcap.units import MAX_SIZE, brief_repr
-from virtcap.web.quantities import Duration, Size, not_zero
 
 MAX_CPUS = 1_000_000
 """The most cpus (VCPU, PCPU) one claim asks for."""

@@ -20,11 +20,7 @@ from virtcap.audit.oneshot import audit_fleet_once
 from virtcap.claims.records import Claim
 from virtcap.claims.scheduling import FleetEntry, host_states, schedule_fleet
 from virtcap.config import Config
-from virtcap.model.pci import PCI_ALIAS_SPEC, PciRequestError, parse_alias_request
-from virtcap.model.placement import Demand
-from virtcap.model.scheduler import WEIGHERS, Rejection, ScheduleResult
-from virtcap.service.flavors import with_discovered_flavors
-from virtcap.web.models import (
+from virtcap.contract.claims import (
     PlacementAnswer,
     PlacementBody,
     PlacementFlavor,
@@ -32,6 +28,10 @@ from virtcap.web.models import (
     PlacementStep,
     placement_body_error,
 )
+from virtcap.model.pci import PCI_ALIAS_SPEC, PciRequestError, parse_alias_request
+from virtcap.model.placement import Demand
+from virtcap.model.scheduler import WEIGHERS, Rejection, ScheduleResult
+from virtcap.service.flavors import with_discovered_flavors
 
 __all__ = [
     "FleetEntry",

@@ -13,8 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from virtcap import __version__
-from virtcap.web.body import BODY_TIMEOUT_SECONDS, MAX_BODY_BYTES
-from virtcap.web.models import (
+from virtcap.contract.claims import (
     CapacityDocument,
     ClaimBody,
     ClaimDocument,
@@ -26,6 +25,7 @@ from virtcap.web.models import (
     PlacementAnswer,
     PlacementBody,
 )
+from virtcap.web.body import BODY_TIMEOUT_SECONDS, MAX_BODY_BYTES
 
 REF_TEMPLATE = "#/components/schemas/{model}"
 _MODELS: tuple[tuple[type[BaseModel], Literal["validation", "serialization"]], ...] = (

@@ -1,0 +1,1 @@
+"""The HTTP contract of /api/v1."""
