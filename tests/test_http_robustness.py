@@ -27,8 +27,8 @@ from hypothesis import strategies as st
 
 from tests.claims_client import WRITER, write_config
 from tests.serving import Server, running_server, wait_for
+from virtcap.contract.bodies import BODY_TIMEOUT_SECONDS, MAX_BODY_BYTES
 from virtcap.contract.openapi import openapi_document
-from virtcap.web.body import BODY_TIMEOUT_SECONDS, MAX_BODY_BYTES
 from virtcap.web.middleware import MAX_REQUEST_BYTES
 
 TIMEOUT = 10.0

@@ -24,6 +24,7 @@ from tests.claims_client import claim, write_config
 from tests.serving import Samples, running_server, value, wait_for
 from tests.test_scheduler import FULL, larger_fleet
 from virtcap.audit.oneshot import audit_fleet_once
+from virtcap.claims.scheduling import FleetEntry, host_states
 from virtcap.demo import demo_config
 from virtcap.exposition.report import fleet_document, render_tables
 from virtcap.model import scheduler
@@ -31,7 +32,6 @@ from virtcap.model.placement import Demand
 from virtcap.model.resources import GIB, Resource
 from virtcap.model.scheduler import SPREAD, Multipliers, Unplaced, _reference_evacuation, fleet_tolerance
 from virtcap.service import tolerance as tolerance_module
-from virtcap.service.dryrun import FleetEntry, host_states
 from virtcap.service.snapshot import HypervisorSnapshot, PendingClaims
 from virtcap.service.tolerance import (
     FleetChanges,

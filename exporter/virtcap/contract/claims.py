@@ -1,41 +1,19 @@
-"""The claims API's documents as pydantic models: the request body it parses and the documents it
-answers with. openapi.py generates the API's description from them, so the two cannot differ."""
+"""The claims resource: `POST /api/v1/claims`'s body and the documents of the claims held."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-from typing import Annotated, Any, Literal, Self
+from typing import Annotated, Any, Self
 from uuid import UUID
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Discriminator,
-    Field,
-    PlainValidator,
-    Strict,
-    Tag,
-    ValidationError,
-    WithJsonSchema,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, Strict, WithJsonSchema, field_validator, model_validator
 
-from virtcap.claims.ledger import MAX_CLAIM_COUNT, Claim, claim_within
-from virtcap.config.errors import explain_validation_error
-from virtcap.config.schema import (
-    MAX_EXTRA_SPECS,
-    MAX_NAME_CHARS,
-    MAX_REASON_CHARS,
-    ExtraSpecText,
-    parse_reason,
-    parse_time,
-)
+from virtcap.claims.records import MAX_CLAIM_COUNT, Claim
+from virtcap.claims.scheduling import claim_within
+from virtcap.config.schema import MAX_EXTRA_SPECS, MAX_NAME_CHARS, ExtraSpecText
+from virtcap.contract.fields import DATE_TIME, MAX_CPUS, ZoneName
 from virtcap.contract.quantities import Duration, Size, not_zero
-from virtcap.exposition.report import maintenance_document
-from virtcap.model.maintenance import Maintenance
 from virtcap.model.nova import extra_spec_problems, flavor_request
-from virtcap.model.placement import Demand, within_host
+from virtcap.model.placement import within_host
 from virtcap.model.resources import (
     CUSTOM_CLASS,
     STANDARD_CLASSES,
@@ -44,19 +22,11 @@ from virtcap.model.resources import (
     placement_units,
     resource_class,
 )
-from virtcap.units import MAX_SIZE, brief_repr
+from virtcap.units import MAX_SIZE, brief_repr, format_utc
 
-MAX_CPUS = 1_000_000
-"""The most cpus (VCPU, PCPU) one claim asks for."""
 MAX_CLASSES = 64
 """The most classes `resources` names in one claim."""
-_DATE_TIME = {"type": "string", "format": "date-time"}
 _UUID = {"type": "string", "format": "uuid"}
-
-
-def iso_time(timestamp: float) -> str:
-    """`2024-05-01T12:00:00Z`: UTC, to the second."""
-    return datetime.fromtimestamp(timestamp, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 def largest_claim_amount(resource: Resource) -> int:
@@ -161,12 +131,6 @@ ResourceAmounts = Annotated[dict[str, Annotated[int, Strict()]], WithJsonSchema(
 amounts, each amount within its class's bounds (`most`)."""
 
 
-_ZoneName = Annotated[
-    str, Field(min_length=1, max_length=MAX_NAME_CHARS, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:@-]*$")
-]
-"""An availability zone, spelt as the configuration's group names are."""
-
-
 class ClaimBody(BaseModel):
     """A claim: capacity to reserve on a hypervisor for a build in flight, until its domain appears,
     its TTL passes or it is deleted. It asks for at least one class, each named once: `vcpu`,
@@ -226,7 +190,7 @@ class ClaimBody(BaseModel):
         f"refused. Not beside `pcpu` or `resources`: the extra specs say them. At most "
         f"{MAX_EXTRA_SPECS} keys.",
     )
-    availability_zone: _ZoneName | None = Field(
+    availability_zone: ZoneName | None = Field(
         default=None,
         description="Only hypervisors of this availability zone (the configuration's `groups`) take "
         "the instances, as Nova keeps an instance created in a zone; a named hypervisor outside it "
@@ -354,8 +318,8 @@ class ClaimDocument(BaseModel):
         description="Every class one instance holds, by Placement's name, in Placement's unit "
         f"({_PLACEMENT_UNITS}, CUSTOM_* classes in a plain count); no class of 0."
     )
-    created_at: Annotated[str, WithJsonSchema(_DATE_TIME)]
-    expires_at: Annotated[str, WithJsonSchema(_DATE_TIME)]
+    created_at: Annotated[str, WithJsonSchema(DATE_TIME)]
+    expires_at: Annotated[str, WithJsonSchema(DATE_TIME)]
     domain_uuid: Annotated[str | None, WithJsonSchema({"anyOf": [_UUID, {"type": "null"}]})]
     owner: str
     flavor: str | None = Field(description="The configured flavor the claim named; null when it named none.")
@@ -383,8 +347,8 @@ class ClaimDocument(BaseModel):
             hypervisor=claim.hypervisor,
             **{r.label: amounts.get(r, 0) for r in STANDARD_CLASSES},
             resources={r.placement_class: placement_units(r, amounts[r]) for r in held},
-            created_at=iso_time(claim.created_at),
-            expires_at=iso_time(claim.expires_at),
+            created_at=format_utc(claim.created_at),
+            expires_at=format_utc(claim.expires_at),
             domain_uuid=claim.domain_uuid,
             owner=claim.owner,
             flavor=claim.flavor,
@@ -397,337 +361,3 @@ class ClaimDocument(BaseModel):
 
 class ClaimList(BaseModel):
     claims: list[ClaimDocument] = Field(description="Every pending claim, oldest first.")
-
-
-class PlacementRejection(BaseModel):
-    """Why a hypervisor did not take the next instance."""
-
-    filter: str = Field(
-        description="The first test that refused it: ignore_hosts, force_hosts, ComputeFilter, "
-        "Placement, NUMATopologyFilter, PciPassthroughFilter or ServerGroupAntiAffinityFilter."
-    )
-    reasons: list[str] = Field(description="Every reason it gave, such as `Free memory ... < requested ...`.")
-
-
-class ErrorBody(BaseModel):
-    """Why a request was refused."""
-
-    error: str = Field(description="What was wrong, in one line: the key and what was expected.")
-    reasons: dict[str, list[str]] = Field(
-        default_factory=dict,
-        description="A claim that does not fit (409): per hypervisor tried, every failing class "
-        "in Nova's words, such as `Free memory 1024.00 MiB < requested 2048 MiB`, and for a claim "
-        "with extra specs why no NUMA cell or device holds it, such as "
-        "`NUMA: cell 0: 2 free dedicated CPUs < 4 requested`.",
-    )
-    rejections: dict[str, PlacementRejection] = Field(
-        default_factory=dict,
-        description="A claim that does not fit (409): per hypervisor, as a dry-run placement gives "
-        "them, the first filter that refused the instance that found no host and its reasons.",
-    )
-    requested: int | None = Field(
-        default=None, description="A claim that does not fit (409): how many instances it asked for."
-    )
-    fitted: int | None = Field(
-        default=None,
-        description="A claim that does not fit (409): how many of its instances would have been placed, "
-        "one by one, before the first that found no host; none of them is held.",
-    )
-
-
-def _api_time(value: object) -> float | None:
-    """An RFC 3339 time with its zone, which JSON can only carry as a string; null: none."""
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise ValueError(f"expected an RFC 3339 time with a time zone as a string, got {brief_repr(value)}")
-    return parse_time(value)
-
-
-class MaintenanceBody(BaseModel):
-    """Put a hypervisor into maintenance: it offers nothing (no flavor fits, placements, claims
-    and evacuations refuse it) until the maintenance is lifted or `until` passes."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    reason: Annotated[
-        str,
-        PlainValidator(parse_reason),
-        WithJsonSchema({"type": "string", "minLength": 1, "maxLength": MAX_REASON_CHARS}),
-    ] = Field(description="Why, in one line of printable text (shown to those refused).")
-    until: Annotated[
-        float | None,
-        PlainValidator(_api_time),
-        WithJsonSchema({"anyOf": [_DATE_TIME, {"type": "null"}]}),
-    ] = Field(
-        default=None,
-        description="When it ends by itself, an RFC 3339 time with a time zone (such as "
-        "2026-11-23T18:00:00Z), in the future; absent or null: until it is lifted.",
-    )
-
-
-class MaintenanceEntry(BaseModel):
-    """One source keeping the hypervisor in maintenance."""
-
-    source: Literal["config", "api"] = Field(
-        description="`config`: its entry in the configuration file (lifted only there); `api`: "
-        "set through this API (persisted)."
-    )
-    reason: str | None = Field(
-        description="Why; null for a configuration that says only `maintenance: true`."
-    )
-    until: Annotated[str | None, WithJsonSchema({"anyOf": [_DATE_TIME, {"type": "null"}]})] = Field(
-        description="When it ends by itself; null: until it is lifted."
-    )
-    since: Annotated[str | None, WithJsonSchema({"anyOf": [_DATE_TIME, {"type": "null"}]})] = Field(
-        description="When it started: when it was set through the API, or when the exporter first "
-        "saw the configuration's in effect (kept in the claims database across restarts)."
-    )
-    set_by: str | None = Field(
-        description="The writer who set it through the API; null for the configuration's."
-    )
-
-
-class MaintenanceState(BaseModel):
-    """Whether a hypervisor is in maintenance: either source is enough."""
-
-    in_maintenance: bool
-    reason: str | None = Field(
-        description="Every entry in effect with its end and source, the configuration's first; null "
-        "when not in maintenance."
-    )
-    until: Annotated[str | None, WithJsonSchema({"anyOf": [_DATE_TIME, {"type": "null"}]})] = Field(
-        description="When the maintenance ends by itself: the last end when every entry has one; "
-        "null when one lasts until lifted, or when not in maintenance."
-    )
-    entries: list[MaintenanceEntry] = Field(description="The entries in effect, the configuration's first.")
-
-
-class MaintenanceDocument(MaintenanceState):
-    """A hypervisor's maintenance."""
-
-    hypervisor: str
-
-    @classmethod
-    def of(cls, hypervisor: str, entries: tuple[Maintenance, ...]) -> MaintenanceDocument:
-        return cls(hypervisor=hypervisor, **maintenance_document(entries))
-
-
-class MaintenanceList(BaseModel):
-    hypervisors: list[MaintenanceDocument] = Field(
-        description="The configured hypervisors in maintenance now, by name."
-    )
-
-
-class HypervisorCapacity(BaseModel):
-    """One hypervisor of the capacity report (`virtcap audit --format json`): its capacity per
-    class, domains, schedulable flavors and problems once audited."""
-
-    model_config = ConfigDict(extra="allow")
-
-    name: str
-    up: bool
-    error: str | None = Field(description="Why the last audit failed; null when it did not.")
-    maintenance: MaintenanceState = Field(
-        description="Whether it is in maintenance: then it is still audited and its usage shown, "
-        "but `schedulable` is 0 for every flavor and each flavor's `refusals` says why."
-    )
-    groups: dict[str, list[str]] = Field(
-        default_factory=dict,
-        description="The groups the hypervisor is in, by kind (`availability_zone`, `aggregate`, "
-        "`rack`, ...), from the configuration: at most one availability zone, several of other kinds.",
-    )
-
-
-class ProjectAllocation(BaseModel):
-    """One project's counted domains and what they are allocated, as the capacity counts it."""
-
-    project_id: str = Field(
-        description="Nova's owner (`<nova:owner><nova:project uuid>`), else the configured `ownership` "
-        "metadata element's id, else `unknown`."
-    )
-    project_name: str = Field(description="The name recorded with it (Nova's, or the element's text).")
-    domains: int = Field(description="Counted domains of the project.")
-    allocated: dict[str, int] = Field(
-        description="Per resource (`vcpu`, `pcpu`, `memory`, `disk`, `vgpu`, `custom_*`), in the class's "
-        "unit (cpus, bytes, integer)."
-    )
-
-
-class DiscoveredFlavorDefinition(BaseModel):
-    """A flavor as Nova wrote it into the metadata of existing domains."""
-
-    name: str
-    vcpus: int
-    memory_bytes: int
-    root_disk_bytes: int
-    ephemeral_disk_bytes: int
-    swap_bytes: int
-    extra_specs: dict[str, str]
-    domains: int = Field(description="Domains carrying this definition, in any state.")
-    hypervisors: list[str] = Field(description="Where they are.")
-
-
-class DiscoveredFlavor(DiscoveredFlavorDefinition):
-    """A flavor discovered in the fleet: the definition used, and the others of its name."""
-
-    configured: bool = Field(description="A configured flavor of the same name wins over this one.")
-    other_definitions: list[DiscoveredFlavorDefinition] = Field(
-        description="Other definitions of the same name in the fleet (a conflict), not used: the one "
-        "most domains carry is."
-    )
-
-
-class CapacityDocument(BaseModel):
-    """The fleet's capacity, from the live snapshots."""
-
-    hypervisors: list[HypervisorCapacity] = Field(description="Every hypervisor audited at least once.")
-    failure_tolerance: dict[str, Any] | None = Field(
-        default=None,
-        description="How many hypervisors the fleet can lose together with every domain re-homed "
-        "by the scheduler (see the README's Failure tolerance); null while it is off or not "
-        "computed yet. Each hypervisor's `evacuation` is in `hypervisors`.",
-    )
-    projects: list[ProjectAllocation] = Field(
-        default_factory=list,
-        description="Every project of the fleet, the most allocated memory first; each hypervisor's "
-        "are in its `projects`.",
-    )
-    discovered_flavors: list[DiscoveredFlavor] | None = Field(
-        default=None,
-        description="The flavors found in the Nova metadata of existing domains, which headroom is "
-        "reported for beside the configured ones; null with `discover_flavors: false`.",
-    )
-    generated_at: Annotated[str, WithJsonSchema(_DATE_TIME)]
-
-
-MAX_PLACEMENT_COUNT = 1000
-"""The most instances one dry-run placement asks for."""
-MAX_PLACEMENT_HOSTS = 1000
-"""The most names `ignore_hosts` or `force_hosts` hold."""
-_HostName = Annotated[str, Field(min_length=1, max_length=253)]
-
-
-def _flavor_kind(value: object) -> str:
-    """A placement's flavor is an object (made up for the request) or else a configured one's name:
-    its errors are then the one kind's, not both kinds' of a plain union."""
-    return "object" if isinstance(value, dict | PlacementFlavor) else "name"
-
-
-def placement_body_error(error: ValidationError) -> str:
-    """The body's problems in one line, as the claims API gives them; the flavor's kind (its
-    union tag) left out of the keys."""
-    lines = explain_validation_error(error, "body", PlacementBody).splitlines()
-    parts = []
-    for line in lines:
-        part = line.removeprefix("body: ").removeprefix("(top level): ")
-        for tag in ("name", "object"):
-            part = part.replace(f"flavor.{tag}.", "flavor.").replace(f"flavor.{tag}:", "flavor:")
-        if part.startswith("flavor.") and part.endswith("; expected one of: "):  # behind the tag
-            part += ", ".join(PlacementFlavor.model_fields)
-        parts.append(part)
-    return "; ".join(parts)
-
-
-class PlacementFlavor(BaseModel):
-    """A flavor made up for the request, as Nova's API would take it: `vcpu` (at least 1), `memory`,
-    `disk` and extra specs read as Nova's scheduler reads them."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    vcpu: int = Field(ge=1, le=MAX_CPUS, strict=True, description="The flavor's vCPUs.")
-    memory: Size = Field(description="The flavor's memory, in bytes or with a suffix such as 8GiB.")
-    disk: Size = Field(default=0, description="The flavor's root disk, in bytes or with a suffix.")
-    extra_specs: dict[ExtraSpecText, ExtraSpecText] = Field(
-        default_factory=dict,
-        max_length=MAX_EXTRA_SPECS,
-        description="Nova's flavor extra specs (`hw:cpu_policy`, `hw:numa_nodes`, "
-        "`pci_passthrough:alias` of a configured alias, `resources:CLASS`, ...); specs Nova's API "
-        f"would refuse are refused. At most {MAX_EXTRA_SPECS} keys.",
-    )
-
-    @model_validator(mode="after")
-    def _nova_would_take_it(self) -> Self:
-        problems = extra_spec_problems(self.vcpu, self.extra_specs)
-        if problems:
-            raise ValueError(f"extra_specs: {'; '.join(problems)}")
-        try:
-            within_host(self.vcpu, self.memory, self.extra_specs)
-        except ValueError as error:
-            raise ValueError(f"extra_specs: {error}") from None
-        if not self.memory:
-            raise ValueError("memory: a flavor has memory; expected a size above 0")
-        return self
-
-    def demand(self) -> Demand:
-        """What one instance asks for: Placement's request and the NUMA cells and devices."""
-        request = flavor_request("placement", self.vcpu, self.memory, self.disk, self.extra_specs)
-        return Demand(request, within_host(self.vcpu, self.memory, self.extra_specs))
-
-
-class PlacementBody(BaseModel):
-    """A dry-run placement: where `count` instances of a flavor would land if Nova's scheduler
-    placed them now, one by one, all or nothing. Nothing is held."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    flavor: Annotated[
-        Annotated[Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)], Tag("name")]
-        | Annotated[PlacementFlavor, Tag("object")],
-        Discriminator(_flavor_kind),
-    ] = Field(
-        description="A configured flavor by name (or one discovered in the fleet's Nova metadata), or a "
-        "flavor made up for the request."
-    )
-    count: int = Field(
-        default=1, ge=1, le=MAX_PLACEMENT_COUNT, strict=True, description="How many instances."
-    )
-    ignore_hosts: list[_HostName] = Field(
-        default_factory=list,
-        max_length=MAX_PLACEMENT_HOSTS,
-        description="Hypervisors never chosen (Nova's `ignore_hosts`), matched without regard to case.",
-    )
-    force_hosts: list[_HostName] = Field(
-        default_factory=list,
-        max_length=MAX_PLACEMENT_HOSTS,
-        description="Only the first is tried (Nova's `force_hosts`); an unknown one is Nova's "
-        "'No such host'.",
-    )
-    anti_affinity: bool = Field(
-        default=False,
-        strict=True,
-        description="At most one instance per hypervisor (an anti-affinity group).",
-    )
-    availability_zone: _ZoneName | None = Field(
-        default=None,
-        description="Only hypervisors of this availability zone (the configuration's `groups`) take "
-        "the instances (Nova's `availability_zone` of a server create); any when absent or null.",
-    )
-
-
-class PlacementStep(BaseModel):
-    """One instance placed (tentatively when not all fit)."""
-
-    hypervisor: str
-    weight: float = Field(description="Its weight at this step: the sum of the weighers' parts.")
-    weights: dict[str, float] = Field(description="Per weigher (ram, cpu, disk): normalized x multiplier.")
-    candidates: int = Field(description="How many hypervisors were weighed at this step.")
-
-
-class PlacementAnswer(BaseModel):
-    """Where the instances would land, or why they would not."""
-
-    requested: int = Field(description="How many instances were asked for.")
-    fitted: int = Field(
-        description="How many would have been placed, one by one, before the first that found no host."
-    )
-    placed: list[str] = Field(
-        description="Per instance, the hypervisor it lands on; empty when not all fit (all or nothing)."
-    )
-    unplaced: int = Field(description="requested - fitted.")
-    no_valid_host: str | None = Field(description="Nova's NoValidHost message; null when all fit.")
-    rejections: dict[str, PlacementRejection] = Field(
-        description="Per hypervisor that did not take the last instance tried (the first that found "
-        "no host, when not all fit), which filter refused it and why."
-    )
-    steps: list[PlacementStep] = Field(description="Each instance that found a hypervisor, in order.")
