@@ -1,10 +1,10 @@
 """Dry-run placement: where a batch of instances would land if Nova's scheduler placed them now.
 
 Shared by `POST /api/v1/placements` (the live snapshots and pending claims) and `virtcap place`
-(one audit of the fleet, or the API): the same body, the same engine (model/scheduler.py), the
-same answer. Nothing is held. Blocking: callers on the event loop run it in a thread. The host
-states and the engine's call are claims/scheduling.py's, which claims on `"hypervisor": "any"` use
-too: a claim lands where the dry run of the same request says.
+(one audit of the fleet, or the API): the same body (virtcap.contract.placements), the same
+engine (model/scheduler.py), the same answer. Nothing is held. Blocking: callers on the event loop
+run it in a thread. The host states and the engine's call are claims/scheduling.py's, which claims
+on `"hypervisor": "any"` use too: a claim lands where the dry run of the same request says.
 """
 
 from __future__ import annotations
@@ -12,44 +12,26 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
-from typing import Any
-
-from pydantic import ValidationError
 
 from virtcap.audit.oneshot import audit_fleet_once
 from virtcap.claims.records import Claim
-from virtcap.claims.scheduling import FleetEntry, host_states, schedule_fleet
+from virtcap.claims.scheduling import FleetEntry, schedule_fleet
 from virtcap.config import Config
+from virtcap.contract.placements import (
+    PlacementAnswer,
+    PlacementBody,
+    PlacementError,
+    PlacementFlavor,
+    PlacementRejection,
+    PlacementStep,
+)
 from virtcap.model.pci import PCI_ALIAS_SPEC, PciRequestError, parse_alias_request
 from virtcap.model.placement import Demand
 from virtcap.model.scheduler import WEIGHERS, Rejection, ScheduleResult
 from virtcap.service.flavors import with_discovered_flavors
-from virtcap.web.models import (
-    PlacementAnswer,
-    PlacementBody,
-    PlacementFlavor,
-    PlacementRejection,
-    PlacementStep,
-    placement_body_error,
-)
-
-__all__ = [
-    "FleetEntry",
-    "PlacementError",
-    "dry_run",
-    "host_states",
-    "parse_body",
-    "place_locally",
-    "render_answer",
-    "requested_demand",
-]
 
 NO_VALID_HOST = "No valid host was found. There are not enough hosts available."
 """Nova's NoValidHost message when the filters leave fewer hosts than instances."""
-
-
-class PlacementError(ValueError):
-    """The body names something the configuration does not have: one line, a 400."""
 
 
 def requested_demand(body: PlacementBody, config: Config) -> Demand:
@@ -125,72 +107,6 @@ def _answer(result: ScheduleResult, unaudited: dict[str, Rejection]) -> Placemen
             for step in result.steps
         ],
     )
-
-
-def render_answer(answer: PlacementAnswer) -> str:
-    """The answer for a person: where each instance lands, how many do not fit, and every
-    rejected hypervisor with its filter and reasons."""
-    lines = []
-    if answer.placed:
-        lines.append(f"All {answer.requested} instance(s) fit:")
-        counts: dict[str, list[int]] = {}
-        for index, name in enumerate(answer.placed, start=1):
-            counts.setdefault(name, []).append(index)
-        width = max(len(name) for name in counts)
-        for name, indexes in sorted(counts.items()):
-            lines.append(f"  {name:<{width}}  {len(indexes):>4}  (instances {_ranges(indexes)})")
-    else:
-        lines.append(
-            f"NoValidHost: {answer.fitted} of {answer.requested} instance(s) would fit, "
-            f"{answer.unplaced} would not; nothing is placed (all or nothing)."
-        )
-        if answer.no_valid_host:
-            lines.append(f"  Nova: {answer.no_valid_host}")
-        if answer.steps:
-            tentative = ", ".join(
-                f"{name} x{count}" for name, count in _tally(s.hypervisor for s in answer.steps)
-            )
-            lines.append(f"  the {answer.fitted} that fit would go to: {tentative}")
-    if answer.rejections:
-        which = "the last instance" if answer.placed else "the first instance that found no host"
-        lines.append(f"Hypervisors that refused {which}:")
-        width = max(len(name) for name in answer.rejections)
-        filter_width = max(len(rejection.filter) for rejection in answer.rejections.values())
-        for name, rejection in answer.rejections.items():
-            first, *rest = rejection.reasons or [""]
-            lines.append(f"  {name:<{width}}  {rejection.filter:<{filter_width}}  {first}")
-            lines.extend(f"  {'':<{width}}  {'':<{filter_width}}  {reason}" for reason in rest)
-    return "\n".join(lines) + "\n"
-
-
-def _tally(names: Iterable[str]) -> list[tuple[str, int]]:
-    counts: dict[str, int] = {}
-    for name in names:
-        counts[name] = counts.get(name, 0) + 1
-    return sorted(counts.items())
-
-
-def _ranges(indexes: list[int]) -> str:
-    parts: list[str] = []
-    start = previous = indexes[0]
-    for index in [*indexes[1:], None]:
-        if index is not None and index == previous + 1:
-            previous = index
-            continue
-        parts.append(str(start) if start == previous else f"{start}-{previous}")
-        if index is not None:
-            start = previous = index
-    return ", ".join(parts)
-
-
-def parse_body(document: dict[str, Any]) -> PlacementBody:
-    """PlacementBody, its errors in one line as the API gives them."""
-    try:
-        return PlacementBody.model_validate(document)
-    except ValidationError as error:
-        raise PlacementError(placement_body_error(error)) from None
-    except (ValueError, ArithmeticError, TypeError) as error:  # a parser that let its own error out
-        raise PlacementError(f"the body is not a valid placement: {error}") from None
 
 
 def place_locally(config: Config, body: PlacementBody) -> PlacementAnswer:

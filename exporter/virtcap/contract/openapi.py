@@ -1,6 +1,6 @@
 """The OpenAPI 3.1 description of /api/v1, served at /api/v1/openapi.json.
 
-Its schemas are generated from the models the API parses and answers with (models.py), so the
+Its schemas are generated from the models the API parses and answers with (this package's), so the
 description cannot drift from the parser; the paths are written here, and a test keeps them in
 step with the routes the server really has.
 """
@@ -13,19 +13,11 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from virtcap import __version__
-from virtcap.web.body import BODY_TIMEOUT_SECONDS, MAX_BODY_BYTES
-from virtcap.web.models import (
-    CapacityDocument,
-    ClaimBody,
-    ClaimDocument,
-    ClaimList,
-    ErrorBody,
-    MaintenanceBody,
-    MaintenanceDocument,
-    MaintenanceList,
-    PlacementAnswer,
-    PlacementBody,
-)
+from virtcap.contract.bodies import BODY_TIMEOUT_SECONDS, MAX_BODY_BYTES, ErrorBody
+from virtcap.contract.capacity import CapacityDocument
+from virtcap.contract.claims import ClaimBody, ClaimDocument, ClaimList
+from virtcap.contract.maintenance import MaintenanceBody, MaintenanceDocument, MaintenanceList
+from virtcap.contract.placements import PlacementAnswer, PlacementBody
 
 REF_TEMPLATE = "#/components/schemas/{model}"
 _MODELS: tuple[tuple[type[BaseModel], Literal["validation", "serialization"]], ...] = (
