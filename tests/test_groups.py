@@ -35,9 +35,10 @@ from virtcap.audit.oneshot import audit_fleet_once
 from virtcap.claims.database import ClaimDatabase
 from virtcap.claims.ledger import ANY_HYPERVISOR, ClaimLedger, ClaimRejectedError
 from virtcap.claims.records import ClaimRequest
+from virtcap.claims.scheduling import FleetEntry
 from virtcap.config import ClaimSettings, ConfigError, Hypervisor, parse_config
+from virtcap.contract.placements import PlacementBody
 from virtcap.demo.fleetgen import RUNNING, DomainSpec, HostSpec, write_fleet
-from virtcap.dryrun import FleetEntry, dry_run
 from virtcap.exposition.families import render, views
 from virtcap.exposition.report import fleet_document, render_tables
 from virtcap.model.facts import DomainFacts
@@ -56,10 +57,10 @@ from virtcap.model.scheduler import (
     schedule,
 )
 from virtcap.model.scheduler.evacuations import reference_evacuation
+from virtcap.service.dryrun import dry_run
 from virtcap.service.snapshot import HypervisorSnapshot
 from virtcap.service.store import SnapshotStore
 from virtcap.service.tolerance import LocalSimulation, SimulatedHost, scheduler_host, scheduling_key
-from virtcap.web.models import PlacementBody
 
 # --- configuration ---------------------------------------------------------------------------------
 

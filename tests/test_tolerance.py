@@ -24,8 +24,8 @@ from tests.claims_client import claim, write_config
 from tests.serving import Samples, running_server, value, wait_for
 from tests.test_scheduler import FULL, larger_fleet
 from virtcap.audit.oneshot import audit_fleet_once
+from virtcap.claims.scheduling import FleetEntry, host_states
 from virtcap.demo import demo_config
-from virtcap.dryrun import FleetEntry, host_states
 from virtcap.exposition.report import fleet_document, render_tables
 from virtcap.model.host_fit import Demand
 from virtcap.model.resources import GIB, Resource

@@ -47,7 +47,7 @@ from virtcap.claims.maintenance_ledger import (
     LedgerMaintenance,
     UnknownHypervisorError,
 )
-from virtcap.claims.records import Claim, ClaimRequest
+from virtcap.claims.records import MAX_CLAIM_COUNT, Claim, ClaimRequest
 from virtcap.claims.scheduling import (
     FleetEntry,
     FleetSchedule,
@@ -93,8 +93,6 @@ __all__ = [  # the records are defined in virtcap.claims.records, beside the dat
 log = logging.getLogger(__name__)
 
 ANY_HYPERVISOR = "any"
-MAX_CLAIM_COUNT = 1000
-"""The most instances one claim holds: as many as one dry-run placement asks for."""
 EXPIRY_PERIOD_SECONDS = 1.0
 
 

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from virtcap.model.host_fit import Demand
-from virtcap.model.numa import refitted
+from virtcap.model.numa.fitting import refitted
 from virtcap.model.scheduler.filters import (
     INSTANCE_FILTERS,
     PLACEMENT,
