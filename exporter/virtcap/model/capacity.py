@@ -166,7 +166,7 @@ class HostCapacity:
 def domain_allocation(domain: DomainFacts, dedicated_cpus: frozenset[int] | None) -> dict[Resource, int]:
     """What one domain is allocated, in whole MiB of memory and whole GiB of disk as Placement
     counts them: Nova's own request for a Nova instance (its metadata), else virtcap's rule for
-    plain domains (ACCOUNTING.md). Hugepage-backed memory counts as memory either way."""
+    plain domains (docs/accounting.md). Hugepage-backed memory counts as memory either way."""
     if domain.nova is not None:
         return nova_allocation(domain.nova)
     local = sum(d.capacity_bytes or 0 for d in domain.disks if d.local)

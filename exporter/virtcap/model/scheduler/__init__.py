@@ -1,7 +1,8 @@
 """Nova's scheduler, simulated: where the instances of a request land, and why a host refuses one.
 
-Pure: host states in, where instances land out. SCHEDULING.md ("The scheduler") gives the steps;
-this package follows Nova 34's `SchedulerManager._schedule` for a request of N instances of one demand:
+Pure: host states in, where instances land out. docs/scheduling.md ("The simulated scheduler")
+gives the steps; this package follows Nova 34's `SchedulerManager._schedule` for a request of N
+instances of one demand:
 
 1. Placement's allocation candidates, once for the request: the up hosts where every requested
    class fits one instance (with min_unit, max_unit, step_size and the vGPUs of one GPU), as
