@@ -23,7 +23,6 @@ from tests.libvirtd import Libvirtd
 from virtcap.audit.capture import capture_host, encode_bounded
 from virtcap.audit.hypervisor import audit_host, open_read_only
 from virtcap.audit.libvirt_api import VirConnect, VirNodeDevice
-from virtcap.audit.oneshot import audit_fleet_once
 from virtcap.audit.replay import (
     Answer,
     CaptureDocument,
@@ -41,6 +40,7 @@ from virtcap.audit.replay import (
 )
 from virtcap.config import AuditSettings, DiskSource, Hypervisor, parse_config
 from virtcap.demo import demo_config
+from virtcap.fleet.store import SnapshotStore
 from virtcap.model.capacity import HostPolicy
 from virtcap.model.facts import (
     CpuIdentity,
@@ -53,7 +53,7 @@ from virtcap.model.facts import (
 )
 from virtcap.model.facts import PageCount as CellPageCount
 from virtcap.service.auditor import HypervisorAuditor
-from virtcap.service.store import SnapshotStore
+from virtcap.service.oneshot import audit_fleet_once
 from virtcap.service.supervise import Supervisor
 
 GIB = 1024**3

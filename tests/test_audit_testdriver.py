@@ -19,13 +19,13 @@ from virtcap.audit.hypervisor import (
     read_host_layout,
     redact_uri,
 )
-from virtcap.audit.oneshot import audit_fleet_once
 from virtcap.config import DiskSource, parse_config
 from virtcap.exposition.report import fleet_document, render_tables
+from virtcap.fleet.snapshot import HypervisorSnapshot
 from virtcap.model.capacity import HostPolicy, host_capacity
 from virtcap.model.facts import DomainState, HostFacts
 from virtcap.model.resources import Resource
-from virtcap.service.snapshot import HypervisorSnapshot
+from virtcap.service.oneshot import audit_fleet_once
 
 FIXTURES = Path(__file__).parent / "fixtures"
 MIXED = FIXTURES / "mixed-node.xml"

@@ -23,7 +23,6 @@ import pytest
 from tests.factories import GIB, host
 from tests.serving import parse_samples, value
 from virtcap.audit.domain_xml import parse_domain_xml
-from virtcap.audit.oneshot import audit_fleet_once
 from virtcap.audit.replay import (
     Answer,
     CaptureDocument,
@@ -37,13 +36,14 @@ from virtcap.audit.replay import (
 from virtcap.config import parse_config
 from virtcap.demo.hostgen import PAGE_2M_KIB, HostSpec, Hugepages, capture_document
 from virtcap.exposition.families import render, views
+from virtcap.fleet.store import SnapshotStore
 from virtcap.model.capacity import HostPolicy, host_capacity
 from virtcap.model.facts import DomainFacts, DomainState, NumaCell
 from virtcap.model.facts import PageCount as NumaPageCount
 from virtcap.model.memory_backing import cell_page_size, hugepage_backed_bytes
 from virtcap.model.numa import host_cells
 from virtcap.model.resources import Resource
-from virtcap.service.store import SnapshotStore
+from virtcap.service.oneshot import audit_fleet_once
 
 MIB = 1024**2
 SMALL = 4

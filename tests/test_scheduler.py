@@ -30,8 +30,9 @@ from tests.test_capacity_within import (
     with_cells,
 )
 from virtcap.claims import ledger
-from virtcap.claims.scheduling import FleetEntry, schedule_fleet
 from virtcap.config import Hypervisor
+from virtcap.fleet.scheduling import FleetEntry, schedule_fleet
+from virtcap.fleet.snapshot import HypervisorSnapshot
 from virtcap.model import scheduler
 from virtcap.model.capacity import HostPolicy, domain_allocation, host_capacity
 from virtcap.model.facts import DomainFacts, HostFacts, NovaFlavor, NumaCell, PageCount
@@ -71,7 +72,6 @@ from virtcap.model.scheduler import (
     schedule,
     weigh,
 )
-from virtcap.service.snapshot import HypervisorSnapshot
 
 FLAT = HostPolicy(
     allocation_ratios={Resource.VCPU: 1.0, Resource.MEMORY: 1.0, Resource.DISK: 1.0},

@@ -16,14 +16,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from virtcap.audit.oneshot import audit_fleet_once
-from virtcap.claims.records import Claim
-from virtcap.claims.scheduling import FleetEntry, host_states, schedule_fleet
 from virtcap.config import Config
+from virtcap.fleet.claim_records import Claim
+from virtcap.fleet.scheduling import FleetEntry, host_states, schedule_fleet
 from virtcap.model.pci import PCI_ALIAS_SPEC, PciRequestError, parse_alias_request
 from virtcap.model.placement import Demand
 from virtcap.model.scheduler import WEIGHERS, Rejection, ScheduleResult
 from virtcap.service.flavors import with_discovered_flavors
+from virtcap.service.oneshot import audit_fleet_once
 from virtcap.web.models import (
     PlacementAnswer,
     PlacementBody,

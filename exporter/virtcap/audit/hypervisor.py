@@ -38,7 +38,6 @@ from virtcap.audit.domain_xml import (
     DiskReference,
     DomainDefinition,
     DomainXMLError,
-    OwnershipMetadata,
     parse_domain_xml,
 )
 from virtcap.audit.libvirt_api import VirConnect, VirDomain, VirNodeDevice
@@ -59,6 +58,7 @@ from virtcap.model.facts import (
     StorageFacts,
     VcpuWait,
 )
+from virtcap.model.ownership import OwnershipMetadata
 
 MIB = 1024**2
 KIB = 1024

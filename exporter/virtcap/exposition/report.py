@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
+from virtcap.fleet.snapshot import HypervisorSnapshot
+from virtcap.fleet.tolerance import HostEvacuation, ToleranceReport, UnplacedDomain
 from virtcap.model.capacity import HostCapacity, ResourceCapacity
 from virtcap.model.discovery import DiscoveredFlavor, FlavorDiscovery, definition_text
 from virtcap.model.facts import DomainState
@@ -14,8 +16,6 @@ from virtcap.model.ownership import UNKNOWN, ProjectUsage, fleet_projects
 from virtcap.model.pci import PciPool
 from virtcap.model.placement import cell_amounts
 from virtcap.model.resources import display_order
-from virtcap.service.snapshot import HypervisorSnapshot
-from virtcap.service.tolerance import HostEvacuation, ToleranceReport, UnplacedDomain
 from virtcap.units import format_bytes, format_cpu_set, format_utc
 
 BAR_WIDTH = 20

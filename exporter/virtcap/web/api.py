@@ -27,14 +27,14 @@ from virtcap.claims.ledger import (
     claim_within,
 )
 from virtcap.claims.maintenance_ledger import MaintenanceConflictError, UnknownHypervisorError
-from virtcap.claims.scheduling import fleet_entries
 from virtcap.config import ClaimSettings, Config, explain_validation_error
 from virtcap.dryrun import PlacementError, dry_run
 from virtcap.exposition.report import fleet_document
+from virtcap.fleet.scheduling import fleet_entries
+from virtcap.fleet.store import SnapshotStore
 from virtcap.model.maintenance import Maintenance
 from virtcap.model.pci import PCI_ALIAS_SPEC, PciRequestError, parse_alias_request
 from virtcap.model.resources import Resource
-from virtcap.service.store import SnapshotStore
 from virtcap.units import brief_repr
 from virtcap.web.auth import parse_basic_credentials
 from virtcap.web.body import json_error, parse_json, read_body

@@ -8,9 +8,9 @@ import asyncio
 from virtcap.audit.hypervisor import AuditError, audit_host, open_read_only, redact_uri
 from virtcap.audit.threads import run_in_daemon_thread
 from virtcap.config import Config, Hypervisor
+from virtcap.fleet.snapshot import HypervisorSnapshot
 from virtcap.model.facts import HostFacts
 from virtcap.service.flavors import with_discovered_flavors
-from virtcap.service.snapshot import HypervisorSnapshot
 
 CPU_SAMPLE_WINDOW = 0.5
 """Seconds between the two host CPU samples a one-shot audit needs to tell busy CPUs."""
