@@ -58,9 +58,9 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from virtcap.config import ConfigError, explain_validation_error
+from virtcap.config.bcrypt_hash import BcryptHash
 from virtcap.config.yamlfile import MAX_FILE_BYTES, load_yaml_bytes
 from virtcap.units import parse_duration
-from virtcap.web.auth import BcryptHash
 from virtcap.web.ratelimit import RateLimit
 from virtcap.web.tls import OPENSSL_CIPHERS, TLS_VERSIONS, VERIFY_MODES, server_context
 
