@@ -31,7 +31,7 @@ from virtcap.audit.replay import (
     encode_capture,
     load_capture,
 )
-from virtcap.commands import main
+from virtcap.commands.main import main
 from virtcap.config import DiskSource
 from virtcap.demo import DEMO_DIR, demo_config, demo_config_text
 from virtcap.model.facts import DomainState, HostFacts, VcpuWait

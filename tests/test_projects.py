@@ -18,7 +18,7 @@ from tests.factories import domain, host
 from tests.serving import Samples, parse_samples, running_server, series, value
 from virtcap.audit.domain_xml import NOVA_NAMESPACE, parse_domain_xml
 from virtcap.audit.events import start_libvirt_event_thread
-from virtcap.commands import build_parser, main
+from virtcap.commands.main import build_parser, main
 from virtcap.commands.serve import with_collectors
 from virtcap.config import AuditSettings, Config, ConfigError, Flavor, Hypervisor, parse_config
 from virtcap.config.schema import ExpositionSection

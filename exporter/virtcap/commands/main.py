@@ -1,8 +1,4 @@
-"""The `virtcap` command line: one module per subcommand, each with its `add_parser` and `run`.
-
-The top layer: it may import every other part of the package, and nothing in the package imports
-it.
-"""
+"""The `virtcap` console script: one parser over every subcommand's, and the dispatch to its `run`."""
 
 from __future__ import annotations
 
