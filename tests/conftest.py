@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-import virtcap.audit.hypervisor  # noqa: F401  (silences libvirt's own printing of errors)
+import virtcap.audit.connection  # noqa: F401  (silences libvirt's own printing of errors)
 from tests.libvirtd import SEARCH_PATH, Libvirtd, daemon_owner, prepare, running_daemon
 from tests.postgres import Postgres, running_postgres
 

@@ -21,9 +21,7 @@ import pytest
 import virtcap.audit.connection
 from tests.libvirtd import Libvirtd
 from virtcap.audit.capture import capture_host, encode_bounded
-from virtcap.audit.hypervisor import audit_host, open_read_only
-from virtcap.audit.libvirt_api import VirConnect, VirNodeDevice
-from virtcap.audit.replay import (
+from virtcap.audit.capture_format import (
     Answer,
     CaptureDocument,
     CellPages,
@@ -34,10 +32,13 @@ from virtcap.audit.replay import (
     FreePages,
     NodeDevice,
     PageCount,
-    ReplayConnection,
     encode_capture,
     load_capture,
 )
+from virtcap.audit.connection import open_read_only
+from virtcap.audit.hypervisor import audit_host
+from virtcap.audit.libvirt_api import VirConnect, VirNodeDevice
+from virtcap.audit.replay import ReplayConnection
 from virtcap.config import AuditSettings, DiskSource, Hypervisor, parse_config
 from virtcap.demo import demo_config
 from virtcap.fleet.store import SnapshotStore

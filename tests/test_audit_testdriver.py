@@ -11,14 +11,9 @@ import libvirt
 import pytest
 
 from tests.factories import storageless_fleet
-from virtcap.audit.hypervisor import (
-    AuditError,
-    audit_host,
-    open_read_only,
-    read_cpu_times,
-    read_host_layout,
-    redact_uri,
-)
+from virtcap.audit.connection import AuditError, open_read_only, redact_uri
+from virtcap.audit.host_readings import read_cpu_times, read_host_layout
+from virtcap.audit.hypervisor import audit_host
 from virtcap.config import DiskSource, parse_config
 from virtcap.exposition.report import fleet_document, render_tables
 from virtcap.fleet.snapshot import HypervisorSnapshot

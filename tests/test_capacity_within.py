@@ -12,8 +12,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from tests.factories import GIB, domain, host
-from virtcap.audit.hypervisor import audit_host, open_read_only
-from virtcap.audit.replay import encode_capture
+from virtcap.audit.capture_format import encode_capture
+from virtcap.audit.connection import open_read_only
+from virtcap.audit.hypervisor import audit_host
 from virtcap.config import parse_config
 from virtcap.demo.hostgen import PAGE_1G_KIB, GuestSpec, HostSpec, Hugepages, NicSpec, capture_document
 from virtcap.model.capacity import HostCapacity, HostPolicy, host_capacity

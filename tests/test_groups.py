@@ -34,11 +34,12 @@ from tests.test_scheduler import (
 from virtcap.claims.database import ClaimDatabase
 from virtcap.claims.ledger import ANY_HYPERVISOR, ClaimLedger, ClaimRejectedError
 from virtcap.config import ClaimSettings, ConfigError, Hypervisor, parse_config
+from virtcap.contract.placements import PlacementBody
 from virtcap.demo.fleetgen import RUNNING, DomainSpec, HostSpec, write_fleet
-from virtcap.dryrun import FleetEntry, dry_run
 from virtcap.exposition.families import render, views
 from virtcap.exposition.report import fleet_document, render_tables
 from virtcap.fleet.claim_records import ClaimRequest
+from virtcap.fleet.scheduling import FleetEntry
 from virtcap.fleet.snapshot import HypervisorSnapshot
 from virtcap.fleet.store import SnapshotStore
 from virtcap.fleet.tolerance import LocalSimulation, SimulatedHost, scheduler_host, scheduling_key
@@ -58,8 +59,8 @@ from virtcap.model.scheduler import (
     host_state,
     schedule,
 )
+from virtcap.service.dryrun import dry_run
 from virtcap.service.oneshot import audit_fleet_once
-from virtcap.web.models import PlacementBody
 
 # --- configuration ---------------------------------------------------------------------------------
 

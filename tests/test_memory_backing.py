@@ -22,8 +22,7 @@ import pytest
 
 from tests.factories import GIB, host
 from tests.serving import parse_samples, value
-from virtcap.audit.domain_xml import parse_domain_xml
-from virtcap.audit.replay import (
+from virtcap.audit.capture_format import (
     Answer,
     CaptureDocument,
     CellPages,
@@ -33,6 +32,7 @@ from virtcap.audit.replay import (
     PageCount,
     encode_capture,
 )
+from virtcap.audit.domain_xml import parse_domain_xml
 from virtcap.config import parse_config
 from virtcap.demo.hostgen import PAGE_2M_KIB, HostSpec, Hugepages, capture_document
 from virtcap.exposition.families import render, views
@@ -41,7 +41,7 @@ from virtcap.model.capacity import HostPolicy, host_capacity
 from virtcap.model.facts import DomainFacts, DomainState, NumaCell
 from virtcap.model.facts import PageCount as NumaPageCount
 from virtcap.model.memory_backing import cell_page_size, hugepage_backed_bytes
-from virtcap.model.numa import host_cells
+from virtcap.model.numa.cells import host_cells
 from virtcap.model.resources import Resource
 from virtcap.service.oneshot import audit_fleet_once
 

@@ -1,4 +1,4 @@
-"""The capacity model against cases computed by hand from ACCOUNTING.md, and its invariants."""
+"""The capacity model against cases computed by hand from docs/accounting.md, and its invariants."""
 
 from __future__ import annotations
 
@@ -257,7 +257,7 @@ def test_actual_usage_comes_from_the_host() -> None:
 
 
 def test_without_storage_disk_allocations_are_still_accounted_but_nothing_limits_them() -> None:
-    # ACCOUNTING.md, "When a total is unknown": no inventory, so no reserved, limit or free (never
+    # docs/accounting.md, "When a total is unknown": no inventory, so no reserved, limit or free (never
     # 0, which would read as a full host), while what the domains hold is still known.
     facts = host(
         disk=None,

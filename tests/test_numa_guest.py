@@ -45,7 +45,8 @@ import libvirt
 import pytest
 
 from tests.libvirtd import SEARCH_PATH, Libvirtd, _bounded, daemon_owner, prepare, running_daemon
-from virtcap.audit.hypervisor import audit_host, open_read_only
+from virtcap.audit.connection import open_read_only
+from virtcap.audit.hypervisor import audit_host
 from virtcap.config import parse_config
 from virtcap.model.capacity import HostPolicy, host_capacity
 from virtcap.model.facts import DomainFacts, DomainState, GuestCell, HostFacts, HugepageBacking, NumaCell

@@ -15,9 +15,9 @@ import pytest
 from tests.factories import host
 from tests.serving import Samples, parse_samples, series, value
 from virtcap.audit.capture import capture_host
-from virtcap.audit.hypervisor import open_read_only
+from virtcap.audit.capture_format import Answer, CaptureDocument, encode_capture
+from virtcap.audit.connection import open_read_only
 from virtcap.audit.libvirt_api import StoragePoolInfo
-from virtcap.audit.replay import Answer, CaptureDocument, encode_capture
 from virtcap.audit.storage_pools import PoolSource, shared_pool_source
 from virtcap.config import parse_config
 from virtcap.exposition.families import FragmentCache, render, views

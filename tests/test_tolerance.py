@@ -24,9 +24,9 @@ from tests.claims_client import claim, write_config
 from tests.serving import Samples, running_server, value, wait_for
 from tests.test_scheduler import FULL, larger_fleet
 from virtcap.demo import demo_config
-from virtcap.dryrun import FleetEntry, host_states
 from virtcap.exposition.report import fleet_document, render_tables
 from virtcap.fleet import tolerance as tolerance_module
+from virtcap.fleet.scheduling import FleetEntry, host_states
 from virtcap.fleet.snapshot import HypervisorSnapshot, PendingClaims
 from virtcap.fleet.tolerance import (
     FleetChanges,

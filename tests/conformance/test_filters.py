@@ -57,7 +57,7 @@ from tests.conformance.upstream import GIB, MIB, Oracle, agree, generator
 from tests.factories import host as host_facts
 from virtcap.model.capacity import HostPolicy
 from virtcap.model.facts import PciDevice
-from virtcap.model.numa import NumaSpecError
+from virtcap.model.numa.request import NumaSpecError
 from virtcap.model.pci import PciDeviceSpec, device_pools
 from virtcap.model.placement import CellsAndDevices, Demand, within_host
 from virtcap.model.resources import Resource

@@ -49,7 +49,7 @@ from virtcap.claims.maintenance_ledger import (
 )
 from virtcap.claims.storage import ClaimStorage, LedgerState, StorageError, Writes
 from virtcap.config import ClaimSettings, Hypervisor
-from virtcap.fleet.claim_records import Claim, ClaimRequest
+from virtcap.fleet.claim_records import MAX_CLAIM_COUNT, Claim, ClaimRequest
 from virtcap.fleet.scheduling import (
     FleetEntry,
     FleetSchedule,
@@ -93,8 +93,6 @@ __all__ = [  # the records are virtcap.fleet.claim_records', below the fleet sch
 log = logging.getLogger(__name__)
 
 ANY_HYPERVISOR = "any"
-MAX_CLAIM_COUNT = 1000
-"""The most instances one claim holds: as many as one dry-run placement asks for."""
 EXPIRY_PERIOD_SECONDS = 1.0
 
 

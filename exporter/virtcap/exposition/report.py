@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
+from virtcap.contract.maintenance import maintenance_document
 from virtcap.fleet.snapshot import HypervisorSnapshot
 from virtcap.fleet.tolerance import HostEvacuation, ToleranceReport, UnplacedDomain
 from virtcap.model.capacity import HostCapacity, ResourceCapacity
 from virtcap.model.discovery import DiscoveredFlavor, FlavorDiscovery, definition_text
 from virtcap.model.facts import DomainState
-from virtcap.model.maintenance import Maintenance, maintenance_end, maintenance_reason
-from virtcap.model.numa import HostCell
+from virtcap.model.maintenance import maintenance_reason
+from virtcap.model.numa.cells import HostCell
 from virtcap.model.ownership import UNKNOWN, ProjectUsage, fleet_projects
 from virtcap.model.pci import PciPool
 from virtcap.model.placement import cell_amounts
@@ -45,27 +46,6 @@ def resource_document(capacity: ResourceCapacity) -> dict[str, Any]:
         "used_by_state": {state.value: capacity.allocated_by_state[state] for state in DomainState},
         "counted_states": sorted(state.value for state in capacity.counted_states),
         "refused": capacity.refused,
-    }
-
-
-def maintenance_document(entries: Sequence[Maintenance]) -> dict[str, Any]:
-    """Whether the hypervisor is in maintenance, why (every entry in effect, the configuration's
-    first), until when (null: until lifted), and each entry."""
-    end = maintenance_end(entries)
-    return {
-        "in_maintenance": bool(entries),
-        "reason": maintenance_reason(entries),
-        "until": format_utc(end) if end is not None else None,
-        "entries": [
-            {
-                "source": entry.source,
-                "reason": entry.reason,
-                "until": format_utc(entry.until) if entry.until is not None else None,
-                "since": format_utc(entry.since) if entry.since is not None else None,
-                "set_by": entry.set_by,
-            }
-            for entry in entries
-        ],
     }
 
 

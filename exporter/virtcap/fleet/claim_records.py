@@ -7,6 +7,9 @@ from dataclasses import dataclass, field
 
 from virtcap.model.resources import Amounts
 
+MAX_CLAIM_COUNT = 1000
+"""The most instances one claim holds: as many as one dry-run placement asks for."""
+
 
 @dataclass(frozen=True, slots=True)
 class Claim:

@@ -22,17 +22,10 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
 from virtcap.model.facts import HostFacts
-from virtcap.model.numa import (
-    HostCell,
-    InstanceTopology,
-    NumaFit,
-    PinningConflictError,
-    consume,
-    fit,
-    host_cells,
-    how_many_fit,
-    instance_topology,
-)
+from virtcap.model.numa.cells import HostCell, host_cells
+from virtcap.model.numa.fitting import NumaFit, fit
+from virtcap.model.numa.request import InstanceTopology, instance_topology
+from virtcap.model.numa.usage import PinningConflictError, consume, how_many_fit
 from virtcap.model.pci import (
     PCI_ALIAS_SPEC,
     PciAlias,

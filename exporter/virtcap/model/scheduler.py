@@ -81,7 +81,7 @@ from typing import NamedTuple
 from virtcap.model.capacity import HostCapacity, HostPolicy, domain_allocation, host_capacity
 from virtcap.model.facts import DomainFacts, HostFacts
 from virtcap.model.nova import nova_request
-from virtcap.model.numa import refitted
+from virtcap.model.numa.fitting import refitted
 from virtcap.model.placement import NOTHING_WITHIN, Demand, WithinHost, within_host
 from virtcap.model.resources import MIB, Amounts, Resource, placement_units, request_groups
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
-from virtcap.audit.hypervisor import AuditError, audit_host, open_read_only, redact_uri
+from virtcap.audit.connection import AuditError, open_read_only, redact_uri
+from virtcap.audit.hypervisor import audit_host
 from virtcap.audit.threads import run_in_daemon_thread
 from virtcap.config import Config, Hypervisor
 from virtcap.fleet.snapshot import HypervisorSnapshot
