@@ -21,13 +21,14 @@ $(BIN)/virtcap: pyproject.toml | system-deps
 	@touch $@
 
 # Every runtime and test dependency at its lower bound (the constraints file pins each one there),
-# the rest newest: what a user whose distribution ships old releases runs. Made anew whenever
-# either file changes.
+# the rest newest: what a user whose distribution ships old releases runs. With the dev tools:
+# tests/test_layers.py runs import-linter, at its lower bound too. Made anew whenever either file
+# changes.
 $(LOWER_VENV)/bin/virtcap: pyproject.toml $(LOWER_BOUNDS) | system-deps
 	rm -rf $(LOWER_VENV)
 	$(PYTHON) -m venv $(LOWER_VENV)
 	$(LOWER_VENV)/bin/pip install --quiet --upgrade pip
-	$(LOWER_VENV)/bin/pip install --quiet --constraint $(LOWER_BOUNDS) -e '.[test]'
+	$(LOWER_VENV)/bin/pip install --quiet --constraint $(LOWER_BOUNDS) -e '.[test,dev]'
 	@touch $@
 
 venv: $(BIN)/virtcap
@@ -40,6 +41,7 @@ lint: $(BIN)/virtcap
 	$(BIN)/ruff check exporter tests bench
 	$(BIN)/ruff format --check exporter tests bench
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+	$(BIN)/lint-imports --no-cache
 
 typecheck: $(BIN)/virtcap
 	$(BIN)/mypy

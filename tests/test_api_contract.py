@@ -19,7 +19,7 @@ from jsonschema import Draft202012Validator
 
 from tests.claims_client import WRITER, auth, call, write_config
 from tests.serving import Server, running_server
-from virtcap.commands import main
+from virtcap.commands.main import main
 from virtcap.contract.openapi import openapi_document
 from virtcap.units import parse_duration, parse_size
 from virtcap.web.api import add_routes

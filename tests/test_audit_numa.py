@@ -38,10 +38,10 @@ from virtcap.audit.capture_format import (
 from virtcap.audit.connection import open_read_only
 from virtcap.audit.hypervisor import audit_host
 from virtcap.audit.libvirt_api import VirConnect, VirNodeDevice
-from virtcap.audit.oneshot import audit_fleet_once
 from virtcap.audit.replay import ReplayConnection
 from virtcap.config import AuditSettings, DiskSource, Hypervisor, parse_config
 from virtcap.demo import demo_config
+from virtcap.fleet.store import SnapshotStore
 from virtcap.model.facts import (
     CpuIdentity,
     GuestCell,
@@ -54,7 +54,7 @@ from virtcap.model.facts import (
 from virtcap.model.facts import PageCount as CellPageCount
 from virtcap.model.policy import HostPolicy
 from virtcap.service.auditor import HypervisorAuditor
-from virtcap.service.store import SnapshotStore
+from virtcap.service.oneshot import audit_fleet_once
 from virtcap.service.supervise import Supervisor
 
 GIB = 1024**3

@@ -14,14 +14,14 @@ from tests.factories import storageless_fleet
 from virtcap.audit.connection import AuditError, open_read_only, redact_uri
 from virtcap.audit.host_readings import read_cpu_times, read_host_layout
 from virtcap.audit.hypervisor import audit_host
-from virtcap.audit.oneshot import audit_fleet_once
 from virtcap.config import DiskSource, parse_config
 from virtcap.exposition.report import fleet_document, render_tables
+from virtcap.fleet.snapshot import HypervisorSnapshot
 from virtcap.model.capacity import host_capacity
 from virtcap.model.facts import DomainState, HostFacts
 from virtcap.model.policy import HostPolicy
 from virtcap.model.resources import Resource
-from virtcap.service.snapshot import HypervisorSnapshot
+from virtcap.service.oneshot import audit_fleet_once
 
 FIXTURES = Path(__file__).parent / "fixtures"
 MIXED = FIXTURES / "mixed-node.xml"

@@ -32,7 +32,7 @@ from virtcap.audit.connection import AuditError, open_read_only
 from virtcap.audit.hypervisor import audit_host
 from virtcap.audit.libvirt_api import VirConnect
 from virtcap.audit.replay import ReplayConnection
-from virtcap.commands import main
+from virtcap.commands.main import main
 from virtcap.config import DiskSource
 from virtcap.demo import DEMO_DIR, demo_config, demo_config_text
 from virtcap.model.facts import DomainState, HostFacts, VcpuWait

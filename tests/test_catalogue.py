@@ -13,16 +13,16 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from virtcap.audit.oneshot import audit_fleet_once
 from virtcap.config.schema import ExpositionSection
 from virtcap.demo import demo_config
 from virtcap.exposition import catalogue
 from virtcap.exposition.catalogue import CATALOGUE, UNIT_LABEL, MetricFamily
 from virtcap.exposition.families import FragmentCache, TaskHealth, render, views
+from virtcap.fleet.store import SnapshotStore
+from virtcap.fleet.tolerance import one_shot_tolerance
 from virtcap.model.facts import DomainState
 from virtcap.model.maintenance import Maintenance
-from virtcap.service.store import SnapshotStore
-from virtcap.service.tolerance import one_shot_tolerance
+from virtcap.service.oneshot import audit_fleet_once
 
 METRICS_PAGE = Path(__file__).parent.parent / "docs/metrics.md"
 NOT_IN_THE_DEMO_YET = frozenset(

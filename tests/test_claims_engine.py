@@ -30,15 +30,15 @@ from virtcap.claims.ledger import (
     pending_claims,
 )
 from virtcap.claims.maintenance_ledger import UnknownHypervisorError
-from virtcap.claims.scheduling import FleetEntry, schedule_fleet
 from virtcap.config import ClaimSettings, Hypervisor
+from virtcap.fleet.scheduling import FleetEntry, schedule_fleet
+from virtcap.fleet.snapshot import HypervisorSnapshot
+from virtcap.fleet.store import SnapshotStore
 from virtcap.model.capacity import host_capacity
 from virtcap.model.facts import HostFacts
 from virtcap.model.host_fit import Demand
 from virtcap.model.resources import Resource
 from virtcap.model.scheduler import SPREAD, Multipliers, evacuation, fleet_tolerance
-from virtcap.service.snapshot import HypervisorSnapshot
-from virtcap.service.store import SnapshotStore
 
 SMALL = {Resource.VCPU: 2, Resource.MEMORY: 4 * GIB, Resource.DISK: 10 * GIB}
 

@@ -14,7 +14,7 @@ import pytest
 from tests.claims_client import HASH, WRITER, auth, call, claim
 from tests.serving import Server, running_server, value, wait_for
 from virtcap.audit.capture_format import encode_capture
-from virtcap.commands import main
+from virtcap.commands.main import main
 from virtcap.demo.hostgen import PAGE_1G_KIB, FlavorSpec, GuestSpec, HostSpec, Hugepages, capture_document
 
 GIB = 1024**3

@@ -31,16 +31,18 @@ from tests.test_scheduler import (
     guest,
     reference_tolerated,
 )
-from virtcap.audit.oneshot import audit_fleet_once
 from virtcap.claims.database import ClaimDatabase
 from virtcap.claims.ledger import ANY_HYPERVISOR, ClaimLedger, ClaimRejectedError
-from virtcap.claims.records import ClaimRequest
-from virtcap.claims.scheduling import FleetEntry
 from virtcap.config import ClaimSettings, ConfigError, Hypervisor, parse_config
 from virtcap.contract.placements import PlacementBody
 from virtcap.demo.fleetgen import RUNNING, DomainSpec, HostSpec, write_fleet
 from virtcap.exposition.families import render, views
 from virtcap.exposition.report import fleet_document, render_tables
+from virtcap.fleet.claim_records import ClaimRequest
+from virtcap.fleet.scheduling import FleetEntry
+from virtcap.fleet.snapshot import HypervisorSnapshot
+from virtcap.fleet.store import SnapshotStore
+from virtcap.fleet.tolerance import LocalSimulation, SimulatedHost, scheduler_host, scheduling_key
 from virtcap.model.facts import DomainFacts
 from virtcap.model.host_fit import Demand
 from virtcap.model.resources import Resource
@@ -58,9 +60,7 @@ from virtcap.model.scheduler import (
 )
 from virtcap.model.scheduler.evacuations import reference_evacuation
 from virtcap.service.dryrun import dry_run
-from virtcap.service.snapshot import HypervisorSnapshot
-from virtcap.service.store import SnapshotStore
-from virtcap.service.tolerance import LocalSimulation, SimulatedHost, scheduler_host, scheduling_key
+from virtcap.service.oneshot import audit_fleet_once
 
 # --- configuration ---------------------------------------------------------------------------------
 

@@ -33,10 +33,10 @@ from virtcap.audit.capture_format import (
     encode_capture,
 )
 from virtcap.audit.domain_xml import parse_domain_xml
-from virtcap.audit.oneshot import audit_fleet_once
 from virtcap.config import parse_config
 from virtcap.demo.hostgen import PAGE_2M_KIB, HostSpec, Hugepages, capture_document
 from virtcap.exposition.families import render, views
+from virtcap.fleet.store import SnapshotStore
 from virtcap.model.capacity import host_capacity
 from virtcap.model.facts import DomainFacts, DomainState, NumaCell
 from virtcap.model.facts import PageCount as NumaPageCount
@@ -44,7 +44,7 @@ from virtcap.model.memory_backing import cell_page_size, hugepage_backed_bytes
 from virtcap.model.numa.cells import host_cells
 from virtcap.model.policy import HostPolicy
 from virtcap.model.resources import Resource
-from virtcap.service.store import SnapshotStore
+from virtcap.service.oneshot import audit_fleet_once
 
 MIB = 1024**2
 SMALL = 4

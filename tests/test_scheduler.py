@@ -30,8 +30,9 @@ from tests.test_capacity_within import (
     with_cells,
 )
 from virtcap.claims import ledger
-from virtcap.claims.scheduling import FleetEntry, schedule_fleet
 from virtcap.config import Hypervisor
+from virtcap.fleet.scheduling import FleetEntry, schedule_fleet
+from virtcap.fleet.snapshot import HypervisorSnapshot
 from virtcap.model import scheduler
 from virtcap.model.capacity import domain_allocation, host_capacity
 from virtcap.model.facts import DomainFacts, HostFacts, NovaFlavor, NumaCell, PageCount
@@ -72,7 +73,6 @@ from virtcap.model.scheduler.failure_tolerance import steps_that_stand
 from virtcap.model.scheduler.filters import INSTANCE_FILTERS, REQUEST_FILTERS
 from virtcap.model.scheduler.host_states import consume_in_turn, raw_weigher_values, weigher_levels
 from virtcap.model.scheduler.weighers import weight_of
-from virtcap.service.snapshot import HypervisorSnapshot
 
 FLAT = HostPolicy(
     allocation_ratios={Resource.VCPU: 1.0, Resource.MEMORY: 1.0, Resource.DISK: 1.0},

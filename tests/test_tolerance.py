@@ -23,18 +23,12 @@ from hypothesis import strategies as st
 from tests.claims_client import claim, write_config
 from tests.serving import Samples, running_server, value, wait_for
 from tests.test_scheduler import FULL, larger_fleet
-from virtcap.audit.oneshot import audit_fleet_once
-from virtcap.claims.scheduling import FleetEntry, host_states
 from virtcap.demo import demo_config
 from virtcap.exposition.report import fleet_document, render_tables
-from virtcap.model.host_fit import Demand
-from virtcap.model.resources import GIB, Resource
-from virtcap.model.scheduler import SPREAD, Multipliers, Unplaced, fleet_tolerance
-from virtcap.model.scheduler.evacuations import reference_evacuation
-from virtcap.model.scheduler.fleet_refusals import UnplacedRejections
-from virtcap.service import tolerance as tolerance_module
-from virtcap.service.snapshot import HypervisorSnapshot, PendingClaims
-from virtcap.service.tolerance import (
+from virtcap.fleet import tolerance as tolerance_module
+from virtcap.fleet.scheduling import FleetEntry, host_states
+from virtcap.fleet.snapshot import HypervisorSnapshot, PendingClaims
+from virtcap.fleet.tolerance import (
     FleetChanges,
     LocalSimulation,
     SimulatedHost,
@@ -42,6 +36,12 @@ from virtcap.service.tolerance import (
     UnplacedDomain,
     prefer_full,
 )
+from virtcap.model.host_fit import Demand
+from virtcap.model.resources import GIB, Resource
+from virtcap.model.scheduler import SPREAD, Multipliers, Unplaced, fleet_tolerance
+from virtcap.model.scheduler.evacuations import reference_evacuation
+from virtcap.model.scheduler.fleet_refusals import UnplacedRejections
+from virtcap.service.oneshot import audit_fleet_once
 from virtcap.service.tolerance_worker import HEADER, WORKER_COMMAND, ReportDecoder, encode_request
 
 STACK = Multipliers(ram=-1.0, cpu=-1.0, disk=-1.0)

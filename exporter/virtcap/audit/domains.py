@@ -22,13 +22,13 @@ from virtcap.audit.domain_xml import (
     DiskReference,
     DomainDefinition,
     DomainXMLError,
-    OwnershipMetadata,
     parse_domain_xml,
 )
 from virtcap.audit.libvirt_api import VirConnect, VirDomain
 from virtcap.audit.volumes import VolumeIndex, is_local_disk
 from virtcap.model.contention import VcpuDelays
 from virtcap.model.facts import DiskFacts, DomainFacts
+from virtcap.model.ownership import OwnershipMetadata
 
 _NOT_REPORTED = (
     libvirt.VIR_ERR_NO_SUPPORT,

@@ -17,7 +17,6 @@ import libvirt
 
 from virtcap.audit.connection import AuditError
 from virtcap.audit.domain_cache import DomainCache
-from virtcap.audit.domain_xml import OwnershipMetadata
 from virtcap.audit.domains import read_all_domains, read_domains_with_cache, read_vcpu_delays
 from virtcap.audit.host_readings import (
     TEST_DRIVER,
@@ -37,6 +36,7 @@ from virtcap.audit.volumes import VolumeIndex
 from virtcap.config import DiskSource
 from virtcap.model.contention import advance_vcpu_wait
 from virtcap.model.facts import CpuTimes, HostFacts, VcpuWait
+from virtcap.model.ownership import OwnershipMetadata
 
 MIB = 1024**2
 

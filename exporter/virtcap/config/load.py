@@ -17,7 +17,6 @@ from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
-from virtcap.audit.domain_xml import OwnershipMetadata
 from virtcap.config.errors import clip, explain_validation_error
 from virtcap.config.schema import (
     AVAILABILITY_ZONE,
@@ -41,6 +40,7 @@ from virtcap.model.capacity import amounts
 from virtcap.model.host_fit import NOTHING_WITHIN, Demand, WithinHost, within_host
 from virtcap.model.maintenance import Maintenance
 from virtcap.model.nova import flavor_request
+from virtcap.model.ownership import OwnershipMetadata
 from virtcap.model.pci import PCI_ALIAS_SPEC, PciAlias, PciRequestError, parse_alias_request
 from virtcap.model.policy import NOVA_ALLOCATION_RATIOS, NOVA_RESERVED, HostPolicy, Inventory
 from virtcap.model.resources import Amounts, Resource, resource_by_label

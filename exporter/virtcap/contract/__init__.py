@@ -5,6 +5,6 @@ generated from them (openapi).
 
 The server (virtcap.web) and `virtcap place` hold to it; it imports
 neither. It sits below the service layer and above the claims: it describes claims
-(claims.records) and checks a body with the model and configuration rules, and the dry run
+(fleet.claim_records) and checks a body with the model and configuration rules, and the dry run
 (service/dryrun.py) and the capacity report (exposition) answer with its documents.
 """

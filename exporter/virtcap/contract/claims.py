@@ -7,11 +7,11 @@ from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, WithJsonSchema, field_validator, model_validator
 
-from virtcap.claims.records import MAX_CLAIM_COUNT, Claim
-from virtcap.claims.scheduling import claim_within
 from virtcap.config.schema import MAX_EXTRA_SPECS, MAX_NAME_CHARS, ExtraSpecText
 from virtcap.contract.fields import DATE_TIME, MAX_CPUS, ZoneName
 from virtcap.contract.quantities import Duration, Size, not_zero
+from virtcap.fleet.claim_records import MAX_CLAIM_COUNT, Claim
+from virtcap.fleet.scheduling import claim_within
 from virtcap.model.host_fit import within_host
 from virtcap.model.nova import extra_spec_problems, flavor_request
 from virtcap.model.resources import (

@@ -6,6 +6,8 @@ from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
 from virtcap.contract.maintenance import maintenance_document
+from virtcap.fleet.snapshot import HypervisorSnapshot
+from virtcap.fleet.tolerance import HostEvacuation, ToleranceReport, UnplacedDomain
 from virtcap.model.capacity import HostCapacity, ResourceCapacity
 from virtcap.model.discovery import DiscoveredFlavor, FlavorDiscovery, definition_text
 from virtcap.model.facts import DomainState
@@ -15,8 +17,6 @@ from virtcap.model.numa.cells import HostCell
 from virtcap.model.ownership import UNKNOWN, ProjectUsage, fleet_projects
 from virtcap.model.pci import PciPool
 from virtcap.model.resources import display_order
-from virtcap.service.snapshot import HypervisorSnapshot
-from virtcap.service.tolerance import HostEvacuation, ToleranceReport, UnplacedDomain
 from virtcap.units import format_bytes, format_cpu_set, format_utc
 
 BAR_WIDTH = 20

@@ -34,11 +34,11 @@ from virtcap.audit.replay import is_replay_uri
 from virtcap.audit.threads import SerialCaller
 from virtcap.claims.ledger import ClaimLedger
 from virtcap.config import AuditSettings, Hypervisor
+from virtcap.fleet.snapshot import HypervisorSnapshot
+from virtcap.fleet.store import SnapshotStore
 from virtcap.model.facts import CpuIdentity, CpuTimes, HostFacts, VcpuWait
 from virtcap.model.host_fit import Demand
 from virtcap.service.flavors import FlavorCatalog
-from virtcap.service.snapshot import HypervisorSnapshot
-from virtcap.service.store import SnapshotStore
 from virtcap.service.supervise import Supervisor
 
 log = logging.getLogger(__name__)

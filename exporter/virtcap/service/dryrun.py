@@ -3,7 +3,7 @@
 Shared by `POST /api/v1/placements` (the live snapshots and pending claims) and `virtcap place`
 (one audit of the fleet, or the API): the same body (virtcap.contract.placements), the same
 engine (model/scheduler.py), the same answer. Nothing is held. Blocking: callers on the event loop
-run it in a thread. The host states and the engine's call are claims/scheduling.py's, which claims
+run it in a thread. The host states and the engine's call are fleet/scheduling.py's, which claims
 on `"hypervisor": "any"` use too: a claim lands where the dry run of the same request says.
 """
 
@@ -13,9 +13,6 @@ import asyncio
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
-from virtcap.audit.oneshot import audit_fleet_once
-from virtcap.claims.records import Claim
-from virtcap.claims.scheduling import FleetEntry, schedule_fleet
 from virtcap.config import Config
 from virtcap.contract.placements import (
     PlacementAnswer,
@@ -25,10 +22,13 @@ from virtcap.contract.placements import (
     PlacementRejection,
     PlacementStep,
 )
+from virtcap.fleet.claim_records import Claim
+from virtcap.fleet.scheduling import FleetEntry, schedule_fleet
 from virtcap.model.host_fit import Demand
 from virtcap.model.pci import PCI_ALIAS_SPEC, PciRequestError, parse_alias_request
 from virtcap.model.scheduler import WEIGHERS, Rejection, ScheduleResult
 from virtcap.service.flavors import with_discovered_flavors
+from virtcap.service.oneshot import audit_fleet_once
 
 NO_VALID_HOST = "No valid host was found. There are not enough hosts available."
 """Nova's NoValidHost message when the filters leave fewer hosts than instances."""

@@ -27,18 +27,18 @@ from virtcap.claims.ledger import (
     claim_within,
 )
 from virtcap.claims.maintenance_ledger import MaintenanceConflictError, UnknownHypervisorError
-from virtcap.claims.scheduling import fleet_entries
 from virtcap.config import ClaimSettings, Config, explain_validation_error
 from virtcap.contract.claims import ClaimBody, ClaimDocument, ClaimList
 from virtcap.contract.maintenance import MaintenanceBody, MaintenanceDocument, MaintenanceList
 from virtcap.contract.openapi import openapi_document
 from virtcap.contract.placements import PlacementError, PlacementRejection, parse_placement_body
 from virtcap.exposition.report import fleet_document
+from virtcap.fleet.scheduling import fleet_entries
+from virtcap.fleet.store import SnapshotStore
 from virtcap.model.maintenance import Maintenance
 from virtcap.model.pci import PCI_ALIAS_SPEC, PciRequestError, parse_alias_request
 from virtcap.model.resources import Resource
 from virtcap.service.dryrun import dry_run
-from virtcap.service.store import SnapshotStore
 from virtcap.units import brief_repr, format_utc
 from virtcap.web.auth import parse_basic_credentials
 from virtcap.web.body import json_error, parse_json, read_body

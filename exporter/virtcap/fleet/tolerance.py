@@ -16,6 +16,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from virtcap.fleet.snapshot import HypervisorSnapshot
 from virtcap.model.resources import Resource
 from virtcap.model.scheduler import (
     EvacuationResult,
@@ -28,7 +29,6 @@ from virtcap.model.scheduler import (
     fleet_tolerance,
     fleet_tolerance_update,
 )
-from virtcap.service.snapshot import HypervisorSnapshot
 
 MAX_INCREMENTAL_CHANGES = 32
 """Beyond this many hypervisors changed since the last computation, the fleet is computed again

@@ -9,9 +9,9 @@ from virtcap.audit.connection import AuditError, open_read_only, redact_uri
 from virtcap.audit.hypervisor import audit_host
 from virtcap.audit.threads import run_in_daemon_thread
 from virtcap.config import Config, Hypervisor
+from virtcap.fleet.snapshot import HypervisorSnapshot
 from virtcap.model.facts import HostFacts
 from virtcap.service.flavors import with_discovered_flavors
-from virtcap.service.snapshot import HypervisorSnapshot
 
 CPU_SAMPLE_WINDOW = 0.5
 """Seconds between the two host CPU samples a one-shot audit needs to tell busy CPUs."""

@@ -1,4 +1,4 @@
-"""A claim as the ledger holds it and the database stores it."""
+"""A claim as the ledger holds it, the database stores it and the fleet's scheduling counts it."""
 
 from __future__ import annotations
 

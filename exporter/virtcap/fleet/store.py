@@ -10,9 +10,9 @@ import asyncio
 from collections import Counter
 from dataclasses import dataclass, field
 
+from virtcap.fleet.snapshot import HypervisorSnapshot
+from virtcap.fleet.tolerance import ToleranceReport
 from virtcap.model.facts import CpuIdentity
-from virtcap.service.snapshot import HypervisorSnapshot
-from virtcap.service.tolerance import ToleranceReport
 
 
 @dataclass

@@ -14,7 +14,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from virtcap.claims.records import Claim
+from virtcap.fleet.claim_records import Claim
+from virtcap.fleet.snapshot import HypervisorSnapshot, PendingClaims
+from virtcap.fleet.store import SnapshotStore
 from virtcap.model.host_fit import NOTHING_WITHIN, Demand, WithinHost, within_host
 from virtcap.model.resources import Amounts, Resource
 from virtcap.model.scheduler import (
@@ -29,8 +31,6 @@ from virtcap.model.scheduler import (
     host_state,
     schedule,
 )
-from virtcap.service.snapshot import HypervisorSnapshot, PendingClaims
-from virtcap.service.store import SnapshotStore
 
 NOT_AUDITED = "not audited yet"
 
