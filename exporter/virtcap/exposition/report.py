@@ -346,7 +346,7 @@ def _render_one(snapshot: HypervisorSnapshot) -> str:
         fits = ", ".join(_fit(capacity, name, count) for name, count in capacity.schedulable.items())
         lines.append(f"  schedulable: {fits}")
     for flavor, reasons in capacity.refusals.items():
-        if capacity.placement_limited.get(flavor) or any(_within(reason) for reason in reasons):
+        if capacity.placement_limited.get(flavor) or flavor in capacity.refused_within:
             lines.append(f"  {flavor} fits nowhere here: {'; '.join(reasons)}")
     if snapshot.facts is not None:
         lines.extend(f"  ! {problem}" for problem in snapshot.facts.problems)
@@ -358,10 +358,6 @@ def _fit(capacity: HostCapacity, flavor: str, count: int) -> str:
     """`p1.8xlarge 0 (numa)`: the count, and the cells or devices where they hold it down."""
     limited = capacity.placement_limited.get(flavor)
     return f"{flavor} {count} ({limited})" if limited else f"{flavor} {count}"
-
-
-def _within(reason: str) -> bool:
-    return reason.startswith(("NUMA: ", "PCI: "))
 
 
 def _cell_lines(capacity: HostCapacity) -> list[str]:

@@ -143,6 +143,9 @@ class HostCapacity:
     """The flavors whose NUMA fit or devices let fewer fit than the whole-host amounts, and which."""
     refusals: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     """Per flavor of which no more instance fits, why: the classes, cells or pools that refuse it."""
+    refused_within: frozenset[str] = frozenset()
+    """The flavors of which no more instance fits because of the NUMA cells or the PCI devices
+    alone: the classes would take one more."""
     claimed_vgpus: tuple[int, ...] = ()
     """The vGPUs of each pending claim, oldest first: each claim takes its own from one GPU."""
     maintenance: str | None = None
@@ -349,7 +352,17 @@ def host_capacity(
             refusals=dict.fromkeys(flavors or {}, why),
             maintenance=maintenance,
         )
-    fits = {name: fit_test.count(demand) for name, demand in (flavors or {}).items()}
+    flavors = flavors or {}
+    fits = {name: fit_test.count(demand) for name, demand in flavors.items()}
+    refused_by_class = {
+        name: fit_test.class_refusals(flavors[name]) for name, fit in fits.items() if fit.count == 0
+    }
+    # the flavors only the cells or the devices refuse, typed: the report tells them apart by that
+    refused_within = {
+        name: within_refusals
+        for name, reasons in refused_by_class.items()
+        if not reasons and (within_refusals := within.refusals(flavors[name].within))
+    }
     return HostCapacity(
         resources,
         domains_by_state,
@@ -361,8 +374,10 @@ def host_capacity(
         placement_limited={name: fit.limited for name, fit in fits.items() if fit.limited is not None},
         claimed_vgpus=claimed_vgpus,
         refusals={
-            name: fit_test.refusals(flavors[name]) for name, fit in fits.items() if fit.count == 0 and flavors
+            name: reasons or tuple(refusal.message for refusal in refused_within.get(name, ()))
+            for name, reasons in refused_by_class.items()
         },
+        refused_within=frozenset(refused_within),
     )
 
 
@@ -401,6 +416,13 @@ class _InstanceFitTest:
     def refusals(self, demand: Demand) -> tuple[str, ...]:
         """Why one more does not fit: the classes first (Nova's claim test), then the vGPUs, the
         cells and the devices."""
+        return self.class_refusals(demand) or tuple(
+            refusal.message for refusal in self.within.refusals(demand.within)
+        )
+
+    def class_refusals(self, demand: Demand) -> tuple[str, ...]:
+        """Why the classes (Nova's claim test) or the vGPUs refuse one more: empty when only the
+        cells or the devices could still refuse it."""
         groups = vgpu_groups(demand.request)
         # a flavor's groups may take their vGPUs from several GPUs: its units are held per group
         reasons = [
@@ -410,8 +432,6 @@ class _InstanceFitTest:
         ]
         if not reasons and groups and vgpu_fits(self.vgpus, groups, self.claimed_vgpus, 1) == 0:
             reasons.append(vgpu_refusal(self.vgpus, groups, self.claimed_vgpus))
-        if not reasons:
-            reasons.extend(refusal.message for refusal in self.within.refusals(demand.within))
         return tuple(reasons)
 
 
