@@ -2,7 +2,7 @@
 
 A claim holds `count` instances (1 unless asked), all or nothing. On a named hypervisor each is
 tested in turn with Nova's claim test against its last audit plus the claims already held, the
-ones before it consumed; on `any` the scheduling engine places them (model/scheduler.py, through
+ones before it consumed; on `any` the scheduling engine places them (model/scheduler/, through
 fleet/scheduling.py: the same host states, multipliers and answers as a dry-run placement). Under
 one lock, so two concurrent claims can never both take the last free resources. It counts in
 `used`, each instance on its hypervisor, until the audit finds its domain (reconciled: the domain

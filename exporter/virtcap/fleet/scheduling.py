@@ -155,7 +155,7 @@ def schedule_fleet(
     multipliers: Multipliers = SPREAD,
 ) -> FleetSchedule:
     """Where `count` instances of the demand land on the fleet with its pending claims, all or
-    nothing (model/scheduler.py's `schedule`)."""
+    nothing (model/scheduler/request.py's `schedule`)."""
     states = host_states(fleet, claims)
     audited = {state.name for state in states}
     unaudited = [entry for entry in fleet if entry.name not in audited]

@@ -1,7 +1,7 @@
 """Failure tolerance of the fleet as last audited: whether each hypervisor's domains can be
 re-homed on the others, and how many hypervisors the fleet can lose together.
 
-The scheduling itself is model/scheduler.py's (`fleet_tolerance`); this module feeds it the
+The scheduling itself is model/scheduler/'s (`fleet_tolerance`); this module feeds it the
 hypervisors' last good audits and keeps its answer between computations, so that a change to a
 few hypervisors costs their share (`fleet_tolerance_update`) instead of the fleet's. What is
 shown (/metrics, the JSON document) is a `ToleranceReport`, a plain summary that is safe to

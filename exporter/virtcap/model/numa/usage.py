@@ -20,15 +20,11 @@ from virtcap.model.numa.request import (
 )
 from virtcap.model.pci import PciPool
 
-__all__ = ["PinningConflict", "PinningConflictError", "consume", "count_in_a_row", "how_many_fit"]
+__all__ = ["PinningConflictError", "consume", "count_in_a_row", "how_many_fit"]
 
 
 class PinningConflictError(ValueError):
-    """A placement whose pinned CPUs are not free on their host cell (Nova refuses the claim)."""
-
-
-PinningConflict = PinningConflictError
-"""The name model/placement.py was written against."""
+    """A fit whose pinned CPUs are not free on their host cell (Nova refuses the claim)."""
 
 
 def consume(cells: Sequence[HostCell], topology: InstanceTopology, numa_fit: NumaFit) -> tuple[HostCell, ...]:
