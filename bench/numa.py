@@ -241,7 +241,7 @@ def numa_fit(scratch: Path, runs: int, sampled: int, fleets: list[int], repeat: 
             figures["plain"].append(_timed(lambda: host_capacity(facts, policy, plain), repeat))  # noqa: B023
             figures["none"].append(_timed(lambda: host_capacity(facts, policy), repeat))  # noqa: B023
         capacity = host_capacity(facts, policy, demands)
-        figures["limited"].append(len(capacity.placement_limited))
+        figures["limited"].append(len(capacity.limited_within))
         figures["guests"].append(len(facts.domains))
     rows: Table = []
     for cells, figures in sorted(per_cells.items()):

@@ -336,12 +336,12 @@ def test_a_replayed_two_cell_host_has_its_cells_pages_and_devices(two_cells: Pat
     assert facts.cpus == 8 and facts.online_cpus == frozenset(range(8))
 
     (guest,) = facts.domains
-    placement = guest.placement
-    assert placement.pci_addresses == ("0000:3b:02.1",)
-    assert placement.memory_nodes == frozenset({1}) and placement.cell_memory_nodes == {0: {1}}
-    assert placement.guest_cells == (GuestCell(0, frozenset({0, 1}), 4 * GIB),)
-    assert placement.hugepages == (HugepageBacking(1048576, frozenset({0})),)
-    assert placement.emulator_pins == frozenset({3})
+    layout = guest.layout
+    assert layout.pci_addresses == ("0000:3b:02.1",)
+    assert layout.memory_nodes == frozenset({1}) and layout.cell_memory_nodes == {0: {1}}
+    assert layout.guest_cells == (GuestCell(0, frozenset({0, 1}), 4 * GIB),)
+    assert layout.hugepages == (HugepageBacking(1048576, frozenset({0})),)
+    assert layout.emulator_pins == frozenset({3})
     assert guest.vcpu_pins == (frozenset({2}), frozenset({6}))
 
 

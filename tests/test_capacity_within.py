@@ -20,7 +20,7 @@ from virtcap.demo.hostgen import PAGE_1G_KIB, GuestSpec, HostSpec, Hugepages, Ni
 from virtcap.model.capacity import HostCapacity, host_capacity
 from virtcap.model.facts import (
     DomainFacts,
-    DomainPlacement,
+    DomainLayout,
     GuestCell,
     HostFacts,
     HugepageBacking,
@@ -67,7 +67,7 @@ def pinned_guest(
     return replace(
         domain(name, vcpus=vcpus, memory=memory_gib * GIB, hugepages=page_kib is not None),
         vcpu_pins=tuple(frozenset({cpu}) for cpu in cpus),
-        placement=DomainPlacement(
+        layout=DomainLayout(
             guest_cells=(GuestCell(0, frozenset(range(vcpus)), memory_gib * GIB),),
             memory_nodes=frozenset({cell}),
             cell_memory_nodes={0: frozenset({cell})},
@@ -143,7 +143,7 @@ def test_a_flavor_no_cell_holds_counts_0_though_the_host_has_its_cpus() -> None:
     # 13 free dedicated CPUs on the host, 6 and 7 in the cells: 8 pinned vCPUs fit in neither
     assert capacity.resources[Resource.PCPU].free == 13
     assert capacity.schedulable["p8"] == 0
-    assert capacity.placement_limited["p8"] == "numa"
+    assert capacity.limited_within["p8"] == "numa"
     assert capacity.bottlenecks["p8"] is None
     assert capacity.refusals["p8"] == (
         "NUMA: cell 0: 6 free dedicated CPUs < 8 requested",
@@ -158,20 +158,20 @@ def test_pinned_flavors_count_what_each_cell_holds() -> None:
     # p4: floor(6 / 4) + floor(7 / 4) = 2 (small pages hold 4 of 2 GiB a cell), below the
     # whole host's floor(13 / 4) = 3: the cells limit it
     assert capacity.schedulable["p4"] == 2
-    assert capacity.placement_limited["p4"] == "numa"
+    assert capacity.limited_within["p4"] == "numa"
     assert capacity.bottlenecks["p4"] is None
     assert "p4" not in capacity.refusals
     # p1: 6 + 7 = 13, all the host's PCPUs (memory holds 23): the class limits it, not the cells
     assert capacity.schedulable["p1"] == 13
-    assert "p1" not in capacity.placement_limited
+    assert "p1" not in capacity.limited_within
     assert capacity.bottlenecks["p1"] is Resource.PCPU
     # p2.1g: the 1 GiB pages bound it: cell 0 min(6 // 2, 2 // 2) = 1, cell 1 min(7 // 2, 4 // 2) = 2
     assert capacity.schedulable["p2.1g"] == 3
-    assert capacity.placement_limited["p2.1g"] == "numa"
+    assert capacity.limited_within["p2.1g"] == "numa"
     # a flavor without extra specs is the whole host's: 8 shared vCPUs, 23 of 2 GiB... 8
     assert capacity.schedulable["m1.small"] == 8
     assert capacity.bottlenecks["m1.small"] is Resource.VCPU
-    assert "m1.small" not in capacity.placement_limited
+    assert "m1.small" not in capacity.limited_within
 
 
 def test_1gib_pages_count_per_cell_and_reserved_pages_are_kept() -> None:
@@ -180,7 +180,7 @@ def test_1gib_pages_count_per_cell_and_reserved_pages_are_kept() -> None:
     # shared vCPUs and 23.5 GiB would take 8
     capacity = host_capacity(pinned_host(), policy, flavors)
     assert capacity.schedulable["s1.1g"] == 3
-    assert capacity.placement_limited["s1.1g"] == "numa"
+    assert capacity.limited_within["s1.1g"] == "numa"
     # without the 2 pages kept in cell 0: floor(4 / 2) + floor(4 / 2) = 4
     unreserved = host_capacity(pinned_host(), replace(policy, reserved_huge_pages={}), flavors)
     assert unreserved.schedulable["s1.1g"] == 4
@@ -198,7 +198,7 @@ def test_pending_claims_take_cells_in_order_and_lower_the_counts() -> None:
     assert free_dedicated(one) == [6, 3]
     assert one.resources[Resource.PCPU].free == 9
     assert one.schedulable["p4"] == 1  # cell 0 only; the whole host 9 // 4 = 2
-    assert one.placement_limited["p4"] == "numa"
+    assert one.limited_within["p4"] == "numa"
 
     twice = {resource: 2 * amount for resource, amount in p4.request.items()}
     two = host_capacity(pinned_host(), policy, flavors, claimed=twice, pending=(p4, p4))
@@ -224,7 +224,7 @@ def test_a_pending_claim_that_no_longer_fits_takes_nothing_within_the_host() -> 
     assert claimed.resources[Resource.PCPU].free == 5
     assert claimed.schedulable["p4"] == 1
     assert claimed.bottlenecks["p4"] is Resource.PCPU
-    assert "p4" not in claimed.placement_limited
+    assert "p4" not in claimed.limited_within
 
 
 # --- small pages, no hugepages -------------------------------------------------------------------
@@ -251,9 +251,9 @@ def test_small_pages_count_each_cells_memory() -> None:
     assert capacity.schedulable["m3"] == 5
     assert capacity.bottlenecks["m3"] is Resource.MEMORY
     assert capacity.schedulable["m3.small"] == 4
-    assert capacity.placement_limited["m3.small"] == "numa"
+    assert capacity.limited_within["m3.small"] == "numa"
     assert capacity.schedulable["m3.numa"] == 4
-    assert capacity.placement_limited["m3.numa"] == "numa"
+    assert capacity.limited_within["m3.numa"] == "numa"
 
 
 def test_the_ram_ratio_overcommits_cells_but_never_pages() -> None:
@@ -263,10 +263,10 @@ def test_the_ram_ratio_overcommits_cells_but_never_pages() -> None:
     assert capacity.schedulable["m3"] == 8
     assert capacity.schedulable["m3.numa"] == 8
     assert capacity.bottlenecks["m3.numa"] is Resource.MEMORY
-    assert "m3.numa" not in capacity.placement_limited
+    assert "m3.numa" not in capacity.limited_within
     # pages asked for explicitly are never overcommitted: 8 GiB of free small pages a cell
     assert capacity.schedulable["m3.small"] == 4
-    assert capacity.placement_limited["m3.small"] == "numa"
+    assert capacity.limited_within["m3.small"] == "numa"
 
 
 # --- PCI devices ---------------------------------------------------------------------------------
@@ -333,7 +333,7 @@ def test_pci_devices_near_the_cells_under_each_numa_policy() -> None:
     # takes 2 of its 3 VFs; then neither cell has 2 near it
     for name in ("pv.required", "pv.legacy"):
         assert capacity.schedulable[name] == 1, name
-        assert capacity.placement_limited[name] == "numa"
+        assert capacity.limited_within[name] == "numa"
         assert capacity.bottlenecks[name] is None
     # preferred: the second takes cell 1's VF and cell 0's last: 4 // 2
     assert capacity.schedulable["pv.preferred"] == 2
@@ -346,10 +346,10 @@ def test_pci_devices_limit_a_flavor_without_a_numa_topology() -> None:
         capacity = host_capacity(facts, policy, flavors)
         # 8 shared vCPUs on the host, 4 free VFs wherever they are: 2 of 2, 0 of 5
         assert capacity.schedulable["v2"] == 2
-        assert capacity.placement_limited["v2"] == "pci"
+        assert capacity.limited_within["v2"] == "pci"
         assert capacity.bottlenecks["v2"] is None
         assert capacity.schedulable["v5"] == 0
-        assert capacity.placement_limited["v5"] == "pci"
+        assert capacity.limited_within["v5"] == "pci"
         assert capacity.refusals["v5"] == ("PCI: no free devices for vf-legacy:5 (vf-legacy 4 free)",)
         assert capacity.claim_test(flavors["v5"]) == [
             "PCI: no free devices for vf-legacy:5 (vf-legacy 4 free)"
@@ -450,7 +450,7 @@ def test_the_vgpu_refusal_shows_what_is_free_on_each_gpu() -> None:
     (both hold it with 2 free: the first by address)."""
     policy, flavors = configured(VGPU_CONFIG)
     held = "c2177883-f1bb-47f0-914d-32a22e3a8804"
-    guest = replace(domain("ml"), placement=DomainPlacement(mdev_uuids=(held,)))
+    guest = replace(domain("ml"), layout=DomainLayout(mdev_uuids=(held,)))
     gpu_a, gpu_b = gpu_host().pci_devices
     two_more = (MdevType("nvidia-35", "GRID M10-0B", "vfio-pci", 2),)
     facts = replace(
@@ -511,12 +511,12 @@ flavors:
     assert facts.numa_cells == ()
     capacity = host_capacity(facts, policy, flavors)
     assert capacity.schedulable["n1"] == 0
-    assert capacity.placement_limited["n1"] == "numa"
+    assert capacity.limited_within["n1"] == "numa"
     assert capacity.refusals["n1"] == ("NUMA: the host reports no NUMA cells",)
     # 64 VCPUs of 2; (64 GiB - 512 MiB) // 2 GiB = 31
     assert capacity.schedulable["plain"] == 31
     assert capacity.bottlenecks["plain"] is Resource.MEMORY
-    assert "plain" not in capacity.placement_limited and "plain" not in capacity.refusals
+    assert "plain" not in capacity.limited_within and "plain" not in capacity.refusals
 
 
 # --- end to end: a captured two-socket host ------------------------------------------------------
@@ -587,7 +587,7 @@ def test_a_captured_host_through_the_whole_pipeline(tmp_path: Path) -> None:
     assert capacity.resources[Resource.PCPU].free == 6
     # p2.1g: cell 0 min(4 // 2, 2 // 2) = 1, cell 1 min(2 // 2, 4 // 2) = 1; the host 6 // 2 = 3
     assert capacity.schedulable["p2.1g"] == 2
-    assert capacity.placement_limited["p2.1g"] == "numa"
+    assert capacity.limited_within["p2.1g"] == "numa"
     # p6: the host's 6 free dedicated CPUs are 4 and 2
     assert capacity.schedulable["p6"] == 0
     assert capacity.refusals["p6"] == (
@@ -596,7 +596,7 @@ def test_a_captured_host_through_the_whole_pipeline(tmp_path: Path) -> None:
     )
     # pv: one free VF, on cell 1, which has 2 free dedicated CPUs: 1 instance
     assert capacity.schedulable["pv"] == 1
-    assert capacity.placement_limited["pv"] == "numa"
+    assert capacity.limited_within["pv"] == "numa"
     assert capacity.hugepage_memory_bytes == 6 * GIB
     assert capacity.resources[Resource.MEMORY].used == 6 * GIB
 

@@ -182,28 +182,28 @@ def test_the_guests_placements_are_the_spec(tmp_path: Path) -> None:
 
     pinned = domains["pinned-1g"]
     assert pinned.vcpu_pins == (frozenset({2}), frozenset({6}))
-    assert pinned.placement.emulator_pins == frozenset({2, 6})
-    assert pinned.placement.guest_cells == (GuestCell(0, frozenset({0, 1}), 4 * GIB),)
-    assert pinned.placement.memory_nodes == frozenset({1})
-    assert pinned.placement.cell_memory_nodes == {0: frozenset({1})}
-    assert pinned.placement.hugepages == (HugepageBacking(PAGE_1G_KIB, frozenset({0})),)
-    assert pinned.placement.pci_addresses == ("0000:d8:02.1",)
-    assert pinned.placement.mdev_uuids == (VGPU_UUID,)
+    assert pinned.layout.emulator_pins == frozenset({2, 6})
+    assert pinned.layout.guest_cells == (GuestCell(0, frozenset({0, 1}), 4 * GIB),)
+    assert pinned.layout.memory_nodes == frozenset({1})
+    assert pinned.layout.cell_memory_nodes == {0: frozenset({1})}
+    assert pinned.layout.hugepages == (HugepageBacking(PAGE_1G_KIB, frozenset({0})),)
+    assert pinned.layout.pci_addresses == ("0000:d8:02.1",)
+    assert pinned.layout.mdev_uuids == (VGPU_UUID,)
     assert pinned.nova is not None and pinned.nova.flavor.name == "p1.medium"
     assert pinned.nova.flavor.extra_specs == dict((*DEDICATED_1G, ("resources:VGPU", "1")))
     assert pinned.nova.boot_from_volume and pinned.disks[0].local is False
 
     two_mib = domains["pinned-2m"]
-    assert two_mib.placement.hugepages == (HugepageBacking(PAGE_2M_KIB, frozenset({0})),)
-    assert two_mib.placement.memory_nodes == frozenset({0})
-    assert two_mib.placement.pci_addresses == ("0000:3b:02.0",)
+    assert two_mib.layout.hugepages == (HugepageBacking(PAGE_2M_KIB, frozenset({0})),)
+    assert two_mib.layout.memory_nodes == frozenset({0})
+    assert two_mib.layout.pci_addresses == ("0000:3b:02.0",)
     assert two_mib.nova is None  # a domain of its own: no Nova metadata
 
     assert domains["stopped-1g"].state == "shutoff"
     shared = domains["shared"]
     assert shared.vcpu_pins == (frozenset({0, 2, 4, 6}),) * 2
-    assert shared.placement.guest_cells == () and shared.placement.hugepages == ()
-    assert shared.hugepages is False and shared.placement.memory_nodes is None
+    assert shared.layout.guest_cells == () and shared.layout.hugepages == ()
+    assert shared.hugepages is False and shared.layout.memory_nodes is None
 
 
 # Four sockets of 4 cores, 2 threads each: socket s holds CPUs 4s..4s+3 and their siblings 16 on.
@@ -265,9 +265,9 @@ def test_a_four_cell_host_audits_to_its_spec(tmp_path: Path) -> None:
     domains = {d.name: d for d in facts.domains}
     for cell_id in range(4):
         guest = domains[f"cell{cell_id}"]
-        assert guest.placement.memory_nodes == frozenset({cell_id})
+        assert guest.layout.memory_nodes == frozenset({cell_id})
         assert guest.vcpu_pins[0] == frozenset({4 * cell_id + 1})
-    assert domains["cell3"].placement.pci_addresses == ("0000:d8:05.0",)
+    assert domains["cell3"].layout.pci_addresses == ("0000:d8:05.0",)
 
 
 def test_the_document_is_the_same_every_time_and_round_trips() -> None:
@@ -338,10 +338,10 @@ def test_compute_08_has_room_for_p1_8xlarge_in_no_cell(tmp_path: Path) -> None:
 
     topology = instance_topology(8, 16384, {"hw:cpu_policy": "dedicated", "hw:mem_page_size": "large"})
     assert topology is not None
-    placement = fit(cells, topology, cpu_allocation_ratio=4.0, ram_allocation_ratio=1.0)
-    assert not placement.fits
-    assert placement.reasons[0] == "cell 0: 6 free dedicated CPUs < 8 requested"
-    assert placement.reasons[1].startswith("cell 1: no large page size holds 16384 MiB")
+    numa_fit = fit(cells, topology, cpu_allocation_ratio=4.0, ram_allocation_ratio=1.0)
+    assert not numa_fit.fits
+    assert numa_fit.reasons[0] == "cell 0: 6 free dedicated CPUs < 8 requested"
+    assert numa_fit.reasons[1].startswith("cell 1: no large page size holds 16384 MiB")
     # whereas the whole host has the CPUs and the memory
     assert sum(len(cell.free_dedicated_cpus) for cell in cells) == 14
     sr_iov = [d for d in facts.pci_devices if d.dev_type == "type-VF"]
@@ -362,7 +362,7 @@ def test_compute_09_holds_vgpus_of_one_type_per_gpu(tmp_path: Path) -> None:
         ("0000:3b:00.0", 0, "1eb8"),
         ("0000:d8:00.0", 1, "1eb8"),
     }
-    held = {uuid for d in facts.domains for uuid in d.placement.mdev_uuids}
+    held = {uuid for d in facts.domains for uuid in d.layout.mdev_uuids}
     assert held == {m.uuid for m in facts.mediated_devices} and len(held) == 4
     assert {(m.type_id, m.parent_address) for m in facts.mediated_devices} == {
         ("nvidia-232", "0000:3b:00.0"),
@@ -377,7 +377,7 @@ def test_compute_09_holds_vgpus_of_one_type_per_gpu(tmp_path: Path) -> None:
         ("0000:d8:00.0", "nvidia-230", 16, 2),
     ]
     assert inventories.unplaced == ()
-    vfs = {a for d in facts.domains for a in d.placement.pci_addresses}
+    vfs = {a for d in facts.domains for a in d.layout.pci_addresses}
     assert vfs == {"0000:af:02.0", "0000:af:02.1"}
     for domain in facts.domains:
         assert domain.nova is not None and domain.nova.flavor.extra_specs["resources:VGPU"] == "1"
@@ -420,9 +420,9 @@ def test_compute_10_has_room_for_the_pinned_guests_of_compute_08_but_p1_8xlarge_
 
     topology = instance_topology(8, 16384, {"hw:cpu_policy": "dedicated", "hw:mem_page_size": "large"})
     assert topology is not None
-    placement = fit(cells, topology, cpu_allocation_ratio=4.0, ram_allocation_ratio=1.0)
-    assert not placement.fits
-    assert placement.reasons[:3] == tuple(f"cell {cell}: 6 dedicated CPUs < 8 requested" for cell in range(3))
+    numa_fit = fit(cells, topology, cpu_allocation_ratio=4.0, ram_allocation_ratio=1.0)
+    assert not numa_fit.fits
+    assert numa_fit.reasons[:3] == tuple(f"cell {cell}: 6 dedicated CPUs < 8 requested" for cell in range(3))
 
     vfs = [d.numa_node or 0 for d in facts.pci_devices if d.dev_type == "type-VF"]
     assert sorted(vfs) == [0] * 4 + [1] * 4 + [2] * 4 + [3] * 4

@@ -161,7 +161,7 @@ def test_a_hypervisor_in_maintenance_offers_nothing_and_keeps_its_amounts() -> N
     assert normal.schedulable == {"m1.small": 29} and normal.maintenance is None
     assert held.schedulable == {"m1.small": 0}
     assert held.refusals == {"m1.small": ("in maintenance: disks (set by the API)",)}
-    assert held.bottlenecks == {"m1.small": None} and held.placement_limited == {}
+    assert held.bottlenecks == {"m1.small": None} and held.limited_within == {}
     # totals, reserved, limits, usage and free amounts stay what the hypervisor has and holds
     assert held.resources == normal.resources
     assert held.domains_by_state == normal.domains_by_state and held.within == normal.within

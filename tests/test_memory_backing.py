@@ -73,7 +73,7 @@ def facts(backing: str, cells: str = TWO_CELLS) -> DomainFacts:
         vcpu_pins=definition.vcpu_pins,
         disks=(),
         nova=None,
-        placement=definition.placement,
+        layout=definition.layout,
     )
 
 

@@ -411,13 +411,13 @@ def test_the_audit_shows_the_guest_placement(numa_guest: NumaGuest) -> None:
     assert domain.memory_bytes == GUEST_MIB * MIB and domain.vcpus == 1
     assert domain.hugepages
     assert domain.vcpu_pins == (frozenset({numa_guest.vcpu_cpu}),)
-    placement = domain.placement
-    assert placement.emulator_pins == frozenset({numa_guest.emulator_cpu})
-    assert placement.guest_cells == (GuestCell(GUEST_CELL, frozenset({0}), GUEST_MIB * MIB),)
-    assert placement.memory_nodes == frozenset({HOST_CELL})
-    assert placement.cell_memory_nodes == {GUEST_CELL: frozenset({HOST_CELL})}
-    assert placement.hugepages == (HugepageBacking(PAGE_KIB, frozenset({GUEST_CELL})),)
-    assert placement.pci_addresses == () and placement.mdev_uuids == ()
+    layout = domain.layout
+    assert layout.emulator_pins == frozenset({numa_guest.emulator_cpu})
+    assert layout.guest_cells == (GuestCell(GUEST_CELL, frozenset({0}), GUEST_MIB * MIB),)
+    assert layout.memory_nodes == frozenset({HOST_CELL})
+    assert layout.cell_memory_nodes == {GUEST_CELL: frozenset({HOST_CELL})}
+    assert layout.hugepages == (HugepageBacking(PAGE_KIB, frozenset({GUEST_CELL})),)
+    assert layout.pci_addresses == () and layout.mdev_uuids == ()
 
 
 def test_the_guest_really_runs_where_it_is_pinned(numa_guest: NumaGuest) -> None:
@@ -540,7 +540,7 @@ def test_the_model_charges_the_guest_to_its_cell(numa_guest: NumaGuest) -> None:
     # the class is the bottleneck and the cell is not what limits it
     assert capacity.schedulable["pinned"] == 0
     assert capacity.bottlenecks["pinned"] is Resource.PCPU
-    assert "pinned" not in capacity.placement_limited
+    assert "pinned" not in capacity.limited_within
     assert [reason.split(" ")[:2] for reason in capacity.refusals["pinned"]] == [["Free", "pcpu"]]
     assert capacity.within.refusals(flavors["pinned"].within) == [
         HostFitRefusal("numa", f"cell {HOST_CELL}: 0 free dedicated CPUs < 1 requested")

@@ -11,7 +11,7 @@ import pytest
 
 from tests.factories import domain
 from virtcap.model.facts import (
-    DomainPlacement,
+    DomainLayout,
     DomainState,
     GuestCell,
     HugepageBacking,
@@ -150,9 +150,9 @@ def test_pinned_vcpus_take_the_emptier_cell_and_whole_cores() -> None:
     idle = cell(
         1, dedicated=frozenset(range(8, 16)), siblings=tuple(frozenset({c, c + 4}) for c in (8, 9, 10, 11))
     )
-    placement = fits((busy, idle), {"hw:cpu_policy": "dedicated"}, vcpus=2)
-    assert placement.fits and placement.host_cells == (1,)
-    assert placement.pinning == {0: 8, 1: 12}
+    numa_fit = fits((busy, idle), {"hw:cpu_policy": "dedicated"}, vcpus=2)
+    assert numa_fit.fits and numa_fit.host_cells == (1,)
+    assert numa_fit.pinning == {0: 8, 1: 12}
 
 
 def test_isolate_refuses_smt_hosts_with_separate_cpu_sets() -> None:
@@ -162,31 +162,31 @@ def test_isolate_refuses_smt_hosts_with_separate_cpu_sets() -> None:
         shared=frozenset({1, 3}),
         siblings=(frozenset({0, 1}), frozenset({2, 3})),
     )
-    placement = fits((smt,), {"hw:cpu_policy": "dedicated", "hw:cpu_thread_policy": "isolate"}, vcpus=1)
-    assert not placement.fits
-    assert placement.reasons == ("cell 0: no isolate thread placement for 1 pinned vCPUs",)
+    numa_fit = fits((smt,), {"hw:cpu_policy": "dedicated", "hw:cpu_thread_policy": "isolate"}, vcpus=1)
+    assert not numa_fit.fits
+    assert numa_fit.reasons == ("cell 0: no isolate thread placement for 1 pinned vCPUs",)
 
 
 def test_require_needs_siblings() -> None:
-    placement = fits(
+    numa_fit = fits(
         (cell(0, dedicated=range(4)),), {"hw:cpu_policy": "dedicated", "hw:cpu_thread_policy": "require"}
     )
-    assert placement.reasons == ("cell 0: no require thread placement for 2 pinned vCPUs",)
+    assert numa_fit.reasons == ("cell 0: no require thread placement for 2 pinned vCPUs",)
 
 
 def test_isolated_emulator_threads_take_one_more_cpu() -> None:
     two = cell(0, dedicated=range(2))
     assert not fits((two,), {"hw:cpu_policy": "dedicated", "hw:emulator_threads_policy": "isolate"}).fits
     three = cell(0, dedicated=range(3))
-    placement = fits((three,), {"hw:cpu_policy": "dedicated", "hw:emulator_threads_policy": "isolate"})
-    assert placement.placed[0].reserved_cpus == {2}
+    numa_fit = fits((three,), {"hw:cpu_policy": "dedicated", "hw:emulator_threads_policy": "isolate"})
+    assert numa_fit.placed[0].reserved_cpus == {2}
 
 
 def test_hugepage_reasons_name_the_cell_and_the_pages() -> None:
     cells = (cell(0, shared=range(4), huge_1g=4), cell(1, shared=range(4, 8), huge_1g=8))
     loaded = (cells[0], replace(cells[1], pages=(cells[1].pages[0], CellPages(1048576, 8, reserved=2))))
-    placement = fits(loaded, {"hw:mem_page_size": "1GB"}, memory_mib=8192)
-    assert placement.reasons == (
+    numa_fit = fits(loaded, {"hw:mem_page_size": "1GB"}, memory_mib=8192)
+    assert numa_fit.reasons == (
         "cell 0: 4 free 1048576 KiB pages < 8 needed",
         "cell 1: 6 free 1048576 KiB pages < 8 needed",
     )
@@ -195,8 +195,8 @@ def test_hugepage_reasons_name_the_cell_and_the_pages() -> None:
 
 def test_shared_vcpus_are_held_to_the_ratio() -> None:
     full = replace(cell(0, shared=range(2)), shared_cpu_usage=7)
-    placement = fits((full,), {"hw:numa_nodes": "1"})
-    assert placement.reasons == ("cell 0: 9 shared vCPUs > 2 CPUs x 4",)
+    numa_fit = fits((full,), {"hw:numa_nodes": "1"})
+    assert numa_fit.reasons == ("cell 0: 9 shared vCPUs > 2 CPUs x 4",)
 
 
 def test_pci_affinity_chooses_the_cell_holding_the_device() -> None:
@@ -205,7 +205,7 @@ def test_pci_affinity_chooses_the_cell_holding_the_device() -> None:
     aliases = {"gpu": PciAlias("gpu", "10de", "1eb8", numa_policy="required")}
     topology = instance_topology(2, 1024, {"hw:cpu_policy": "dedicated"})
     assert topology is not None
-    placement = fit(
+    numa_fit = fit(
         cells,
         topology,
         cpu_allocation_ratio=1.0,
@@ -214,7 +214,7 @@ def test_pci_affinity_chooses_the_cell_holding_the_device() -> None:
         pci_aliases=aliases,
         pci_request="gpu:1",
     )
-    assert placement.host_cells == (1,)
+    assert numa_fit.host_cells == (1,)
     busy = (cells[0], replace(cells[1], pinned_cpus=frozenset(range(4, 8))))
     refused = fit(
         busy,
@@ -238,8 +238,8 @@ def test_consume_pins_cpus_and_uses_pages() -> None:
     host = (cell(0, dedicated=range(4), huge_1g=4),)
     topology = instance_topology(2, 2048, {"hw:cpu_policy": "dedicated", "hw:mem_page_size": "1GB"})
     assert topology is not None
-    placement = fit(host, topology, cpu_allocation_ratio=1.0, ram_allocation_ratio=1.0)
-    (after,) = consume(host, topology, placement)
+    numa_fit = fit(host, topology, cpu_allocation_ratio=1.0, ram_allocation_ratio=1.0)
+    (after,) = consume(host, topology, numa_fit)
     assert after.pinned_cpus == {0, 1} and after.pages[1].used == 2 and after.memory_usage_mib == 2048
 
 
@@ -310,7 +310,7 @@ def test_reserved_huge_pages_are_kept_per_cell_and_size() -> None:
 def test_a_pinned_hugepage_domain_without_guest_cells_counts_on_its_cell() -> None:
     guest = replace(
         domain("pinned", vcpus=2, memory=2 * GIB, hugepages=True, pins=(frozenset({2}), frozenset({3}))),
-        placement=DomainPlacement(hugepages=(HugepageBacking(1048576),)),
+        layout=DomainLayout(hugepages=(HugepageBacking(1048576),)),
     )
     cells = build((guest,))
     assert cells[0].pinned_cpus == frozenset() and cells[1].pinned_cpus == {2, 3}
@@ -325,7 +325,7 @@ def test_guest_cells_land_on_their_memnodes() -> None:
             memory=2 * GIB,
             pins=(frozenset({0}), frozenset({1}), frozenset({2}), frozenset({3})),
         ),
-        placement=DomainPlacement(
+        layout=DomainLayout(
             guest_cells=(GuestCell(0, frozenset({0, 1}), GIB), GuestCell(1, frozenset({2, 3}), GIB)),
             cell_memory_nodes={0: frozenset({0}), 1: frozenset({1})},
         ),
@@ -340,7 +340,7 @@ def test_nova_guests_without_a_topology_and_uncounted_states_use_no_cell() -> No
     floating = domain("floating", vcpus=2, memory=2 * GIB, nova=NovaInstance(flavor))
     stopped = replace(
         domain("stopped", state=DomainState.SHUTOFF, vcpus=1, pins=(frozenset({0}),)),
-        placement=DomainPlacement(memory_nodes=frozenset({0})),
+        layout=DomainLayout(memory_nodes=frozenset({0})),
     )
     cells = build((floating, stopped), counted_states=ALL_STATES - {DomainState.SHUTOFF})
     assert all(c.memory_usage_mib == 0 and not c.pinned_cpus and not c.shared_cpu_usage for c in cells)

@@ -127,28 +127,28 @@ PLACED = """
 
 
 def test_a_definition_says_where_the_guest_sits() -> None:
-    placement = parse_domain_xml(PLACED).placement
-    assert placement.emulator_pins == frozenset({0, 1})
-    assert placement.guest_cells == (
+    layout = parse_domain_xml(PLACED).layout
+    assert layout.emulator_pins == frozenset({0, 1})
+    assert layout.guest_cells == (
         GuestCell(0, frozenset({0, 1}), 2 * GIB),
         GuestCell(1, frozenset({2, 3}), 2 * GIB),
     )
-    assert placement.memory_nodes == frozenset({1})
-    assert placement.cell_memory_nodes == {0: {1}, 1: {0}}
-    assert placement.hugepages == (
+    assert layout.memory_nodes == frozenset({1})
+    assert layout.cell_memory_nodes == {0: {1}, 1: {0}}
+    assert layout.hugepages == (
         HugepageBacking(2048, frozenset({0})),
         HugepageBacking(1048576, frozenset({1})),
     )
     # a passthrough device, and the VF of an SR-IOV port (Neutron's vnic_type direct)
-    assert placement.pci_addresses == ("0000:3b:02.1", "0000:d8:02.3")
-    assert placement.mdev_uuids == ("c2177883-f1bb-47f0-914d-32a22e3a8804",)
+    assert layout.pci_addresses == ("0000:3b:02.1", "0000:d8:02.3")
+    assert layout.mdev_uuids == ("c2177883-f1bb-47f0-914d-32a22e3a8804",)
 
 
 def test_a_plain_definition_has_no_placement_and_bare_hugepages_use_the_default_size() -> None:
     plain = PLACED.split("<memoryBacking>", maxsplit=1)[0] + "</domain>"
-    assert parse_domain_xml(plain).placement.guest_cells == ()
+    assert parse_domain_xml(plain).layout.guest_cells == ()
     bare = plain.replace("</domain>", "<memoryBacking><hugepages/></memoryBacking></domain>")
-    assert parse_domain_xml(bare).placement.hugepages == (HugepageBacking(None),)
+    assert parse_domain_xml(bare).layout.hugepages == (HugepageBacking(None),)
 
 
 def test_a_broken_placement_is_a_problem_and_the_domain_still_counts() -> None:
@@ -157,4 +157,4 @@ def test_a_broken_placement_is_a_problem_and_the_domain_still_counts() -> None:
         "domain pinned: <memnode cellid> is not a whole number: 'one'; "
         "its NUMA and device placement is unknown",
     )
-    assert broken.placement.guest_cells == () and broken.memory_bytes == 4 * GIB
+    assert broken.layout.guest_cells == () and broken.memory_bytes == 4 * GIB

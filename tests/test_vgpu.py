@@ -266,7 +266,7 @@ def test_the_audit_reads_the_gpus_the_mediated_devices_and_who_holds_them(gpu_ho
             key=lambda mdev: mdev.uuid,
         )
     )
-    held = {d.name: (d.state, d.placement.mdev_uuids) for d in gpu_host.domains}
+    held = {d.name: (d.state, d.layout.mdev_uuids) for d in gpu_host.domains}
     assert held == {
         "vm-a": (DomainState.RUNNING, (M1,)),
         "vm-b": (DomainState.SHUTOFF, (M2,)),

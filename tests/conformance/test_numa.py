@@ -1,4 +1,4 @@
-"""NUMA placement: virtcap's model/numa.py against Nova's numa_get_constraints,
+"""NUMA placement: virtcap's model/numa/ against Nova's numa_get_constraints,
 numa_fit_instance_to_host and numa_usage_from_instance_numa, on generated hosts and flavors.
 
 Each host has 1, 2 or 4 cells of 1 to 6 cores, with or without SMT siblings (numbered as Linux
@@ -385,7 +385,7 @@ def _compare_flavor(
             for d in pci["devices"]
         ]
         pools = device_pools(devices, specs, pci["held"])
-    placement = fit(
+    numa_fit = fit(
         cells,
         topology,
         cpu_allocation_ratio=ratios["cpu"],
@@ -397,18 +397,18 @@ def _compare_flavor(
     )
     kinds["fit"] += 1
     upstream_fit = upstream["fit"]
-    if placement.fits:
+    if numa_fit.fits:
         kinds["fits"] += 1
     if pci is not None and "pci_passthrough:alias" in flavor["extra_specs"]:
         kinds["pci fit"] += 1
-        kinds["pci fits"] += placement.fits
+        kinds["pci fits"] += numa_fit.fits
     mine_fit = None
-    if placement.fits:
+    if numa_fit.fits:
         mine_fit = {
-            "cells": list(placement.host_cells),
-            "pagesizes": [cell.page_size for cell in placement.placed],
-            "pinning": {str(vcpu): cpu for vcpu, cpu in sorted(placement.pinning.items())},
-            "reserved": sorted(set().union(*(cell.reserved_cpus for cell in placement.placed))),
+            "cells": list(numa_fit.host_cells),
+            "pagesizes": [cell.page_size for cell in numa_fit.placed],
+            "pinning": {str(vcpu): cpu for vcpu, cpu in sorted(numa_fit.pinning.items())},
+            "reserved": sorted(set().union(*(cell.reserved_cpus for cell in numa_fit.placed))),
         }
     if upstream_fit is not None:
         upstream_fit = _by_core(upstream_fit, cells)
@@ -416,12 +416,12 @@ def _compare_flavor(
         mine_fit = _by_core(mine_fit, cells)
     if mine_fit != upstream_fit:
         mismatches.append(
-            f"{where} {flavor} ratios {ratios}: virtcap fit {mine_fit} ({placement.reasons}), "
+            f"{where} {flavor} ratios {ratios}: virtcap fit {mine_fit} ({numa_fit.reasons}), "
             f"Nova {upstream_fit}"
         )
         return
     kinds["count"] += 1
-    # the count host_capacity gives: placement.CellsAndDevices.count
+    # the count host_capacity gives: host_fit.CellsAndDevices.count
     count = CellsAndDevices(cells, pools, VIRTCAP_ALIASES, ratios["cpu"], ratios["ram"]).count(
         WithinHost(topology), LIMIT
     )
@@ -449,7 +449,7 @@ def _pci_count(
     extra_specs: dict[str, str],
 ) -> int:
     """Fit, consume the cells, take the devices near them, as many times as that works: the
-    count host_capacity gives (placement.CellsAndDevices.count)."""
+    count host_capacity gives (host_fit.CellsAndDevices.count)."""
     within = WithinHost(
         topology, extra_specs["pci_passthrough:alias"], extra_specs.get("hw:pci_numa_affinity_policy")
     )

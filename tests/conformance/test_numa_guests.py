@@ -155,7 +155,7 @@ def domain_facts(index: int, guest: dict[str, Any], written: dict[str, Any]) -> 
         vcpu_pins=definition.vcpu_pins,
         disks=(),
         nova=definition.nova,
-        placement=definition.placement,
+        layout=definition.layout,
     )
 
 

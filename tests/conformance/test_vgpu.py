@@ -148,13 +148,13 @@ def test_vgpu_inventories_agree_with_novas_libvirt_driver(oracle: Oracle, tmp_pa
                 mismatches.append(f"{where}: totals in Nova's order {ours}, Nova {theirs}")
             continue
         gpus = vgpu_capacity(facts, enabled, EVERY_STATE).gpus
-        ours_whole = {_name(gpu.address): _placement(gpu) for gpu in gpus}
+        ours_whole = {_name(gpu.address): _layout(gpu) for gpu in gpus}
         if ours_whole != nova:
             mismatches.append(f"{where}: virtcap {ours_whole}, Nova {nova}")
     agree("vGPU inventories", mismatches, len(cases))
 
 
-def _placement(gpu: GpuInventory) -> dict[str, Any]:
+def _layout(gpu: GpuInventory) -> dict[str, Any]:
     return {
         "total": gpu.total,
         "min_unit": gpu.min_unit,

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from virtcap.audit.node_devices import pci_address
 from virtcap.model.facts import (
-    DomainPlacement,
+    DomainLayout,
     GuestCell,
     HugepageBacking,
     NovaFlavor,
@@ -85,7 +85,7 @@ class DomainDefinition:
     disks: tuple[DiskReference, ...]
     nova: NovaInstance | None
     problems: tuple[str, ...] = ()
-    placement: DomainPlacement = field(default_factory=DomainPlacement)
+    layout: DomainLayout = field(default_factory=DomainLayout)
     owner: ProjectOwner | None = None
     """From the `ownership` metadata element, where one is configured and present."""
 
@@ -111,11 +111,11 @@ def parse_domain_xml(xml: str, ownership: OwnershipMetadata | None = None) -> Do
         problems.append(f"domain {name}: {error}; accounted from its definition instead")
         nova = None
     try:
-        placement = _placement(top, top.get("devices"))
+        layout = _layout(top, top.get("devices"))
     except DomainXMLError as error:
         # The whole-host amounts do not depend on it: the domain still counts, its cells do not.
         problems.append(f"domain {name}: {error}; its NUMA and device placement is unknown")
-        placement = DomainPlacement()
+        layout = DomainLayout()
     memory_bytes = _memory_bytes(top.get("memory"))
     current_memory = top.get("currentMemory")
     backing = top.get("memoryBacking")
@@ -136,7 +136,7 @@ def parse_domain_xml(xml: str, ownership: OwnershipMetadata | None = None) -> Do
         disks=tuple(_disk_reference(disk) for disk in disk_elements),
         nova=nova,
         problems=tuple(problems),
-        placement=placement,
+        layout=layout,
         owner=_metadata_owner(top.get("metadata"), ownership) if ownership is not None else None,
     )
 
@@ -187,7 +187,7 @@ MAX_PLACEMENT_ITEMS = 4096
 guest; a definition with more is refused rather than read at every audit."""
 
 
-def _placement(top: dict[str, ET.Element], devices: ET.Element | None) -> DomainPlacement:
+def _layout(top: dict[str, ET.Element], devices: ET.Element | None) -> DomainLayout:
     tuning = top.get("cputune")
     emulator = tuning.find("emulatorpin") if tuning is not None else None
     numatune = top.get("numatune")
@@ -195,7 +195,7 @@ def _placement(top: dict[str, ET.Element], devices: ET.Element | None) -> Domain
     backing = top.get("memoryBacking")
     hugepages = backing.find("hugepages") if backing is not None else None
     cpu = top.get("cpu")
-    return DomainPlacement(
+    return DomainLayout(
         emulator_pins=_cpuset_or_none(emulator.get("cpuset") if emulator is not None else None),
         guest_cells=tuple(_guest_cell(cell) for cell in _bounded(cpu, "numa/cell")),
         memory_nodes=_cpuset_or_none(memory.get("nodeset") if memory is not None else None),

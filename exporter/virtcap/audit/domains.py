@@ -257,7 +257,7 @@ def _domain_facts(
         disks=disks,
         nova=definition.nova,
         problems=tuple(problems),
-        placement=definition.placement,
+        layout=definition.layout,
         owner=definition.owner,
     )
 

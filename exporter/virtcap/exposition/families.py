@@ -519,7 +519,7 @@ def _add_flavors(gauges: _Gauges, name: str, capacity: HostCapacity) -> None:
         limiting = capacity.bottlenecks.get(flavor)
         if limiting is not None:
             gauges[catalogue.FLAVOR_BOTTLENECK].add_metric([name, flavor, limiting.label], 1)
-        constraint = capacity.placement_limited.get(flavor)
+        constraint = capacity.limited_within.get(flavor)
         if constraint is not None:
             gauges[catalogue.FLAVOR_PLACEMENT_LIMITED].add_metric([name, flavor, constraint], 1)
 

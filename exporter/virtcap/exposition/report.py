@@ -77,7 +77,7 @@ def hypervisor_document(snapshot: HypervisorSnapshot) -> dict[str, Any]:
         },
         schedulable=dict(capacity.schedulable),
         bottlenecks={flavor: r.label if r else None for flavor, r in capacity.bottlenecks.items()},
-        placement_limited=dict(capacity.placement_limited),
+        placement_limited=dict(capacity.limited_within),
         refusals={flavor: list(reasons) for flavor, reasons in capacity.refusals.items()},
         memory_actual_source=facts.memory_in_use_source,
         hugepage_memory_bytes=capacity.hugepage_memory_bytes,
@@ -346,7 +346,7 @@ def _render_one(snapshot: HypervisorSnapshot) -> str:
         fits = ", ".join(_fit(capacity, name, count) for name, count in capacity.schedulable.items())
         lines.append(f"  schedulable: {fits}")
     for flavor, reasons in capacity.refusals.items():
-        if capacity.placement_limited.get(flavor) or flavor in capacity.refused_within:
+        if capacity.limited_within.get(flavor) or flavor in capacity.refused_within:
             lines.append(f"  {flavor} fits nowhere here: {'; '.join(reasons)}")
     if snapshot.facts is not None:
         lines.extend(f"  ! {problem}" for problem in snapshot.facts.problems)
@@ -356,7 +356,7 @@ def _render_one(snapshot: HypervisorSnapshot) -> str:
 
 def _fit(capacity: HostCapacity, flavor: str, count: int) -> str:
     """`p1.8xlarge 0 (numa)`: the count, and the cells or devices where they hold it down."""
-    limited = capacity.placement_limited.get(flavor)
+    limited = capacity.limited_within.get(flavor)
     return f"{flavor} {count} ({limited})" if limited else f"{flavor} {count}"
 
 

@@ -135,11 +135,11 @@ class HostCapacity:
     guest cells are not all backed by hugepages, only theirs (memory_backing)."""
     bottlenecks: Mapping[str, Resource | None] = field(default_factory=dict)
     """Per flavor, the resource that limits how many more instances fit (None where its NUMA fit
-    or its devices limit it more: see `placement_limited`)."""
+    or its devices limit it more: see `limited_within`)."""
     within: CellsAndDevices = field(default_factory=CellsAndDevices)
     """The NUMA cells and PCI pools with what domains and pending claims use."""
     vgpus: VgpuCapacity = field(default_factory=VgpuCapacity)
-    placement_limited: Mapping[str, Constraint] = field(default_factory=dict)
+    limited_within: Mapping[str, Constraint] = field(default_factory=dict)
     """The flavors whose NUMA fit or devices let fewer fit than the whole-host amounts, and which."""
     refusals: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     """Per flavor of which no more instance fits, why: the classes, cells or pools that refuse it."""
@@ -179,8 +179,8 @@ def domain_allocation(domain: DomainFacts, dedicated_cpus: frozenset[int] | None
         Resource.MEMORY: placement_units(Resource.MEMORY, domain.memory_bytes) * MIB,
         Resource.DISK: placement_units(Resource.DISK, local) * GIB,
     }
-    if domain.placement.mdev_uuids:  # a vGPU each, as Nova allocates them
-        allocation[Resource.VGPU] = len(domain.placement.mdev_uuids)
+    if domain.layout.mdev_uuids:  # a vGPU each, as Nova allocates them
+        allocation[Resource.VGPU] = len(domain.layout.mdev_uuids)
     return allocation
 
 
@@ -371,7 +371,7 @@ def host_capacity(
         bottlenecks={name: fit.bottleneck for name, fit in fits.items()},
         within=within,
         vgpus=vgpus,
-        placement_limited={name: fit.limited for name, fit in fits.items() if fit.limited is not None},
+        limited_within={name: fit.limited for name, fit in fits.items() if fit.limited is not None},
         claimed_vgpus=claimed_vgpus,
         refusals={
             name: reasons or tuple(refusal.message for refusal in refused_within.get(name, ()))

@@ -99,7 +99,7 @@ class HugepageBacking:
 
 
 @dataclass(frozen=True, slots=True)
-class DomainPlacement:
+class DomainLayout:
     """Where a domain sits on the host's NUMA cells and devices, as its definition says: what
     Nova's NUMA and PCI accounting consume, beside the whole-host amounts."""
 
@@ -134,7 +134,7 @@ class DomainFacts:
     disks: tuple[DiskFacts, ...]
     nova: NovaInstance | None
     problems: tuple[str, ...] = ()
-    placement: DomainPlacement = field(default_factory=DomainPlacement)
+    layout: DomainLayout = field(default_factory=DomainLayout)
     owner: ProjectOwner | None = None
     """From the configured metadata element (`ownership`); None where it is not configured or absent."""
 

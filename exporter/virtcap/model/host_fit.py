@@ -297,7 +297,7 @@ def cells_and_devices(facts: HostFacts, policy: HostPolicy) -> CellsAndDevices:
         address
         for domain in facts.domains
         if domain.state in counted
-        for address in domain.placement.pci_addresses
+        for address in domain.layout.pci_addresses
     ]
     return CellsAndDevices(
         cells=host_cells(

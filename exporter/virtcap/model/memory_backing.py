@@ -45,10 +45,10 @@ def cell_page_size(domain: DomainFacts, guest_cell: int, page_sizes: Sequence[in
     default_huge = page_sizes[1] if len(page_sizes) > 1 else None
     if not domain.hugepages:
         return small
-    if not domain.placement.hugepages:
+    if not domain.layout.hugepages:
         # a <hugepages> whose pages could not be read (the placement is unknown): the default size
         return default_huge or small
-    page = cell_backing(domain.placement.hugepages, guest_cell)
+    page = cell_backing(domain.layout.hugepages, guest_cell)
     if page is None:
         return small
     return page.size_kib if page.size_kib is not None else default_huge
@@ -60,13 +60,13 @@ def hugepage_backed_bytes(domain: DomainFacts, small_page_kib: int | None) -> in
     host reports no page sizes, and any `<page>` then counts)."""
     if not domain.hugepages:
         return 0
-    placement = domain.placement
-    if not placement.hugepages:
+    layout = domain.layout
+    if not layout.hugepages:
         return domain.memory_bytes
-    cells = [(cell.id, cell.memory_bytes) for cell in placement.guest_cells] or [(0, domain.memory_bytes)]
+    cells = [(cell.id, cell.memory_bytes) for cell in layout.guest_cells] or [(0, domain.memory_bytes)]
     backed = 0
     for guest_cell, memory_bytes in cells:
-        page = cell_backing(placement.hugepages, guest_cell)
+        page = cell_backing(layout.hugepages, guest_cell)
         if page is None:
             continue
         if page.size_kib is None or small_page_kib is None or page.size_kib > small_page_kib:

@@ -208,7 +208,7 @@ def vgpu_capacity(
     for domain in facts.domains:
         if domain.state not in counted_states:
             continue
-        for uuid in domain.placement.mdev_uuids:
+        for uuid in domain.layout.mdev_uuids:
             parent = parents.get(uuid)
             if parent is not None and parent in holders:
                 holders[parent].append(domain.name)

@@ -1,4 +1,4 @@
-"""NUMA placement as Nova accounts for it, one module per part. Pure: no libvirt, no
+"""NUMA fits and cell usage as Nova accounts for them, one module per part. Pure: no libvirt, no
 configuration file. The semantics are Nova 34's (nova.virt.hardware numa_get_constraints,
 numa_fit_instance_to_host, numa_usage_from_instance_numa; nova.objects.numa; the libvirt driver's
 _get_host_numa_topology), restated here and compared with upstream by

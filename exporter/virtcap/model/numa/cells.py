@@ -209,17 +209,17 @@ def _domain_needs_numa(domain: DomainFacts) -> tuple[bool, str | None, str | Non
         if topology is None:
             return False, None, None
         return True, topology.cpu_thread_policy, topology.emulator_threads_policy
-    placement = domain.placement
+    layout = domain.layout
     pinned = any(pins is not None for pins in domain.vcpu_pins)
-    return bool(placement.guest_cells or pinned or domain.hugepages), None, None
+    return bool(layout.guest_cells or pinned or domain.hugepages), None, None
 
 
 def _domain_usage(domain: DomainFacts, cells: Mapping[int, HostCell]) -> dict[int, _Usage]:
     needed, thread_policy, emulator_policy = _domain_needs_numa(domain)
     if not needed:
         return {}
-    placement = domain.placement
-    guest_cells = [(c.id, c.vcpus, c.memory_bytes) for c in placement.guest_cells] or [
+    layout = domain.layout
+    guest_cells = [(c.id, c.vcpus, c.memory_bytes) for c in layout.guest_cells] or [
         (0, frozenset(range(domain.vcpus)), domain.memory_bytes)
     ]
     cell_of_cpu = {cpu: cell.id for cell in cells.values() for cpu in cell.shared_cpus | cell.dedicated_cpus}
@@ -243,9 +243,9 @@ def _domain_usage(domain: DomainFacts, cells: Mapping[int, HostCell]) -> dict[in
         size = cell_page_size(domain, guest_id, sorted(pages.size_kib for pages in cells[home].pages))
         if size is not None:
             usage[home].pages[size] = usage[home].pages.get(size, 0) + memory_mib * KIB_PER_MIB // size
-    if emulator_policy == "isolate" and placement.emulator_pins:
+    if emulator_policy == "isolate" and layout.emulator_pins:
         for cell in cells.values():
-            held = placement.emulator_pins & cell.dedicated_cpus
+            held = layout.emulator_pins & cell.dedicated_cpus
             if held:
                 usage[cell.id].pinned |= held
     if thread_policy == ISOLATE:
@@ -271,12 +271,12 @@ def _guest_cell_home(
     domain: DomainFacts,
     cell_of_cpu: Mapping[int, int],
 ) -> int | None:
-    placement = domain.placement
-    nodes = placement.cell_memory_nodes.get(guest_id)
+    layout = domain.layout
+    nodes = layout.cell_memory_nodes.get(guest_id)
     if nodes is not None:
         return next(iter(nodes)) if len(nodes) == 1 else None
-    if placement.memory_nodes is not None and len(placement.memory_nodes) == 1:
-        return next(iter(placement.memory_nodes))
+    if layout.memory_nodes is not None and len(layout.memory_nodes) == 1:
+        return next(iter(layout.memory_nodes))
     if not pins or any(pin is None for pin in pins):
         return None
     return _single(frozenset().union(*(pin for pin in pins if pin)), cell_of_cpu)

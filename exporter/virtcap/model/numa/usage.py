@@ -125,17 +125,17 @@ def count_in_a_row(
     count = 0
     current = tuple(cells)
     while count < limit:
-        placement = fit(
+        numa_fit = fit(
             current,
             topology,
             cpu_allocation_ratio=cpu_allocation_ratio,
             ram_allocation_ratio=ram_allocation_ratio,
             pci_pools=pci_pools,
         )
-        if not placement.fits:
+        if not numa_fit.fits:
             break
         try:
-            current = consume(current, topology, placement)
+            current = consume(current, topology, numa_fit)
         except PinningConflictError:
             break
         count += 1

@@ -168,7 +168,7 @@ def consume_in_turn(state: HostState, demands: Sequence[Demand]) -> HostState:
         claimed_vgpus=tuple(vgpus),
         schedulable={},
         bottlenecks={},
-        placement_limited={},
+        limited_within={},
         refusals={},
     )
     return replace(state, capacity=consumed, placed=(*state.placed, *demands))
