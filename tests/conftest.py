@@ -1,5 +1,8 @@
 """Shared fixtures: the private libvirtd (tests/support/libvirtd.py) and PostgreSQL cluster
-(tests/support/postgres.py), for the tests that ask for them."""
+(tests/support/postgres.py), for the tests that ask for them.
+
+Session fixtures are per worker under pytest-xdist (`make unit`): each worker that needs a daemon
+starts its own, in a folder of its own (mkdtemp) and on a free port, so that none collide."""
 
 from __future__ import annotations
 

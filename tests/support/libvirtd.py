@@ -1,4 +1,5 @@
-"""A private libvirtd with the QEMU driver, for the test session (conftest.py starts it once).
+"""A private libvirtd with the QEMU driver, for the test session (conftest.py starts it once, on
+the first test that asks; once per worker under pytest-xdist, each in a temporary folder of its own).
 
 The daemon runs in libvirt's session (unprivileged) mode with every directory it uses (socket,
 configuration, state, cache, logs) in a temporary folder of its own: a system libvirtd, if the
