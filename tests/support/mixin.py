@@ -4,6 +4,7 @@ vector selectors of its PromQL (to hold every one of them to the fleet label).""
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import subprocess
@@ -52,7 +53,13 @@ def _tla(config: dict[str, Any] | None) -> list[str]:
 def jsonnet(source: str, config: dict[str, Any] | None = None) -> str:
     """One of the mixin's YAML entry files (alerts.jsonnet, rules.jsonnet) rendered, `config`
     merged into its _config. No -J: the mixin imports only its own files, by relative path."""
-    command = ["jsonnet", "-S", str(MIXIN / source), *_tla(config)]
+    return _rendered(("jsonnet", "-S", str(MIXIN / source), *_tla(config)))
+
+
+@functools.cache
+def _rendered(command: tuple[str, ...]) -> str:
+    # Remembered for the test process: a rendering takes jsonnet seconds of CPU, the same one is
+    # asked for by several tests, and the sources do not change while the tests run.
     return subprocess.run(command, capture_output=True, text=True, check=True).stdout
 
 
