@@ -21,13 +21,14 @@ $(BIN)/virtcap: pyproject.toml | system-deps
 	@touch $@
 
 # Every runtime and test dependency at its lower bound (the constraints file pins each one there),
-# the rest newest: what a user whose distribution ships old releases runs. Made anew whenever
-# either file changes.
+# the rest newest: what a user whose distribution ships old releases runs. With the dev tools:
+# tests/system/test_layers.py runs import-linter, at its lower bound too. Made anew whenever either file
+# changes.
 $(LOWER_VENV)/bin/virtcap: pyproject.toml $(LOWER_BOUNDS) | system-deps
 	rm -rf $(LOWER_VENV)
 	$(PYTHON) -m venv $(LOWER_VENV)
 	$(LOWER_VENV)/bin/pip install --quiet --upgrade pip
-	$(LOWER_VENV)/bin/pip install --quiet --constraint $(LOWER_BOUNDS) -e '.[test]'
+	$(LOWER_VENV)/bin/pip install --quiet --constraint $(LOWER_BOUNDS) -e '.[test,dev]'
 	@touch $@
 
 venv: $(BIN)/virtcap
@@ -39,6 +40,8 @@ demo: system-deps $(BIN)/virtcap
 lint: $(BIN)/virtcap
 	$(BIN)/ruff check exporter tests bench
 	$(BIN)/ruff format --check exporter tests bench
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+	$(BIN)/lint-imports --no-cache
 
 typecheck: $(BIN)/virtcap
 	$(BIN)/mypy
@@ -69,16 +72,17 @@ conformance: $(BIN)/virtcap upstream-venv
 
 test: system-deps $(BIN)/virtcap lint typecheck unit
 
-# The committed rule files and dashboards are generated from the Jsonnet mixin (mixin/, no
-# dependencies, no -J path), the README's metrics table from the metric catalogue and the demo's
-# node files and captures by virtcap.demo.generate; a test fails when any of them drifts.
+# The committed rule files and dashboards are generated from the Jsonnet mixin (sources in alerts/
+# and dashboards/ beside the files they generate, mixin/ for what both share; no dependencies, no
+# -J path), the README's metrics table from the metric catalogue and the demo's node files and
+# captures by virtcap.demo.generate; a test fails when any of them drifts.
 generate: system-deps $(BIN)/virtcap
-	$(BIN)/python -m virtcap.exposition.catalogue README.md
+	$(BIN)/python -m virtcap.exposition.catalogue docs/metrics.md
 	$(BIN)/python -m virtcap.demo.generate > /dev/null
-	jsonnet -S mixin/alerts.jsonnet > mixin/generated/prometheus_alerts.yaml
-	jsonnet -S mixin/rules.jsonnet > mixin/generated/prometheus_rules.yaml
-	rm -f mixin/generated/dashboards/*.json
-	jsonnet -m mixin/generated/dashboards mixin/dashboards.jsonnet > /dev/null
+	jsonnet -S alerts/prometheus_alerts.jsonnet > alerts/prometheus_alerts.yaml
+	jsonnet -S alerts/prometheus_rules.jsonnet > alerts/prometheus_rules.yaml
+	rm -f dashboards/*.json
+	jsonnet -m dashboards dashboards/dashboards.jsonnet > /dev/null
 
 # Side by side with the Debian prometheus-libvirt-exporter; the real-libvirtd figure needs root and
 # the system libvirtd (the tests only ever start a private one).

@@ -21,8 +21,9 @@ from harness import (
     wait,
 )
 from harness import cell as table_cell  # `cell` is a NUMA cell here
-from virtcap.audit.hypervisor import audit_host, open_read_only
-from virtcap.audit.replay import encode_capture
+from virtcap.audit.capture_format import encode_capture
+from virtcap.audit.connection import open_read_only
+from virtcap.audit.hypervisor import audit_host
 from virtcap.config import parse_config
 from virtcap.demo import hostgen
 from virtcap.demo.fleetgen import RUNNING, SHUTOFF

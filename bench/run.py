@@ -65,7 +65,7 @@ from serving import tolerance_while_scraped
 from sharding import sharding
 from tolerance import failure_tolerance
 from virtcap import __version__
-from virtcap.audit.hypervisor import version_string
+from virtcap.audit.host_readings import version_string
 
 
 def network_latency(quick: bool) -> None:

@@ -20,12 +20,12 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from harness import make_hosts, write_config
 from virtcap.audit.domain_xml import NOVA_NAMESPACE
-from virtcap.audit.oneshot import audit_fleet_once
 from virtcap.config import Config, load_config
 from virtcap.demo import demo_config
 from virtcap.exposition.families import FragmentCache, views
-from virtcap.service.store import SnapshotStore
-from virtcap.service.tolerance import one_shot_tolerance
+from virtcap.fleet.store import SnapshotStore
+from virtcap.fleet.tolerance import one_shot_tolerance
+from virtcap.service.oneshot import audit_fleet_once
 
 FAMILIES = ("hypervisor_project_", "hypervisor_domain_")
 

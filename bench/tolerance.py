@@ -13,7 +13,6 @@ from harness import (
     print_table,
 )
 from virtcap.demo.fleetgen import RUNNING, random_domain
-from virtcap.model.capacity import HostPolicy
 from virtcap.model.facts import (
     DiskFacts,
     DomainFacts,
@@ -23,7 +22,8 @@ from virtcap.model.facts import (
     NovaInstance,
     StorageFacts,
 )
-from virtcap.model.placement import Demand
+from virtcap.model.host_fit import Demand
+from virtcap.model.policy import HostPolicy
 from virtcap.model.resources import Resource
 from virtcap.model.scheduler import SPREAD, HostState, fleet_tolerance, fleet_tolerance_update, host_state
 

@@ -100,7 +100,7 @@
       claimsDatabaseDown: 'warning',
     },
     // Each alert's runbook_url is this, '#', and the alert's name in lower case (its section).
-    runbookURL: 'https://github.com/virtcap/virtcap/blob/main/mixin/runbook.md',
+    runbookURL: 'https://github.com/virtcap/virtcap/blob/main/docs/runbook.md',
 
     // Dashboards: the tag that links them to each other, and the uid of the data source their
     // `datasource` variable selects by default (the compose stack's provisioned Prometheus).

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-import virtcap.audit.hypervisor  # noqa: F401  (silences libvirt's own printing of errors)
+import virtcap.audit.connection  # noqa: F401  (silences libvirt's own printing of errors)
 from tests.support.libvirtd import SEARCH_PATH, Libvirtd, daemon_owner, prepare, running_daemon
 from tests.support.postgres import Postgres, running_postgres
 

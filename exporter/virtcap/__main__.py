@@ -1,3 +1,3 @@
-from virtcap.commands import run
+from virtcap.commands.main import run
 
 run()

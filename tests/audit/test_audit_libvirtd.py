@@ -17,11 +17,11 @@ import libvirt
 import pytest
 
 from tests.support.libvirtd import Libvirtd
-from virtcap.audit.oneshot import audit_fleet_once
 from virtcap.config import parse_config
+from virtcap.fleet.snapshot import HypervisorSnapshot
 from virtcap.model.facts import DomainState
 from virtcap.model.resources import Resource
-from virtcap.service.snapshot import HypervisorSnapshot
+from virtcap.service.oneshot import audit_fleet_once
 
 pytestmark = pytest.mark.libvirtd
 

@@ -21,10 +21,7 @@ import pytest
 import virtcap.audit.connection
 from tests.support.libvirtd import Libvirtd
 from virtcap.audit.capture import capture_host, encode_bounded
-from virtcap.audit.hypervisor import audit_host, open_read_only
-from virtcap.audit.libvirt_api import VirConnect, VirNodeDevice
-from virtcap.audit.oneshot import audit_fleet_once
-from virtcap.audit.replay import (
+from virtcap.audit.capture_format import (
     Answer,
     CaptureDocument,
     CellPages,
@@ -35,13 +32,16 @@ from virtcap.audit.replay import (
     FreePages,
     NodeDevice,
     PageCount,
-    ReplayConnection,
     encode_capture,
     load_capture,
 )
+from virtcap.audit.connection import open_read_only
+from virtcap.audit.hypervisor import audit_host
+from virtcap.audit.libvirt_api import VirConnect, VirNodeDevice
+from virtcap.audit.replay import ReplayConnection
 from virtcap.config import AuditSettings, DiskSource, Hypervisor, parse_config
 from virtcap.demo import demo_config
-from virtcap.model.capacity import HostPolicy
+from virtcap.fleet.store import SnapshotStore
 from virtcap.model.facts import (
     CpuIdentity,
     GuestCell,
@@ -52,8 +52,9 @@ from virtcap.model.facts import (
     PciDevice,
 )
 from virtcap.model.facts import PageCount as CellPageCount
+from virtcap.model.policy import HostPolicy
 from virtcap.service.auditor import HypervisorAuditor
-from virtcap.service.store import SnapshotStore
+from virtcap.service.oneshot import audit_fleet_once
 from virtcap.service.supervise import Supervisor
 
 GIB = 1024**3

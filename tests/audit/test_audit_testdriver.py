@@ -12,21 +12,17 @@ import pytest
 
 from tests.support.factories import storageless_fleet
 from tests.support.files import FIXTURES
-from virtcap.audit.hypervisor import (
-    AuditError,
-    audit_host,
-    open_read_only,
-    read_cpu_times,
-    read_host_layout,
-    redact_uri,
-)
-from virtcap.audit.oneshot import audit_fleet_once
+from virtcap.audit.connection import AuditError, open_read_only, redact_uri
+from virtcap.audit.host_readings import read_cpu_times, read_host_layout
+from virtcap.audit.hypervisor import audit_host
 from virtcap.config import DiskSource, parse_config
 from virtcap.exposition.report import fleet_document, render_tables
-from virtcap.model.capacity import HostPolicy, host_capacity
+from virtcap.fleet.snapshot import HypervisorSnapshot
+from virtcap.model.capacity import host_capacity
 from virtcap.model.facts import DomainState, HostFacts
+from virtcap.model.policy import HostPolicy
 from virtcap.model.resources import Resource
-from virtcap.service.snapshot import HypervisorSnapshot
+from virtcap.service.oneshot import audit_fleet_once
 
 MIXED = FIXTURES / "mixed-node.xml"
 GIB = 1024**3

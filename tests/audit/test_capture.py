@@ -20,19 +20,20 @@ from tests.support.files import FIXTURES
 from tests.support.libvirtd import Libvirtd
 from tests.support.serving import running_server, series, value, wait_for
 from virtcap.audit.capture import capture_host, encode_bounded, uri_problem
-from virtcap.audit.hypervisor import AuditError, audit_host, open_read_only
-from virtcap.audit.libvirt_api import VirConnect
-from virtcap.audit.replay import (
+from virtcap.audit.capture_format import (
     VCPU_STATS,
     Answer,
     CaptureDocument,
     CellPages,
     PageCount,
-    ReplayConnection,
     encode_capture,
     load_capture,
 )
-from virtcap.commands import main
+from virtcap.audit.connection import AuditError, open_read_only
+from virtcap.audit.hypervisor import audit_host
+from virtcap.audit.libvirt_api import VirConnect
+from virtcap.audit.replay import ReplayConnection
+from virtcap.commands.main import main
 from virtcap.config import DiskSource
 from virtcap.demo import DEMO_DIR, demo_config, demo_config_text
 from virtcap.model.facts import DomainState, HostFacts, VcpuWait

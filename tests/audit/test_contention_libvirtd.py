@@ -18,7 +18,8 @@ import pytest
 
 from tests.support.libvirtd import Libvirtd
 from tests.support.serving import running_server, value, wait_for
-from virtcap.audit.hypervisor import audit_host, open_read_only
+from virtcap.audit.connection import open_read_only
+from virtcap.audit.hypervisor import audit_host
 from virtcap.model.facts import HostFacts
 
 pytestmark = pytest.mark.libvirtd

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from virtcap.audit.hypervisor import audit_host, open_read_only
-from virtcap.audit.replay import decode_capture, encode_capture
+from virtcap.audit.capture_format import decode_capture, encode_capture
+from virtcap.audit.connection import open_read_only
+from virtcap.audit.hypervisor import audit_host
 from virtcap.demo import demo_config
 from virtcap.demo.generate import gpu_host, numa_host, spare_host
 from virtcap.demo.hostgen import (
@@ -30,7 +31,6 @@ from virtcap.demo.hostgen import (
     NicSpec,
     capture_document,
 )
-from virtcap.model import numa
 from virtcap.model.facts import (
     GuestCell,
     HostFacts,
@@ -41,6 +41,9 @@ from virtcap.model.facts import (
     PageCount,
     PciDevice,
 )
+from virtcap.model.numa.cells import host_cells
+from virtcap.model.numa.fitting import fit
+from virtcap.model.numa.request import instance_topology
 from virtcap.model.vgpu import vgpu_capacity
 
 GIB = 1024**3
@@ -311,7 +314,7 @@ def test_compute_08_has_room_for_p1_8xlarge_in_no_cell(tmp_path: Path) -> None:
     assert facts.problems == ()
     assert [len(cell.cpus) for cell in facts.numa_cells] == [16, 16]
     (policy,) = (h.policy for h in demo_config().hypervisors if h.name == "compute-08")
-    cells = numa.host_cells(
+    cells = host_cells(
         facts.numa_cells,
         facts.domains,
         cpu_shared_set=policy.cpu_shared_set,
@@ -333,9 +336,9 @@ def test_compute_08_has_room_for_p1_8xlarge_in_no_cell(tmp_path: Path) -> None:
     # the kernel's free pages: the reserved ones are free for it
     assert [[page.free for page in cell.pages[1:]] for cell in facts.numa_cells] == [[2048, 32], [6144, 16]]
 
-    topology = numa.instance_topology(8, 16384, {"hw:cpu_policy": "dedicated", "hw:mem_page_size": "large"})
+    topology = instance_topology(8, 16384, {"hw:cpu_policy": "dedicated", "hw:mem_page_size": "large"})
     assert topology is not None
-    placement = numa.fit(cells, topology, cpu_allocation_ratio=4.0, ram_allocation_ratio=1.0)
+    placement = fit(cells, topology, cpu_allocation_ratio=4.0, ram_allocation_ratio=1.0)
     assert not placement.fits
     assert placement.reasons[0] == "cell 0: 6 free dedicated CPUs < 8 requested"
     assert placement.reasons[1].startswith("cell 1: no large page size holds 16384 MiB")
@@ -391,7 +394,7 @@ def test_compute_10_has_room_for_the_pinned_guests_of_compute_08_but_p1_8xlarge_
     assert facts.problems == ()
     assert facts.cpus == 48 and facts.memory_bytes == 256 * GIB
     (policy,) = (h.policy for h in demo_config().hypervisors if h.name == "compute-10")
-    cells = numa.host_cells(
+    cells = host_cells(
         facts.numa_cells,
         facts.domains,
         cpu_shared_set=policy.cpu_shared_set,
@@ -415,9 +418,9 @@ def test_compute_10_has_room_for_the_pinned_guests_of_compute_08_but_p1_8xlarge_
         (2, PAGE_1G_KIB): 20,
     }
 
-    topology = numa.instance_topology(8, 16384, {"hw:cpu_policy": "dedicated", "hw:mem_page_size": "large"})
+    topology = instance_topology(8, 16384, {"hw:cpu_policy": "dedicated", "hw:mem_page_size": "large"})
     assert topology is not None
-    placement = numa.fit(cells, topology, cpu_allocation_ratio=4.0, ram_allocation_ratio=1.0)
+    placement = fit(cells, topology, cpu_allocation_ratio=4.0, ram_allocation_ratio=1.0)
     assert not placement.fits
     assert placement.reasons[:3] == tuple(f"cell {cell}: 6 dedicated CPUs < 8 requested" for cell in range(3))
 

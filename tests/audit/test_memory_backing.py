@@ -22,9 +22,7 @@ import pytest
 
 from tests.support.factories import GIB, host
 from tests.support.serving import parse_samples, value
-from virtcap.audit.domain_xml import parse_domain_xml
-from virtcap.audit.oneshot import audit_fleet_once
-from virtcap.audit.replay import (
+from virtcap.audit.capture_format import (
     Answer,
     CaptureDocument,
     CellPages,
@@ -34,16 +32,19 @@ from virtcap.audit.replay import (
     PageCount,
     encode_capture,
 )
+from virtcap.audit.domain_xml import parse_domain_xml
 from virtcap.config import parse_config
 from virtcap.demo.hostgen import PAGE_2M_KIB, HostSpec, Hugepages, capture_document
 from virtcap.exposition.families import render, views
-from virtcap.model.capacity import HostPolicy, host_capacity
+from virtcap.fleet.store import SnapshotStore
+from virtcap.model.capacity import host_capacity
 from virtcap.model.facts import DomainFacts, DomainState, NumaCell
 from virtcap.model.facts import PageCount as NumaPageCount
 from virtcap.model.memory_backing import cell_page_size, hugepage_backed_bytes
-from virtcap.model.numa import host_cells
+from virtcap.model.numa.cells import host_cells
+from virtcap.model.policy import HostPolicy
 from virtcap.model.resources import Resource
-from virtcap.service.store import SnapshotStore
+from virtcap.service.oneshot import audit_fleet_once
 
 MIB = 1024**2
 SMALL = 4

@@ -45,11 +45,13 @@ import libvirt
 import pytest
 
 from tests.support.libvirtd import SEARCH_PATH, Libvirtd, _bounded, daemon_owner, prepare, running_daemon
-from virtcap.audit.hypervisor import audit_host, open_read_only
+from virtcap.audit.connection import open_read_only
+from virtcap.audit.hypervisor import audit_host
 from virtcap.config import parse_config
-from virtcap.model.capacity import HostPolicy, host_capacity
+from virtcap.model.capacity import host_capacity
 from virtcap.model.facts import DomainFacts, DomainState, GuestCell, HostFacts, HugepageBacking, NumaCell
-from virtcap.model.placement import Demand
+from virtcap.model.host_fit import Demand, HostFitRefusal
+from virtcap.model.policy import HostPolicy
 from virtcap.model.resources import Resource
 
 # A real libvirtd: left out, with the session's own daemon tests, by `-m "not libvirtd"`.
@@ -541,7 +543,7 @@ def test_the_model_charges_the_guest_to_its_cell(numa_guest: NumaGuest) -> None:
     assert "pinned" not in capacity.placement_limited
     assert [reason.split(" ")[:2] for reason in capacity.refusals["pinned"]] == [["Free", "pcpu"]]
     assert capacity.within.refusals(flavors["pinned"].within) == [
-        f"NUMA: cell {HOST_CELL}: 0 free dedicated CPUs < 1 requested"
+        HostFitRefusal("numa", f"cell {HOST_CELL}: 0 free dedicated CPUs < 1 requested")
     ]
     assert capacity.schedulable["paged"] == pages.free * PAGE_KIB // (16 * KIB)
 

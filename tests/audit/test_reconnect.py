@@ -11,9 +11,9 @@ from typing import Any
 from tests.support.libvirtd import Libvirtd
 from virtcap.audit.events import start_libvirt_event_thread
 from virtcap.config import AuditSettings, Hypervisor
-from virtcap.model.capacity import HostPolicy
+from virtcap.fleet.store import SnapshotStore
+from virtcap.model.policy import HostPolicy
 from virtcap.service.auditor import HypervisorAuditor
-from virtcap.service.store import SnapshotStore
 from virtcap.service.supervise import Supervisor
 
 

@@ -15,16 +15,16 @@ import pytest
 from tests.support.factories import host
 from tests.support.serving import Samples, parse_samples, series, value
 from virtcap.audit.capture import capture_host
-from virtcap.audit.hypervisor import open_read_only
+from virtcap.audit.capture_format import Answer, CaptureDocument, encode_capture
+from virtcap.audit.connection import open_read_only
 from virtcap.audit.libvirt_api import StoragePoolInfo
-from virtcap.audit.oneshot import audit_fleet_once
-from virtcap.audit.replay import Answer, CaptureDocument, encode_capture
 from virtcap.audit.storage_pools import PoolSource, shared_pool_source
 from virtcap.config import parse_config
 from virtcap.exposition.families import FragmentCache, render, views
+from virtcap.fleet.store import SnapshotStore
 from virtcap.model.facts import HostFacts, SharedPoolFacts
 from virtcap.model.storage import shared_pools
-from virtcap.service.store import SnapshotStore
+from virtcap.service.oneshot import audit_fleet_once
 
 GIB = 1024**3
 TIB = 1024**4

@@ -16,20 +16,18 @@ import libvirt
 import pytest
 
 from virtcap.audit.capture import capture_host
-from virtcap.audit.hypervisor import audit_host, open_read_only, read_host_layout
+from virtcap.audit.capture_format import Answer, CaptureDocument, NodeDevice, libvirt_error
+from virtcap.audit.connection import open_read_only
+from virtcap.audit.host_readings import read_host_layout
+from virtcap.audit.hypervisor import audit_host
 from virtcap.audit.libvirt_api import VirNodeDevice
 from virtcap.audit.node_devices import NodeDeviceError, mediated_device, pci_device, pci_name_address
-from virtcap.audit.replay import (
-    Answer,
-    CaptureDocument,
-    NodeDevice,
-    ReplayConnection,
-    libvirt_error,
-)
+from virtcap.audit.replay import ReplayConnection
 from virtcap.config import ConfigError, parse_config
-from virtcap.model.capacity import HostPolicy, host_capacity
+from virtcap.model.capacity import host_capacity
 from virtcap.model.facts import DomainState, HostFacts, MdevType, MediatedDevice, NovaFlavor, NovaInstance
 from virtcap.model.nova import nova_allocation, nova_request
+from virtcap.model.policy import HostPolicy
 from virtcap.model.resources import Resource, display_order, resource_class
 from virtcap.model.vgpu import EnabledMdevType, GpuInventory, gpu_totals, vgpu_capacity
 

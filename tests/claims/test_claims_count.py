@@ -17,7 +17,7 @@ import pytest
 
 from tests.support.claims_client import WRITER, auth, call, claim, write_config
 from tests.support.serving import Server, running_server, value, wait_for
-from virtcap.commands import main
+from virtcap.commands.main import main
 
 GIB = 1024**3
 STACK = "scheduler: {weighers: {ram: -1.0, cpu: -1.0, disk: -1.0}}"

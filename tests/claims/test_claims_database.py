@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from virtcap.claims.database import SCHEMA_VERSION, ClaimDatabase
-from virtcap.claims.records import Claim
 from virtcap.config import ConfigError
+from virtcap.fleet.claim_records import Claim
 from virtcap.model.resources import GIB, MIB, Resource
 
 FPGA = Resource.custom_class("CUSTOM_FPGA")

@@ -30,15 +30,15 @@ from virtcap.claims.ledger import (
     pending_claims,
 )
 from virtcap.claims.maintenance_ledger import UnknownHypervisorError
-from virtcap.claims.scheduling import FleetEntry, schedule_fleet
 from virtcap.config import ClaimSettings
+from virtcap.fleet.scheduling import FleetEntry, schedule_fleet
+from virtcap.fleet.snapshot import HypervisorSnapshot
+from virtcap.fleet.store import SnapshotStore
 from virtcap.model.capacity import host_capacity
 from virtcap.model.facts import HostFacts
-from virtcap.model.placement import Demand
+from virtcap.model.host_fit import Demand
 from virtcap.model.resources import Resource
 from virtcap.model.scheduler import SPREAD, Multipliers, evacuation, fleet_tolerance
-from virtcap.service.snapshot import HypervisorSnapshot
-from virtcap.service.store import SnapshotStore
 
 
 @asynccontextmanager

@@ -13,8 +13,8 @@ import pytest
 
 from tests.support.claims_client import HASH, WRITER, auth, call, claim
 from tests.support.serving import Server, running_server, value, wait_for
-from virtcap.audit.replay import encode_capture
-from virtcap.commands import main
+from virtcap.audit.capture_format import encode_capture
+from virtcap.commands.main import main
 from virtcap.demo.hostgen import PAGE_1G_KIB, FlavorSpec, GuestSpec, HostSpec, Hugepages, capture_document
 
 GIB = 1024**3

@@ -33,14 +33,14 @@ from tests.support.serving import Server, free_port, running_server, value, wait
 from virtcap.claims.database import SCHEMA_VERSION
 from virtcap.claims.ledger import ClaimLedger, ClaimRejectedError, NotClaimOwnerError
 from virtcap.claims.postgres import PostgresClaimDatabase, redact
-from virtcap.claims.records import Claim
 from virtcap.claims.storage import LedgerState, Writes
 from virtcap.config import ClaimSettings, ConfigError
 from virtcap.demo import DEMO_DIR
+from virtcap.fleet.claim_records import Claim
+from virtcap.fleet.store import SnapshotStore
 from virtcap.model.facts import HostFacts
 from virtcap.model.maintenance import Maintenance
 from virtcap.model.resources import GIB, Resource
-from virtcap.service.store import SnapshotStore
 
 SMALL = DEMO_DIR / "compute-05.xml"
 BIG = DEMO_DIR / "compute-04.xml"

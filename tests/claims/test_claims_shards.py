@@ -20,12 +20,12 @@ from tests.support.postgres import PASSWORD, Postgres
 from tests.support.serving import Server, running_server, series, value, wait_for
 from virtcap.claims.database import ClaimDatabase
 from virtcap.claims.ledger import ClaimLedger
-from virtcap.claims.records import Claim
 from virtcap.config import ClaimSettings
 from virtcap.demo import DEMO_DIR
+from virtcap.fleet.claim_records import Claim
+from virtcap.fleet.store import SnapshotStore
 from virtcap.model.resources import GIB, Resource
 from virtcap.model.sharding import Shard, shard_of
-from virtcap.service.store import SnapshotStore
 
 DEMO_FILES = ("compute-04", "compute-05")  # with room for the claims
 NAMES = [f"hv-{index:02d}" for index in range(8)]

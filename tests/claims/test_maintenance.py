@@ -25,27 +25,28 @@ from prometheus_client.core import Metric
 from tests.support.claims_client import WRITER, auth, call, claim, write_config
 from tests.support.factories import GIB, domain, host
 from tests.support.serving import Server, parse_samples, running_server, value, wait_for
-from virtcap.audit.oneshot import audit_fleet_once
 from virtcap.claims.database import SCHEMA_VERSION, ClaimDatabase
-from virtcap.claims.records import Claim
 from virtcap.config import ConfigError, parse_config
 from virtcap.demo import DEMO_DIR, demo_config
 from virtcap.exposition import families
 from virtcap.exposition.families import FragmentCache, HypervisorView, render, views
-from virtcap.model.capacity import HostPolicy, host_capacity
-from virtcap.model.maintenance import Maintenance, in_effect, maintenance_end, maintenance_reason
-from virtcap.model.placement import Demand
-from virtcap.model.resources import Resource
-from virtcap.model.scheduler import COMPUTE, SPREAD, Rejection, fleet_tolerance, host_state, schedule
-from virtcap.service.snapshot import NO_CLAIMS, HypervisorSnapshot
-from virtcap.service.store import SnapshotStore
-from virtcap.service.tolerance import (
+from virtcap.fleet.claim_records import Claim
+from virtcap.fleet.snapshot import NO_CLAIMS, HypervisorSnapshot
+from virtcap.fleet.store import SnapshotStore
+from virtcap.fleet.tolerance import (
     LocalSimulation,
     SimulatedHost,
     ToleranceReport,
     scheduler_host,
     scheduling_key,
 )
+from virtcap.model.capacity import host_capacity
+from virtcap.model.host_fit import Demand
+from virtcap.model.maintenance import Maintenance, in_effect, maintenance_end, maintenance_reason
+from virtcap.model.policy import HostPolicy
+from virtcap.model.resources import Resource
+from virtcap.model.scheduler import COMPUTE, SPREAD, Rejection, fleet_tolerance, host_state, schedule
+from virtcap.service.oneshot import audit_fleet_once
 
 PATH = "/api/v1/hypervisors/{}/maintenance"
 SMALL = Demand({Resource.VCPU: 1, Resource.MEMORY: 2 * GIB, Resource.DISK: 10 * GIB})

@@ -55,11 +55,11 @@ from tests.conformance.test_numa import (
 )
 from tests.conformance.upstream import GIB, MIB, Oracle, agree, generator
 from tests.support.factories import host as host_facts
-from virtcap.model.capacity import HostPolicy
 from virtcap.model.facts import PciDevice
-from virtcap.model.numa import NumaSpecError
+from virtcap.model.host_fit import CellsAndDevices, Demand, within_host
+from virtcap.model.numa.request import NumaSpecError
 from virtcap.model.pci import PciDeviceSpec, device_pools
-from virtcap.model.placement import CellsAndDevices, Demand, within_host
+from virtcap.model.policy import HostPolicy
 from virtcap.model.resources import Resource
 from virtcap.model.scheduler import (
     ANTI_AFFINITY,
@@ -74,7 +74,7 @@ from virtcap.model.scheduler import (
 HOSTS = 200
 REQUESTS_PER_HOST = 3
 ORDER = (COMPUTE, NUMA_TOPOLOGY, PCI_PASSTHROUGH, ANTI_AFFINITY)
-"""virtcap's documented order of the filters compared (scheduler.py's module docstring)."""
+"""virtcap's documented order of the filters compared (`FILTERS` in virtcap.model.scheduler.filters)."""
 SERVICE_DOWN_TIME = 60
 """Nova's default `service_down_time`: a heartbeat older than this is a service down."""
 ROOMY = host_state("h", host_facts(cpus=512, memory=8192 * GIB, disk=100_000 * GIB), HostPolicy()).capacity

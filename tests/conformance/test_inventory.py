@@ -29,9 +29,9 @@ import pytest
 from tests.conformance.nodes import MAP_CPUS, ONLINE_CPUS, write_node
 from tests.conformance.upstream import GIB, MIB, PLACEMENT_CLASS, UNIT, Oracle, agree, generator
 from tests.support.libvirtd import Libvirtd
-from virtcap.audit.oneshot import audit_hypervisor_blocking
 from virtcap.config import ConfigError, parse_config
 from virtcap.model.capacity import HostCapacity, host_capacity
+from virtcap.service.oneshot import audit_hypervisor_blocking
 from virtcap.units import format_cpu_set
 
 POOL_BYTES = 100 * GIB

@@ -23,9 +23,9 @@ import pytest
 
 from tests.conformance.nodes import GuestSpec, write_node
 from tests.conformance.upstream import GIB, PLACEMENT_CLASS, UNIT, Oracle, agree, generator
-from virtcap.audit.oneshot import audit_hypervisor_blocking
 from virtcap.config import parse_config
 from virtcap.model.capacity import host_capacity
+from virtcap.service.oneshot import audit_hypervisor_blocking
 from virtcap.units import format_cpu_set
 
 SHARED = (0,)

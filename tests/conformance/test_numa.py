@@ -27,17 +27,11 @@ from typing import Any
 
 from tests.conformance.upstream import Oracle, agree, generator
 from virtcap.model.facts import NumaCell, PageCount, PciDevice
-from virtcap.model.numa import (
-    CellPages,
-    HostCell,
-    InstanceTopology,
-    NumaSpecError,
-    fit,
-    host_cells,
-    instance_topology,
-)
+from virtcap.model.host_fit import CellsAndDevices, WithinHost
+from virtcap.model.numa.cells import CellPages, HostCell, host_cells
+from virtcap.model.numa.fitting import fit
+from virtcap.model.numa.request import InstanceTopology, NumaSpecError, instance_topology
 from virtcap.model.pci import PciAlias, PciDeviceSpec, PciPool, device_pools
-from virtcap.model.placement import CellsAndDevices, WithinHost
 
 HOSTS = 500
 LIMIT = 60

@@ -20,7 +20,7 @@ from tests.conformance.test_numa import _compare_flavor, _host_json, generated_f
 from tests.conformance.upstream import Oracle, agree, generator
 from virtcap.audit.domain_xml import parse_domain_xml
 from virtcap.model.facts import DomainFacts, DomainState, NumaCell, PageCount
-from virtcap.model.numa import HostCell, host_cells
+from virtcap.model.numa.cells import HostCell, host_cells
 from virtcap.units import parse_cpu_set
 
 HOSTS = 150

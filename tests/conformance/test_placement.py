@@ -3,7 +3,7 @@
 Each case is a hypervisor (CPUs, memory, the storage for instance disks), its configuration
 (allocation ratios, reserved amounts, CPU sets), the domains it runs, the claims it holds and one
 flavor. virtcap answers with `host_capacity` and `claim_test`; the oracle gives Placement the
-inventory Nova reports for that host (ACCOUNTING.md's table, in Placement's units), writes the
+inventory Nova reports for that host (docs/accounting.md's table, in Placement's units), writes the
 domains and claims as allocations, and then allocates the flavor in a row until Placement
 refuses. Compared, per resource class: whether the inventory is accepted, the limit (Placement's
 capacity), used, free; and for the flavor: the claim answer (the first allocation) and how many
@@ -139,7 +139,7 @@ class Case:
         ]  # fmt: skip
         return json.dumps(fields, separators=(",", ":"))
 
-    # Nova's inventory of this host, per ACCOUNTING.md (test_inventory.py checks it against
+    # Nova's inventory of this host, per docs/accounting.md (test_inventory.py checks it against
     # Nova's libvirt driver itself).
 
     def totals(self) -> dict[str, int]:

@@ -23,7 +23,8 @@ from typing import Any
 import pytest
 
 from tests.conformance.upstream import Oracle, OracleError, agree, generator
-from virtcap.audit.hypervisor import audit_host, open_read_only
+from virtcap.audit.connection import open_read_only
+from virtcap.audit.hypervisor import audit_host
 from virtcap.model.facts import DomainState
 from virtcap.model.vgpu import EnabledMdevType, GpuInventory, gpu_totals, vgpu_capacity
 

@@ -25,8 +25,8 @@ from typing import Any
 
 from tests.conformance.upstream import GIB, MIB, Oracle, agree, generator
 from tests.support.factories import domain, host, local_disk
-from virtcap.model.capacity import HostPolicy
 from virtcap.model.facts import DomainFacts
+from virtcap.model.policy import HostPolicy
 from virtcap.model.resources import Resource
 from virtcap.model.scheduler import HostState, Multipliers, host_state, normalize, weigh
 

@@ -18,11 +18,16 @@ from tests.support.claims_client import call
 from tests.support.demo import GROUP_HEADROOM, GROUP_TOTALS
 from tests.support.files import ROOT
 from tests.support.mixin import (
+    ALERTS_DIRECTORY,
     ALERTS_FILE,
+    ALERTS_SOURCE,
+    DASHBOARDS_DIRECTORY,
     FLEET_LABEL,
     FOR_KEYS,
     MIXIN,
     RULES_FILE,
+    RULES_SOURCE,
+    RUNBOOK,
     UNIT_TESTS,
     groupings,
     jsonnet,
@@ -31,7 +36,7 @@ from tests.support.prometheus import FLEET, Prometheus, running_prometheus, scra
 from tests.support.serving import running_server, wait_for
 from virtcap.model.resources import GIB
 
-GENERATED = {"alerts.jsonnet": ALERTS_FILE, "rules.jsonnet": RULES_FILE}
+GENERATED = {ALERTS_SOURCE: ALERTS_FILE, RULES_SOURCE: RULES_FILE}
 SEVERITIES = {"critical", "warning", "info"}
 ALERTMANAGER = ROOT / "deploy/alertmanager/alertmanager.yml"
 
@@ -60,7 +65,8 @@ def test_committed_rule_files_are_what_the_mixin_generates() -> None:
 def test_the_mixin_exposes_what_monitoring_mixins_do() -> None:
     """One root mixin.libsonnet with prometheusAlerts, prometheusRules, grafanaDashboards and
     _config, as kubernetes-mixin's and node-mixin's, and a jsonnetfile.json without dependencies to
-    fetch (it builds offline)."""
+    fetch (it builds offline); the alerts' and dashboards' sources at the top level, beside the
+    files generated from them."""
     command = [
         "jsonnet",
         "-e",
@@ -71,8 +77,11 @@ def test_the_mixin_exposes_what_monitoring_mixins_do() -> None:
     fields = json.loads(subprocess.run(command, capture_output=True, text=True, check=True).stdout)
     assert fields == ["_config", "grafanaDashboards", "prometheusAlerts", "prometheusRules"]
     assert json.loads((MIXIN / "jsonnetfile.json").read_text())["dependencies"] == []
-    for part in ("config.libsonnet", "alerts", "rules", "dashboards", "lib", "tests"):
+    for part in ("config.libsonnet", "lib"):
         assert (MIXIN / part).exists(), part
+    for part in ("alerting", "recording", "tests"):
+        assert (ALERTS_DIRECTORY / part).is_dir(), part
+    assert list(DASHBOARDS_DIRECTORY.glob("*.libsonnet")) and list(DASHBOARDS_DIRECTORY.glob("*.json"))
 
 
 def test_promtool_checks_both_files() -> None:
@@ -142,9 +151,9 @@ def test_the_alertmanager_example_is_valid() -> None:
 
 def test_every_alert_has_a_configurable_for_and_severity() -> None:
     """Every alert's `for` and severity come from _config by key (FOR_KEYS lists them all)."""
-    short = jsonnet("alerts.jsonnet", {"for": dict.fromkeys(FOR_KEYS, "0s")})
+    short = jsonnet(ALERTS_SOURCE, {"for": dict.fromkeys(FOR_KEYS, "0s")})
     assert {rule["for"] for rule in rules_of(short)} == {"0s"}
-    info = jsonnet("alerts.jsonnet", {"severity": dict.fromkeys(FOR_KEYS, "info")})
+    info = jsonnet(ALERTS_SOURCE, {"severity": dict.fromkeys(FOR_KEYS, "info")})
     assert {rule["labels"]["severity"] for rule in rules_of(info)} == {"info"}
 
 
@@ -154,9 +163,7 @@ def test_flavor_headroom_is_for_configured_flavors_unless_configured_otherwise()
 
     def flavor_alert(config: dict[str, Any] | None = None) -> str:
         (rule,) = [
-            r
-            for r in rules_of(jsonnet("alerts.jsonnet", config))
-            if r["alert"] == "HypervisorFlavorHeadroomLow"
+            r for r in rules_of(jsonnet(ALERTS_SOURCE, config)) if r["alert"] == "HypervisorFlavorHeadroomLow"
         ]
         return str(rule["expr"])
 
@@ -174,7 +181,8 @@ def _github_anchors(markdown: str) -> set[str]:
 
 
 def test_alerts_follow_the_mixin_conventions() -> None:
-    anchors = _github_anchors((MIXIN / "runbook.md").read_text())
+    anchors = _github_anchors(RUNBOOK.read_text())
+    runbook_path = "/" + RUNBOOK.relative_to(ROOT).as_posix()
     rules = alert_rules()
     assert len(rules) == 20
     for rule in rules:
@@ -187,7 +195,8 @@ def test_alerts_follow_the_mixin_conventions() -> None:
         annotations = rule["annotations"]
         assert annotations["summary"].endswith(".") and "{{" not in annotations["summary"], name
         assert "{{" in annotations["description"] and "$labels" in annotations["description"] + name, name
-        anchor = annotations["runbook_url"].split("#", 1)[1]
+        document, anchor = annotations["runbook_url"].split("#", 1)
+        assert document.endswith(runbook_path), (name, document)
         assert anchor == name.lower() and anchor in anchors, name
 
 
@@ -219,7 +228,7 @@ EXPECTED_ON_DEMO = {
     # az-2's NFS export: 150 GiB of volumes on 100 GiB
     ("HypervisorStoragePoolOverProvisioned", (("pool", "netfs://nfs1.demo/export/nova"),)),
     # (no HypervisorMaintenanceOverdue: compute-05's maintenance has an end, which the hypervisor
-    # dashboard shows; mixin/tests holds the reminder's own unit tests)
+    # dashboard shows; alerts/tests holds the reminder's own unit tests)
     ("HypervisorAuditFailing", (("hypervisor", "compute-07"),)),
 }
 
@@ -247,8 +256,8 @@ def test_the_demo_trips_exactly_the_alerts_it_is_meant_to(tmp_path: Path) -> Non
     short = {"for": dict.fromkeys(FOR_KEYS, "0s"), "maintenanceOverdueSeconds": 0}
     rules = tmp_path / "rules-with-short-for"
     rules.mkdir()
-    (rules / "alerts.yaml").write_text(jsonnet("alerts.jsonnet", short))
-    (rules / "rules.yaml").write_text(jsonnet("rules.jsonnet", short))
+    (rules / "alerts.yaml").write_text(jsonnet(ALERTS_SOURCE, short))
+    (rules / "rules.yaml").write_text(jsonnet(RULES_SOURCE, short))
     with running_server(["--demo"], tmp_path) as server:
         target = server.base_url.removeprefix("http://")
         config = scrape_config(target, rule_files=[rules / "rules.yaml", rules / "alerts.yaml"])
@@ -362,8 +371,8 @@ def test_a_host_in_maintenance_through_the_api_leaves_fleet_capacity_and_the_ale
     short = {"for": dict.fromkeys(FOR_KEYS, "0s")}
     rules = tmp_path / "rules-with-short-for"
     rules.mkdir()
-    (rules / "alerts.yaml").write_text(jsonnet("alerts.jsonnet", short))
-    (rules / "rules.yaml").write_text(jsonnet("rules.jsonnet", short))
+    (rules / "alerts.yaml").write_text(jsonnet(ALERTS_SOURCE, short))
+    (rules / "rules.yaml").write_text(jsonnet(RULES_SOURCE, short))
     writer = {"Authorization": "Basic " + base64.b64encode(b"demo:demo").decode()}
     path = "/api/v1/hypervisors/compute-04/maintenance"
     with running_server(["--demo"], tmp_path) as server:

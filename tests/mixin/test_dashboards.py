@@ -51,7 +51,7 @@ def test_committed_dashboards_are_what_the_jsonnet_generates(tmp_path: Path) -> 
     jsonnet_dashboards(tmp_path)
     generated = {path.name: path.read_text() for path in tmp_path.glob("*.json")}
     committed = {path.name: path.read_text() for path in GENERATED.glob("*.json")}
-    assert generated == committed, "mixin/generated/dashboards is out of date: run `make generate`"
+    assert generated == committed, "dashboards/*.json are out of date: run `make generate`"
 
 
 def _overlaps(a: dict[str, int], b: dict[str, int]) -> bool:

@@ -1,6 +1,6 @@
 """An HA pair scraped as two targets of one job, as an operator opens the dashboards: every panel
 query of the pair's fleet shows what it shows for a fleet of one exporter with the same series,
-each hypervisor counted once (mixin/tests/ha_pair.test.yaml holds the rules and alerts to it)."""
+each hypervisor counted once (alerts/tests/ha_pair.test.yaml holds the rules and alerts to it)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 count below what the whole-host classes allow, with pending claims taking their share.
 
 Every expected count is worked out by hand from the host's shape (in the comments), never by
-calling model/numa.py or model/placement.py another way. Hosts are built from model.facts types;
+calling model/numa.py or model/host_fit.py another way. Hosts are built from model.facts types;
 flavors and policies come from a small configuration, as the exporter reads them.
 """
 
@@ -26,8 +26,9 @@ from tests.support.hosts import (
     sriov_host,
     with_cells,
 )
-from virtcap.audit.hypervisor import audit_host, open_read_only
-from virtcap.audit.replay import encode_capture
+from virtcap.audit.capture_format import encode_capture
+from virtcap.audit.connection import open_read_only
+from virtcap.audit.hypervisor import audit_host
 from virtcap.demo.hostgen import PAGE_1G_KIB, GuestSpec, HostSpec, Hugepages, NicSpec, capture_document
 from virtcap.model.capacity import HostCapacity, host_capacity
 from virtcap.model.facts import (
@@ -37,7 +38,7 @@ from virtcap.model.facts import (
     MediatedDevice,
     PciDevice,
 )
-from virtcap.model.placement import Demand
+from virtcap.model.host_fit import Demand
 from virtcap.model.resources import Resource
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from virtcap.audit.hypervisor import audit_host, open_read_only
+from virtcap.audit.connection import open_read_only
+from virtcap.audit.hypervisor import audit_host
 from virtcap.model.contention import VcpuDelays, advance_vcpu_wait
 from virtcap.model.facts import VcpuWait
 

@@ -1,4 +1,4 @@
-"""The capacity model against cases computed by hand from ACCOUNTING.md, and its invariants."""
+"""The capacity model against cases computed by hand from docs/accounting.md, and its invariants."""
 
 from __future__ import annotations
 
@@ -8,18 +8,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.support.factories import GIB, MIB, domain, host, local_disk
-from virtcap.model.capacity import (
-    NOVA_ALLOCATION_RATIOS,
-    NOVA_RESERVED,
-    HostPolicy,
-    Inventory,
-    ResourceCapacity,
-    claim_test,
-    host_capacity,
-)
+from virtcap.model.capacity import ResourceCapacity, claim_test, host_capacity
 from virtcap.model.facts import DiskFacts, DomainState, NovaFlavor, NovaInstance
+from virtcap.model.host_fit import Demand
 from virtcap.model.nova import nova_request
-from virtcap.model.placement import Demand
+from virtcap.model.policy import NOVA_ALLOCATION_RATIOS, NOVA_RESERVED, HostPolicy, Inventory
 from virtcap.model.resources import STANDARD_CLASSES, Resource
 
 R = Resource
@@ -257,7 +250,7 @@ def test_actual_usage_comes_from_the_host() -> None:
 
 
 def test_without_storage_disk_allocations_are_still_accounted_but_nothing_limits_them() -> None:
-    # ACCOUNTING.md, "When a total is unknown": no inventory, so no reserved, limit or free (never
+    # docs/accounting.md, "When a total is unknown": no inventory, so no reserved, limit or free (never
     # 0, which would read as a full host), while what the domains hold is still known.
     facts = host(
         disk=None,

@@ -20,21 +20,10 @@ from virtcap.model.facts import (
     NumaCell,
     PageCount,
 )
-from virtcap.model.numa import (
-    PAGE_ANY,
-    PAGE_LARGE,
-    CellPages,
-    HostCell,
-    InstanceCell,
-    NumaFit,
-    NumaSpecError,
-    _in_a_row,
-    consume,
-    fit,
-    host_cells,
-    how_many_fit,
-    instance_topology,
-)
+from virtcap.model.numa.cells import CellPages, HostCell, host_cells
+from virtcap.model.numa.fitting import NumaFit, fit
+from virtcap.model.numa.request import PAGE_ANY, PAGE_LARGE, InstanceCell, NumaSpecError, instance_topology
+from virtcap.model.numa.usage import consume, count_in_a_row, how_many_fit
 from virtcap.model.pci import PciAlias, PciPool, PciRequestError, apply_requests, support_requests
 
 GIB = 1024**3
@@ -430,7 +419,9 @@ def test_one_cell_counts_add_up_per_cell_as_fitting_in_a_row_does() -> None:
         cpu, ram = rng.choice((1.0, 1.5, 16.0)), rng.choice((1.0, 1.5))
         limit = rng.choice((1, 5, 1000))
         fast = how_many_fit(cells, topology, cpu_allocation_ratio=cpu, ram_allocation_ratio=ram, limit=limit)
-        slow = _in_a_row(cells, topology, cpu_allocation_ratio=cpu, ram_allocation_ratio=ram, limit=limit)
+        slow = count_in_a_row(
+            cells, topology, cpu_allocation_ratio=cpu, ram_allocation_ratio=ram, limit=limit
+        )
         assert fast == slow, (cells, topology, cpu, ram, limit)
         compared += fast > 1
     assert compared > 50

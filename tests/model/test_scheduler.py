@@ -48,16 +48,20 @@ from tests.support.hosts import (
     with_cells,
 )
 from virtcap.claims import ledger
-from virtcap.claims.scheduling import FleetEntry, schedule_fleet
 from virtcap.config import Hypervisor
+from virtcap.fleet.scheduling import FleetEntry, schedule_fleet
+from virtcap.fleet.snapshot import HypervisorSnapshot
 from virtcap.model import scheduler
-from virtcap.model.capacity import HostPolicy, domain_allocation, host_capacity
+from virtcap.model.capacity import domain_allocation, host_capacity
 from virtcap.model.facts import HostFacts, NovaFlavor, NumaCell, PageCount
-from virtcap.model.placement import Demand, within_host
+from virtcap.model.host_fit import Demand, HostFitRefusal, within_host
+from virtcap.model.policy import HostPolicy
 from virtcap.model.resources import Resource
 from virtcap.model.scheduler import (
     ANTI_AFFINITY,
+    AVAILABILITY_ZONE,
     COMPUTE,
+    FILTERS,
     FORCE_HOSTS,
     IGNORE_HOSTS,
     NUMA_TOPOLOGY,
@@ -71,17 +75,9 @@ from virtcap.model.scheduler import (
     Multipliers,
     Rejection,
     Unplaced,
-    _best,
-    _consumed,
-    _first,
-    _levels,
-    _raw_values,
-    _reference_evacuation,
-    _tops,
-    _unchanged,
-    _weight,
     evacuation,
     evacuation_order,
+    fleet_index,
     fleet_tolerance,
     fleet_tolerance_update,
     host_state,
@@ -89,7 +85,12 @@ from virtcap.model.scheduler import (
     schedule,
     weigh,
 )
-from virtcap.service.snapshot import HypervisorSnapshot
+from virtcap.model.scheduler.best_host import first_in_order, threshold_best, weigher_tops
+from virtcap.model.scheduler.evacuations import reference_evacuation
+from virtcap.model.scheduler.failure_tolerance import steps_that_stand
+from virtcap.model.scheduler.filters import INSTANCE_FILTERS, REQUEST_FILTERS
+from virtcap.model.scheduler.host_states import consume_in_turn, raw_weigher_values, weigher_levels
+from virtcap.model.scheduler.weighers import weight_of
 
 
 def demand(vcpu: int = 1, memory_gib: int = 4, disk_gib: int = 10) -> Demand:
@@ -430,6 +431,39 @@ def test_devices_and_vgpus_are_consumed_instance_by_instance() -> None:
     assert result.fitted == 2 and result.rejections["gpus"].filter == PLACEMENT
 
 
+def test_the_filters_are_walked_in_the_order_refusals_are_reported() -> None:
+    assert [host_filter.name for host_filter in FILTERS] == [
+        IGNORE_HOSTS,
+        FORCE_HOSTS,
+        AVAILABILITY_ZONE,
+        COMPUTE,
+        PLACEMENT,
+        NUMA_TOPOLOGY,
+        PCI_PASSTHROUGH,
+        ANTI_AFFINITY,
+    ]
+    # the request's filters first, then each instance's: the two stages split the one order
+    assert REQUEST_FILTERS + INSTANCE_FILTERS == FILTERS
+
+
+def test_a_refusal_within_the_host_names_its_test_and_its_filter() -> None:
+    policy, flavors = configured(PCI_CONFIG)
+    nics = host_state("nics", sriov_host(numa=False), policy)
+    within = nics.capacity.within
+    # a NUMA flavor asking for devices on a host without cells: its NUMA fit refuses it
+    numa = HostFitRefusal("numa", "the host reports no NUMA cells")
+    assert within.refusals(flavors["pv.preferred"].within) == [numa]
+    assert within.device_refusals(flavors["pv.preferred"].within) == []
+    refused = schedule([nics], flavors["pv.preferred"], 1).rejections["nics"]
+    assert refused == Rejection(NUMA_TOPOLOGY, (numa.message,))
+    # devices alone: 4 free VFs, 5 asked
+    devices = HostFitRefusal("pci", "no free devices for vf-legacy:5 (vf-legacy 4 free)")
+    assert within.refusals(flavors["v5"].within) == [devices]
+    assert within.numa_refusals(flavors["v5"].within) == []
+    refused = schedule([nics], flavors["v5"], 1).rejections["nics"]
+    assert refused == Rejection(PCI_PASSTHROUGH, (devices.message,))
+
+
 # --- evacuation -----------------------------------------------------------------------------------
 
 
@@ -614,7 +648,7 @@ def test_the_fast_evacuation_and_tolerance_give_the_straightforward_answers(
 ) -> None:
     hosts = larger_fleet(shapes)
     rng.shuffle(hosts)
-    expected = {state.name: _reference_evacuation(hosts, state.name, multipliers) for state in hosts}
+    expected = {state.name: reference_evacuation(hosts, state.name, multipliers) for state in hosts}
     for evacuated in hosts:
         assert evacuation(hosts, evacuated.name, multipliers) == expected[evacuated.name]
     tolerance = fleet_tolerance(hosts, multipliers=multipliers, bound=3)
@@ -755,11 +789,11 @@ def test_an_update_resumes_an_evacuation_at_the_step_that_chose_the_changed_host
     tolerance = fleet_tolerance(hosts)
     assert tolerance.evacuations["src"].placements == (("d0", "y"), ("d1", "x"))
     x = hosts[1].consume(demand(vcpu=1, memory_gib=1, disk_gib=1))
-    fleet = tolerance._fleet.copy()
+    fleet = tolerance.fleet_index.copy()
     fleet.replace(x)
-    trace = tolerance._traces["src"]
+    trace = tolerance.step_traces["src"]
     assert trace is not None and len(trace) == 2
-    assert len(_unchanged(fleet, tolerance._fleet, fleet.index["x"], trace, SPREAD)) == 1
+    assert len(steps_that_stand(fleet, tolerance.fleet_index, fleet.index["x"], trace, SPREAD)) == 1
     after = [x if h.name == "x" else h for h in hosts]
     updated = fleet_tolerance_update(tolerance, x)
     assert dict(updated.evacuations) == dict(fleet_tolerance(after).evacuations)
@@ -788,7 +822,7 @@ def test_consuming_several_at_once_is_consuming_them_in_turn(
     in_turn = start
     for one in demands:
         in_turn = in_turn.consume(one)
-    at_once = _consumed(start, demands)
+    at_once = consume_in_turn(start, demands)
     assert at_once == in_turn
     assert at_once.capacity.within == in_turn.capacity.within
     claimed: dict[Resource, int] = {}
@@ -798,7 +832,11 @@ def test_consuming_several_at_once_is_consuming_them_in_turn(
     memory, disk = claimed.get(Resource.MEMORY, 0), claimed.get(Resource.DISK, 0)
     cpus = claimed.get(Resource.VCPU, 0) + claimed.get(Resource.PCPU, 0)
     raw = in_turn.raw_weights()
-    assert _raw_values(_levels(start), memory, cpus, disk) == (raw["ram"], raw["cpu"], raw["disk"])
+    assert raw_weigher_values(weigher_levels(start), memory, cpus, disk) == (
+        raw["ram"],
+        raw["cpu"],
+        raw["disk"],
+    )
 
 
 VALUES = st.sampled_from([0.0, 1.0, 2.0, 3.0, 7.5, 10.0])
@@ -832,17 +870,23 @@ def test_the_first_of_the_sorted_order_is_the_threshold_walks_best(
     passing = [n for n in numbers if n not in skip and n not in gone]
     if len(passing) + len(again) < 2:
         return
-    tops = _tops(ranking, skip, gone, again, clipped)
-    walked = _best(
-        ranking, skip=skip, gone=gone, again=again, clipped=clipped, tops=tops, multipliers=multipliers
+    tops = weigher_tops(ranking, skip, gone, again, clipped)
+    walked = threshold_best(
+        ranking,
+        skip=skip,
+        gone=gone,
+        passing_again=again,
+        clipped=clipped,
+        tops=tops,
+        multipliers=multipliers,
     )
     maxima = [top for top, _, _ in tops]
-    order = sorted((-_weight(values[n], maxima, multipliers), n) for n in numbers)
-    first = _first(
+    order = sorted((-weight_of(values[n], maxima, multipliers), n) for n in numbers)
+    first = first_in_order(
         order,
         skip=skip,
         gone=gone,
-        again=again,
+        passing_again=again,
         clipped=clipped,
         tops=tops,
         multipliers=multipliers,
@@ -878,8 +922,8 @@ def test_what_a_fleet_forgets_between_updates_changes_no_answer(
     hosts = larger_fleet(shapes)
     facts = fleet_facts([(*shape, domains, up) for shape, domains, up in shapes])
     with (
-        mock.patch.object(scheduler, "_KEPT_ORDERS", 0),
-        mock.patch.object(scheduler, "_KEPT_STATES_PER_HOST", 0),
+        mock.patch.object(fleet_index, "KEPT_ORDERS", 0),
+        mock.patch.object(fleet_index, "KEPT_STATES_PER_HOST", 0),
     ):
         tolerance = fleet_tolerance(hosts, multipliers=multipliers)
         for index, change, asked, other, shape in changes:
@@ -952,7 +996,7 @@ def test_on_a_full_fleet_the_unplaced_domains_have_schedules_rejections(
 ) -> None:
     hosts = larger_fleet(shapes)
     rng.shuffle(hosts)
-    expected = {state.name: _reference_evacuation(hosts, state.name, multipliers) for state in hosts}
+    expected = {state.name: reference_evacuation(hosts, state.name, multipliers) for state in hosts}
     tolerance = fleet_tolerance(hosts, multipliers=multipliers, bound=3)
     for evacuated in hosts:
         for found in (tolerance.evacuations[evacuated.name], evacuation(hosts, evacuated.name, multipliers)):
@@ -1006,7 +1050,7 @@ def test_on_a_full_fleet_updates_are_full_recomputation_and_leave_the_result_bef
         # the result before, read now: every rejection as `schedule` gave it on the hosts before
         before_hosts = list(previous.hosts)
         for name, found in previous.evacuations.items():
-            reference = _reference_evacuation(before_hosts, name, multipliers)
+            reference = reference_evacuation(before_hosts, name, multipliers)
             for one, expected in zip(found.unplaced, reference.unplaced, strict=True):
                 assert_like_schedule(one, expected)
         event(change)
@@ -1024,7 +1068,7 @@ def test_the_unplaced_domains_list_the_filters_refusals_after_placements_and_com
     guests = (Guest("big", flavors["p8"]), *(Guest(f"four{n}", flavors["p4"]) for n in range(6)))
     source = replace(state("src", policy=policy), guests=guests)
     hosts = [source, *pinned, plain, down]
-    expected = _reference_evacuation(hosts, "src")
+    expected = reference_evacuation(hosts, "src")
     found = evacuation(hosts, "src")
     assert found.placements == expected.placements and len(expected.placements) == 4
     assert [u.guest for u in found.unplaced] == ["big", "four4", "four5"]

@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from hypothesis import strategies as st
 
 from tests.support.factories import GIB, domain, host, local_disk
-from virtcap.model.capacity import HostPolicy
 from virtcap.model.facts import DomainFacts, HostFacts
-from virtcap.model.placement import Demand
+from virtcap.model.host_fit import Demand
+from virtcap.model.policy import HostPolicy
 from virtcap.model.resources import Resource
 from virtcap.model.scheduler import (
     HostState,

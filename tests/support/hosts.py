@@ -7,7 +7,6 @@ from dataclasses import replace
 
 from tests.support.factories import GIB, domain, host
 from virtcap.config import parse_config
-from virtcap.model.capacity import HostPolicy
 from virtcap.model.facts import (
     DomainFacts,
     DomainPlacement,
@@ -19,7 +18,8 @@ from virtcap.model.facts import (
     PageCount,
     PciDevice,
 )
-from virtcap.model.placement import Demand
+from virtcap.model.host_fit import Demand
+from virtcap.model.policy import HostPolicy
 
 SMALL = 4
 

@@ -21,7 +21,8 @@ import libvirt
 
 from virtcap.audit.domain_cache import DomainCache
 from virtcap.audit.events import start_libvirt_event_thread
-from virtcap.audit.hypervisor import HostLayout, audit_host, read_host_layout
+from virtcap.audit.host_readings import HostLayout, read_host_layout
+from virtcap.audit.hypervisor import audit_host
 from virtcap.audit.subscriptions import ConnectionEvents, Subscription
 from virtcap.config import DiskSource
 from virtcap.model.facts import HostFacts

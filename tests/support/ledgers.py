@@ -1,4 +1,5 @@
-"""Claim requests and hypervisors for the claims engine's tests, on a real ClaimLedger or a PostgreSQL one."""
+"""Claim requests and hypervisors for the claims engine's tests, on a real ClaimLedger or a
+PostgreSQL one."""
 
 from __future__ import annotations
 

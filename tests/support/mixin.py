@@ -1,6 +1,7 @@
-"""The monitoring mixin in mixin/: where its sources and generated files are, the alerts'
-configurable `for` durations, jsonnet to render it, and a reader of the aggregations, joins and
-vector selectors of its PromQL (to hold every one of them to the fleet label)."""
+"""The monitoring mixin: where its sources and generated files are (alerts/ and dashboards/ at the
+top level, what they share in mixin/), the alerts' configurable `for` durations, jsonnet to render
+it, and a reader of the aggregations, joins and vector selectors of its PromQL (to hold every one
+of them to the fleet label)."""
 
 from __future__ import annotations
 
@@ -15,11 +16,18 @@ from typing import Any
 from tests.support.files import ROOT
 
 MIXIN = ROOT / "mixin"
-GENERATED = MIXIN / "generated"
-ALERTS_FILE = GENERATED / "prometheus_alerts.yaml"
-RULES_FILE = GENERATED / "prometheus_rules.yaml"
-DASHBOARDS_DIRECTORY = GENERATED / "dashboards"
-UNIT_TESTS = MIXIN / "tests"
+"""mixin.libsonnet, its settings and the helper library the alerts and dashboards share."""
+ALERTS_DIRECTORY = ROOT / "alerts"
+ALERTS_SOURCE = ALERTS_DIRECTORY / "prometheus_alerts.jsonnet"
+RULES_SOURCE = ALERTS_DIRECTORY / "prometheus_rules.jsonnet"
+ALERTS_FILE = ALERTS_DIRECTORY / "prometheus_alerts.yaml"
+RULES_FILE = ALERTS_DIRECTORY / "prometheus_rules.yaml"
+UNIT_TESTS = ALERTS_DIRECTORY / "tests"
+DASHBOARDS_DIRECTORY = ROOT / "dashboards"
+"""The generated dashboards (*.json) beside their Jsonnet sources."""
+DASHBOARDS_SOURCE = DASHBOARDS_DIRECTORY / "dashboards.jsonnet"
+RUNBOOK = ROOT / "docs" / "runbook.md"
+"""The section each alert's runbook_url points at."""
 FLEET_LABEL = "fleet"
 """The mixin's default `_config.fleetLabel`."""
 FOR_KEYS = (
@@ -50,10 +58,10 @@ def _tla(config: dict[str, Any] | None) -> list[str]:
     return [] if config is None else ["--tla-code", f"config={json.dumps(config)}"]
 
 
-def jsonnet(source: str, config: dict[str, Any] | None = None) -> str:
-    """One of the mixin's YAML entry files (alerts.jsonnet, rules.jsonnet) rendered, `config`
-    merged into its _config. No -J: the mixin imports only its own files, by relative path."""
-    return _rendered(("jsonnet", "-S", str(MIXIN / source), *_tla(config)))
+def jsonnet(source: Path, config: dict[str, Any] | None = None) -> str:
+    """One of the mixin's YAML entry files (ALERTS_SOURCE, RULES_SOURCE) rendered, `config` merged
+    into its _config. No -J: the mixin imports only its own files, by relative path."""
+    return _rendered(("jsonnet", "-S", str(source), *_tla(config)))
 
 
 @functools.cache
@@ -65,7 +73,7 @@ def _rendered(command: tuple[str, ...]) -> str:
 
 def jsonnet_dashboards(directory: Path, config: dict[str, Any] | None = None) -> None:
     """The dashboards rendered into `directory`, one JSON file each, as `make generate` does."""
-    command = ["jsonnet", "-m", str(directory), str(MIXIN / "dashboards.jsonnet"), *_tla(config)]
+    command = ["jsonnet", "-m", str(directory), str(DASHBOARDS_SOURCE), *_tla(config)]
     subprocess.run(command, capture_output=True, text=True, check=True)
 
 

@@ -37,7 +37,7 @@ def test_nothing_below_the_commands_imports_them() -> None:
 
 
 def test_the_commands_module_exists_for_each_subcommand() -> None:
-    from virtcap.commands import build_parser  # noqa: PLC0415  (the test's subject)
+    from virtcap.commands.main import build_parser  # noqa: PLC0415  (the test's subject)
 
     parser = build_parser()
     subparsers = next(action for action in parser._actions if action.dest == "command")

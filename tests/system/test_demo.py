@@ -11,19 +11,19 @@ from pathlib import Path
 
 from tests.support.demo import GROUP_HEADROOM, GROUP_TOTALS, Totals, compute_05_maintenance
 from tests.support.serving import parse_samples, series, value
-from virtcap.audit.oneshot import audit_fleet_once
 from virtcap.config import Config
 from virtcap.demo import DEMO_DIR, demo_config
 from virtcap.demo.fleetgen import project_id
 from virtcap.demo.generate import captured_hosts, demo_hosts, main
 from virtcap.exposition.families import render, views
+from virtcap.fleet.snapshot import HypervisorSnapshot
+from virtcap.fleet.store import SnapshotStore
+from virtcap.fleet.tolerance import SimulatedHost, one_shot_tolerance, scheduler_host
 from virtcap.model.capacity import HostCapacity
 from virtcap.model.facts import DomainState
 from virtcap.model.resources import GIB, Resource
 from virtcap.model.scheduler import fleet_tolerance
-from virtcap.service.snapshot import HypervisorSnapshot
-from virtcap.service.store import SnapshotStore
-from virtcap.service.tolerance import SimulatedHost, one_shot_tolerance, scheduler_host
+from virtcap.service.oneshot import audit_fleet_once
 from virtcap.units import format_utc
 
 

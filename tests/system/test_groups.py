@@ -31,17 +31,20 @@ from tests.support.fleets import (
     reference_tolerated,
 )
 from tests.support.serving import parse_samples, series, value
-from virtcap.audit.oneshot import audit_fleet_once
 from virtcap.claims.database import ClaimDatabase
 from virtcap.claims.ledger import ANY_HYPERVISOR, ClaimLedger, ClaimRejectedError
-from virtcap.claims.records import ClaimRequest
 from virtcap.config import ClaimSettings, ConfigError, Hypervisor, parse_config
+from virtcap.contract.placements import PlacementBody
 from virtcap.demo.fleetgen import RUNNING, DomainSpec, HostSpec, write_fleet
-from virtcap.dryrun import FleetEntry, dry_run
 from virtcap.exposition.families import render, views
 from virtcap.exposition.report import fleet_document, render_tables
+from virtcap.fleet.claim_records import ClaimRequest
+from virtcap.fleet.scheduling import FleetEntry
+from virtcap.fleet.snapshot import HypervisorSnapshot
+from virtcap.fleet.store import SnapshotStore
+from virtcap.fleet.tolerance import LocalSimulation, SimulatedHost, scheduler_host, scheduling_key
 from virtcap.model.facts import DomainFacts
-from virtcap.model.placement import Demand
+from virtcap.model.host_fit import Demand
 from virtcap.model.resources import Resource
 from virtcap.model.scheduler import (
     AVAILABILITY_ZONE,
@@ -49,17 +52,15 @@ from virtcap.model.scheduler import (
     SPREAD,
     HostState,
     Multipliers,
-    _reference_evacuation,
     evacuation,
     fleet_tolerance,
     fleet_tolerance_update,
     host_state,
     schedule,
 )
-from virtcap.service.snapshot import HypervisorSnapshot
-from virtcap.service.store import SnapshotStore
-from virtcap.service.tolerance import LocalSimulation, SimulatedHost, scheduler_host, scheduling_key
-from virtcap.web.models import PlacementBody
+from virtcap.model.scheduler.evacuations import reference_evacuation
+from virtcap.service.dryrun import dry_run
+from virtcap.service.oneshot import audit_fleet_once
 
 # --- configuration ---------------------------------------------------------------------------------
 
@@ -357,7 +358,7 @@ def test_a_domain_that_fits_only_outside_its_zone_cannot_be_evacuated() -> None:
     assert big.rejections["c"].filter == AVAILABILITY_ZONE
     assert big.rejections["c"].reason == "hypervisor c is in availability zone az-2, not in az-1 as requested"
     assert dict(big.refused_by) == {PLACEMENT: 1, AVAILABILITY_ZONE: 1}
-    assert lost == _reference_evacuation(hosts, "a")
+    assert lost == reference_evacuation(hosts, "a")
     # the same fleet without zones: c takes it
     flat = [
         replace(
@@ -428,7 +429,7 @@ def test_zoned_evacuations_and_tolerance_give_the_straightforward_answers(
 ) -> None:
     hosts = zoned_fleet(shapes, zones)
     rng.shuffle(hosts)
-    expected = {state.name: _reference_evacuation(hosts, state.name, multipliers) for state in hosts}
+    expected = {state.name: reference_evacuation(hosts, state.name, multipliers) for state in hosts}
     tolerance = fleet_tolerance(hosts, multipliers=multipliers, bound=3)
     assert dict(tolerance.evacuations) == expected
     assert tolerance.tolerated == reference_tolerated(hosts, 3, multipliers)

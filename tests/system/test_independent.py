@@ -1,4 +1,4 @@
-"""`virtcap audit --format json` against an independent computation of ACCOUNTING.md's formulas,
+"""`virtcap audit --format json` against an independent computation of docs/accounting.md's formulas,
 on random fleets it has never seen (a new seed every run; set VIRTCAP_FLEET_SEED to replay one).
 
 The expectation is computed from the generator's specs, the ground truth, with no virtcap code
@@ -121,7 +121,7 @@ def random_host(rng: random.Random, name: str) -> HostSpec:
 def expected_host(
     host: HostSpec, policy: dict[str, Any], flavors: dict[str, dict[str, int]] = FLAVORS
 ) -> dict[str, Any]:
-    """ACCOUNTING.md, written out again from the specs."""
+    """docs/accounting.md, written out again from the specs."""
     ratios = {"vcpu": 4.0, "pcpu": 1.0, "memory": 1.0, "disk": 1.0} | policy["allocation_ratios"]
     reserved = {
         "vcpu": policy["reserved"].get("vcpu", 0),

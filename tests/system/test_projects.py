@@ -16,33 +16,34 @@ import pytest
 
 from tests.support.factories import domain, host
 from tests.support.serving import Samples, parse_samples, running_server, series, value
-from virtcap.audit.domain_xml import NOVA_NAMESPACE, OwnershipMetadata, parse_domain_xml
+from virtcap.audit.domain_xml import NOVA_NAMESPACE, parse_domain_xml
 from virtcap.audit.events import start_libvirt_event_thread
-from virtcap.audit.oneshot import audit_fleet_once
-from virtcap.commands import build_parser, main
+from virtcap.commands.main import build_parser, main
 from virtcap.commands.serve import with_collectors
 from virtcap.config import AuditSettings, Config, ConfigError, Flavor, Hypervisor, parse_config
 from virtcap.config.schema import ExpositionSection
 from virtcap.demo.fleetgen import RUNNING, SHUTOFF, DomainSpec, FlavorSpec, HostSpec, node_xml
 from virtcap.exposition.families import FragmentCache, HypervisorView, render, views
 from virtcap.exposition.report import fleet_document, render_tables
-from virtcap.model.capacity import HostPolicy
+from virtcap.fleet.snapshot import HypervisorSnapshot
+from virtcap.fleet.store import SnapshotStore
 from virtcap.model.discovery import discover, host_flavors
 from virtcap.model.facts import DomainState, NovaFlavor, NovaInstance, NovaOwner, ProjectOwner
+from virtcap.model.host_fit import Demand
 from virtcap.model.ownership import (
     OTHER,
     UNKNOWN,
+    OwnershipMetadata,
     ProjectRanking,
     ProjectUsage,
     domain_project,
     largest_projects,
 )
-from virtcap.model.placement import Demand
+from virtcap.model.policy import HostPolicy
 from virtcap.model.resources import GIB, MIB, Resource
 from virtcap.service.auditor import FleetAuditor
 from virtcap.service.flavors import FlavorCatalog
-from virtcap.service.snapshot import HypervisorSnapshot
-from virtcap.service.store import SnapshotStore
+from virtcap.service.oneshot import audit_fleet_once
 from virtcap.service.supervise import Supervisor
 
 OWNER_NAMESPACE = "http://example.org/xmlns/owner/1.0"

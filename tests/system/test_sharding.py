@@ -16,7 +16,7 @@ import pytest
 from tests.support.claims_client import call, claim
 from tests.support.claims_client import write_config as write_claims_config
 from tests.support.serving import Samples, Server, running_server, series, value, wait_for, write_fleet_config
-from virtcap.commands import main
+from virtcap.commands.main import main
 from virtcap.config import ConfigError, parse_config
 from virtcap.demo import DEMO_DIR
 from virtcap.model.sharding import MAX_SHARDS, UNSHARDED, Shard, jump_consistent_hash, name_key, shard_of

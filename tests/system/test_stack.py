@@ -18,7 +18,16 @@ import pytest
 import yaml
 
 from tests.support.files import ROOT
-from tests.support.mixin import DASHBOARDS_DIRECTORY, FLEET_LABEL, FOR_KEYS, jsonnet
+from tests.support.mixin import (
+    ALERTS_FILE,
+    ALERTS_SOURCE,
+    DASHBOARDS_DIRECTORY,
+    FLEET_LABEL,
+    FOR_KEYS,
+    RULES_FILE,
+    RULES_SOURCE,
+    jsonnet,
+)
 from tests.support.prometheus import running_prometheus
 from tests.support.serving import DIES_WITH_THE_TESTS, free_port, running_server, stop_process, wait_for
 from virtcap.config import parse_config
@@ -168,6 +177,13 @@ def test_the_stack_passes_the_exporter_its_listen_address() -> None:
     assert "--demo" not in real, real  # a configuration's default is every interface already
 
 
+def test_prometheus_is_given_the_committed_rule_files() -> None:
+    prometheus = yaml.safe_load(compose(COMPOSE).stdout)["services"]["prometheus"]
+    mounts = bind_mounts(prometheus)
+    rule_files = yaml.safe_load(PROMETHEUS_CONFIG.read_text())["rule_files"]
+    assert sorted(mounts[path] for path in rule_files) == sorted([ALERTS_FILE, RULES_FILE])
+
+
 def test_grafana_is_provisioned_with_the_dashboards_and_their_datasource() -> None:
     stack = yaml.safe_load(compose(COMPOSE).stdout)
     grafana = stack["services"]["grafana"]
@@ -216,8 +232,8 @@ def test_the_stack_end_to_end_with_the_debian_binaries() -> None:
     processes: list[subprocess.Popen[bytes]] = []
     try:
         short = {"for": dict.fromkeys(FOR_KEYS, "0s")}
-        (scratch / "prometheus_rules.yaml").write_text(jsonnet("rules.jsonnet", short))
-        (scratch / "prometheus_alerts.yaml").write_text(jsonnet("alerts.jsonnet", short))
+        (scratch / "prometheus_rules.yaml").write_text(jsonnet(RULES_SOURCE, short))
+        (scratch / "prometheus_alerts.yaml").write_text(jsonnet(ALERTS_SOURCE, short))
 
         alertmanager_port = free_port()
         alertmanager_url = f"http://127.0.0.1:{alertmanager_port}"

@@ -23,17 +23,12 @@ from hypothesis import strategies as st
 from tests.support.claims_client import claim, write_config
 from tests.support.fleets import FULL, larger_fleet
 from tests.support.serving import Samples, running_server, value, wait_for
-from virtcap.audit.oneshot import audit_fleet_once
 from virtcap.demo import demo_config
-from virtcap.dryrun import FleetEntry, host_states
 from virtcap.exposition.report import fleet_document, render_tables
-from virtcap.model import scheduler
-from virtcap.model.placement import Demand
-from virtcap.model.resources import GIB, Resource
-from virtcap.model.scheduler import SPREAD, Multipliers, Unplaced, _reference_evacuation, fleet_tolerance
-from virtcap.service import tolerance as tolerance_module
-from virtcap.service.snapshot import HypervisorSnapshot, PendingClaims
-from virtcap.service.tolerance import (
+from virtcap.fleet import tolerance as tolerance_module
+from virtcap.fleet.scheduling import FleetEntry, host_states
+from virtcap.fleet.snapshot import HypervisorSnapshot, PendingClaims
+from virtcap.fleet.tolerance import (
     FleetChanges,
     LocalSimulation,
     SimulatedHost,
@@ -41,6 +36,12 @@ from virtcap.service.tolerance import (
     UnplacedDomain,
     prefer_full,
 )
+from virtcap.model.host_fit import Demand
+from virtcap.model.resources import GIB, Resource
+from virtcap.model.scheduler import SPREAD, Multipliers, Unplaced, fleet_tolerance
+from virtcap.model.scheduler.evacuations import reference_evacuation
+from virtcap.model.scheduler.fleet_refusals import UnplacedRejections
+from virtcap.service.oneshot import audit_fleet_once
 from virtcap.service.tolerance_worker import HEADER, WORKER_COMMAND, ReportDecoder, encode_request
 
 STACK = Multipliers(ram=-1.0, cpu=-1.0, disk=-1.0)
@@ -362,14 +363,14 @@ def test_an_unplaced_domains_summary_counts_its_rejections(
     hosts = larger_fleet(shapes)
     tolerance = fleet_tolerance(hosts, multipliers=multipliers)
     # the service never builds an evacuation's rejections (each lists every other hypervisor)
-    unread = mock.patch.object(scheduler._Rejections, "_dict", side_effect=AssertionError("built"))
+    unread = mock.patch.object(UnplacedRejections, "_dict", side_effect=AssertionError("built"))
     with unread:
         shown = {
             name: [tolerance_module._unplaced(one) for one in e.unplaced]
             for name, e in tolerance.evacuations.items()
         }
     for name, found in tolerance.evacuations.items():
-        reference = _reference_evacuation(hosts, name, multipliers)
+        reference = reference_evacuation(hosts, name, multipliers)
         assert shown[name] == [_counted_summary(expected) for expected in reference.unplaced]
         for one, expected in zip(found.unplaced, reference.unplaced, strict=True):
             assert tolerance_module._unplaced(one) == _counted_summary(expected)

@@ -19,10 +19,10 @@ from jsonschema import Draft202012Validator
 
 from tests.support.claims_client import WRITER, auth, call, write_config
 from tests.support.serving import Server, running_server
-from virtcap.commands import main
+from virtcap.commands.main import main
+from virtcap.contract.openapi import openapi_document
 from virtcap.units import parse_duration, parse_size
 from virtcap.web.api import add_routes
-from virtcap.web.openapi import openapi_document
 
 
 def test_the_description_lists_exactly_the_routes_the_server_has() -> None:

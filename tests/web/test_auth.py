@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from virtcap.config import ConfigError, load_config
+from virtcap.config.bcrypt_hash import check_bcrypt_hash
 from virtcap.web import auth
 
 FAST_HASH = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4))
@@ -104,7 +105,7 @@ def test_unknown_users_take_as_long_as_known_ones() -> None:
     ids=lambda hashed: hashed[:6],
 )
 def test_usable_bcrypt_hashes_pass_the_check(hashed: str) -> None:
-    auth.check_bcrypt_hash(hashed)
+    check_bcrypt_hash(hashed)
 
 
 GOOD = "$2y$10$X0h1gDsPszWURQaxFh.zoubFi6DXncSjhoQNJgRrnGs7EsimhC7zG"
@@ -126,7 +127,7 @@ GOOD = "$2y$10$X0h1gDsPszWURQaxFh.zoubFi6DXncSjhoQNJgRrnGs7EsimhC7zG"
 )
 def test_unusable_bcrypt_hashes_are_refused_with_a_reason(hashed: str, why: str) -> None:
     with pytest.raises(ValueError, match="expected a bcrypt hash") as raised:
-        auth.check_bcrypt_hash(hashed)
+        check_bcrypt_hash(hashed)
     assert why in str(raised.value)
 
 

@@ -1,5 +1,5 @@
-"""The metric catalogue: the README's table is generated from it, and a real rendering of the demo
-fleet holds to it (every family catalogued, with its type, help and labels)."""
+"""The metric catalogue: the metrics page's table (docs/metrics.md) is generated from it, and a real
+rendering of the demo fleet holds to it (every family catalogued, with its type, help and labels)."""
 
 from __future__ import annotations
 
@@ -14,18 +14,18 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.files import ROOT
-from virtcap.audit.oneshot import audit_fleet_once
 from virtcap.config.schema import ExpositionSection
 from virtcap.demo import demo_config
 from virtcap.exposition import catalogue
 from virtcap.exposition.catalogue import CATALOGUE, UNIT_LABEL, MetricFamily
 from virtcap.exposition.families import FragmentCache, TaskHealth, render, views
+from virtcap.fleet.store import SnapshotStore
+from virtcap.fleet.tolerance import one_shot_tolerance
 from virtcap.model.facts import DomainState
 from virtcap.model.maintenance import Maintenance
-from virtcap.service.store import SnapshotStore
-from virtcap.service.tolerance import one_shot_tolerance
+from virtcap.service.oneshot import audit_fleet_once
 
-README = ROOT / "README.md"
+METRICS_PAGE = ROOT / "docs/metrics.md"
 NOT_IN_THE_DEMO_YET = frozenset(
     {
         # No demo host reports vCPU delays, and none can: libvirt's test driver has no vCPU
@@ -140,25 +140,33 @@ def test_each_families_unit_is_in_its_name_or_its_unit_label() -> None:
             assert not unit_suffix.search(base) and "unit" not in family.all_labels, family.name
 
 
-def readme_metrics_section() -> str:
-    text = README.read_text(encoding="utf-8")
-    start = text.index("\n## Metrics\n")
-    end = text.index("\n## ", start + 1)
-    return text[start:end]
+def metrics_table_section() -> str:
+    """The metrics page up to its first section: the table and what introduces it."""
+    text = METRICS_PAGE.read_text(encoding="utf-8")
+    return text[: text.index("\n## ")]
 
 
-def test_the_readme_table_is_the_catalogues() -> None:
-    assert catalogue.generated_block(readme_metrics_section()) == catalogue.markdown_table(), (
-        "README.md's metrics table is out of date: run `python -m virtcap.exposition.catalogue README.md`"
+def test_the_metrics_page_table_is_the_catalogues() -> None:
+    assert catalogue.generated_block(metrics_table_section()) == catalogue.markdown_table(), (
+        "docs/metrics.md's table is out of date: run `python -m virtcap.exposition.catalogue docs/metrics.md`"
     )
 
 
-def test_the_readme_documents_every_family_and_no_other() -> None:
-    """Read back as a reader would: names, types and label names of the table's rows."""
-    rows = re.findall(r"^\| `([a-z_]+)` \| (\w+) \| ([^|]+) \|", readme_metrics_section(), re.MULTILINE)
-    documented = {name: (type_, re.sub(r"\s*\([^)]*\)", "", labels).strip()) for name, type_, labels in rows}
+def test_the_metrics_page_documents_every_family_and_no_other() -> None:
+    """Read back as a reader would: names, types, label names and stability of the table's rows."""
+    rows = re.findall(
+        r"^\| `([a-z_]+)` \| (\w+) \| ([^|]+) \| (stable|experimental) \|",
+        metrics_table_section(),
+        re.MULTILINE,
+    )
+    documented = {
+        name: (type_, re.sub(r"\s*\([^)]*\)", "", labels).strip(), stability)
+        for name, type_, labels, stability in rows
+    }
     assert len(documented) == len(rows), "a family is documented twice"
-    assert documented == {family.name: (family.type, ", ".join(family.all_labels)) for family in CATALOGUE}
+    assert documented == {
+        family.name: (family.type, ", ".join(family.all_labels), family.stability) for family in CATALOGUE
+    }
 
 
 def test_the_generator_rewrites_only_the_table(tmp_path: Path) -> None:

@@ -14,19 +14,19 @@ from prometheus_client.core import Metric
 from tests.support.factories import host, storageless_fleet
 from tests.support.files import FIXTURES
 from tests.support.serving import Samples, parse_samples, series, value
-from virtcap.audit.oneshot import audit_fleet_once
 from virtcap.config import parse_config
 from virtcap.demo import demo_config
 from virtcap.exposition import families as exposition_module
 from virtcap.exposition.catalogue import CATALOGUE
 from virtcap.exposition.families import FragmentCache, HypervisorView, render, views
 from virtcap.exposition.report import fleet_document, render_tables
+from virtcap.fleet.snapshot import HypervisorSnapshot
+from virtcap.fleet.store import SnapshotStore
 from virtcap.model.capacity import ResourceCapacity
 from virtcap.model.facts import CpuIdentity, DomainState, PciDevice
 from virtcap.model.pci import PciDeviceSpec
 from virtcap.model.resources import MIB, Resource
-from virtcap.service.snapshot import HypervisorSnapshot
-from virtcap.service.store import SnapshotStore
+from virtcap.service.oneshot import audit_fleet_once
 
 MIXED = FIXTURES / "mixed-node.xml"
 GIB = 1024**3

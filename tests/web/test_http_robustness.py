@@ -27,9 +27,9 @@ from hypothesis import strategies as st
 
 from tests.support.claims_client import WRITER, write_config
 from tests.support.serving import Server, running_server, wait_for
-from virtcap.web.body import BODY_TIMEOUT_SECONDS, MAX_BODY_BYTES
+from virtcap.contract.bodies import BODY_TIMEOUT_SECONDS, MAX_BODY_BYTES
+from virtcap.contract.openapi import openapi_document
 from virtcap.web.middleware import MAX_REQUEST_BYTES
-from virtcap.web.openapi import openapi_document
 
 TIMEOUT = 10.0
 """No answer within this many seconds is a hang."""

@@ -18,10 +18,11 @@ from tests.support.claims_client import HASH, WRITER, auth, call
 from tests.support.demo import compute_05_maintenance
 from tests.support.serving import running_server
 from virtcap.config import ConfigError, load_config, parse_config
+from virtcap.contract.placements import parse_placement_body
 from virtcap.demo import demo_config
 from virtcap.demo.fleetgen import HostSpec, write_fleet
-from virtcap.dryrun import parse_body, place_locally
 from virtcap.model.scheduler import Multipliers
+from virtcap.service.dryrun import place_locally
 
 # --- configuration -----------------------------------------------------------------------------
 
@@ -204,7 +205,7 @@ flavors:
 
 
 def _local(config: Path, **body: Any) -> dict[str, Any]:
-    answer = place_locally(load_config(config), parse_body({"flavor": "m1", **body}))
+    answer = place_locally(load_config(config), parse_placement_body({"flavor": "m1", **body}))
     document: dict[str, Any] = answer.model_dump(mode="json")
     return document
 

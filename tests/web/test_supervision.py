@@ -16,16 +16,17 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from virtcap.audit.events import start_libvirt_event_thread
-from virtcap.audit.oneshot import audit_fleet_once
 from virtcap.claims.ledger import ClaimDatabase, ClaimLedger
 from virtcap.config import AuditSettings, ClaimSettings, Config, Hypervisor
 from virtcap.demo import DEMO_DIR
-from virtcap.model.capacity import NOVA_ALLOCATION_RATIOS, HostPolicy, amounts
-from virtcap.model.placement import Demand
+from virtcap.fleet.snapshot import HypervisorSnapshot
+from virtcap.fleet.store import SnapshotStore
+from virtcap.model.capacity import amounts
+from virtcap.model.host_fit import Demand
+from virtcap.model.policy import NOVA_ALLOCATION_RATIOS, HostPolicy
 from virtcap.model.resources import Resource
 from virtcap.service.auditor import FleetAuditor
-from virtcap.service.snapshot import HypervisorSnapshot
-from virtcap.service.store import SnapshotStore
+from virtcap.service.oneshot import audit_fleet_once
 from virtcap.service.supervise import FIRST_BACKOFF_SECONDS, Supervisor
 from virtcap.web.access import WebConfigSource
 from virtcap.web.auth import BasicAuth

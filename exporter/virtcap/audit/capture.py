@@ -38,23 +38,7 @@ import libvirt
 from pydantic import ValidationError
 
 from virtcap import __version__
-from virtcap.audit.domain_xml import DomainXMLError, parse_domain_xml
-from virtcap.audit.hypervisor import TEST_DRIVER, AuditError, open_read_only, redact_uri
-from virtcap.audit.libvirt_api import (
-    BlockInfo,
-    CPUMap,
-    DomainInfo,
-    NodeInfo,
-    StoragePoolInfo,
-    StorageVolInfo,
-    TypedParameter,
-    VirConnect,
-    VirDomain,
-    VirNodeDevice,
-    VirStoragePool,
-    VirStorageVol,
-)
-from virtcap.audit.replay import (
+from virtcap.audit.capture_format import (
     FORMAT,
     MAX_FILE_BYTES,
     VCPU_STATS,
@@ -79,10 +63,26 @@ from virtcap.audit.replay import (
     ask,
     counter_rates,
     encode_capture,
-    is_replay_uri,
-    replay_path,
     vcpu_counter,
 )
+from virtcap.audit.connection import AuditError, open_read_only, redact_uri
+from virtcap.audit.domain_xml import DomainXMLError, parse_domain_xml
+from virtcap.audit.host_readings import TEST_DRIVER
+from virtcap.audit.libvirt_api import (
+    BlockInfo,
+    CPUMap,
+    DomainInfo,
+    NodeInfo,
+    StoragePoolInfo,
+    StorageVolInfo,
+    TypedParameter,
+    VirConnect,
+    VirDomain,
+    VirNodeDevice,
+    VirStoragePool,
+    VirStorageVol,
+)
+from virtcap.audit.replay import is_replay_uri, replay_path
 from virtcap.audit.volumes import is_local_disk
 from virtcap.config.errors import clip
 from virtcap.units import brief_repr, format_bytes
@@ -473,7 +473,7 @@ def _block_info(domain: VirDomain, target: str) -> BlockInfo:
 
 def _local_disk_targets(xml: str | None) -> Iterable[str]:
     """The disks whose size the audit may ask libvirt for: those it counts as local (see
-    virtcap.audit.hypervisor). Asking for a network disk could wait on unreachable storage."""
+    virtcap.audit.volumes.is_local_disk). Asking for a network disk could wait on unreachable storage."""
     if xml is None:
         return []
     try:

@@ -1,4 +1,5 @@
-"""One hypervisor's libvirt connection, kept open from one audit to the next.
+"""One hypervisor's libvirt connection: opened read-only (open_read_only, a replayed capture for a
+replay URI), and kept open from one audit to the next (HypervisorConnection).
 
 The audit thread alone uses the connection: it opens it on demand and, once it is broken (a call
 failed, or the daemon closed it), releases it and opens another. The asyncio loop never calls
@@ -21,18 +22,61 @@ import contextlib
 import math
 import threading
 from collections.abc import Callable
+from typing import cast
+from urllib.parse import urlsplit
 
 import libvirt
 
+from virtcap.audit.capture_format import CaptureFileError
 from virtcap.audit.domain_cache import DomainCache
-from virtcap.audit.hypervisor import open_read_only
 from virtcap.audit.libvirt_api import VirConnect
+from virtcap.audit.replay import is_replay_uri, open_replay
 from virtcap.audit.subscriptions import ConnectionEvents, Subscription
 from virtcap.audit.threads import run_in_daemon_thread
 from virtcap.config import AuditSettings
 
 CLOSE_WAIT_SECONDS = 2.0
 IN_PROCESS_DRIVER = "TEST"
+
+
+def _silence_libvirt(_context: object, _error: object) -> None:
+    """libvirt prints every error to stderr by default; we report them ourselves."""
+
+
+libvirt.registerErrorHandler(_silence_libvirt, None)
+
+
+class AuditError(Exception):
+    """The hypervisor could not be audited at all (connection or node information failed)."""
+
+
+def open_read_only(uri: str) -> VirConnect:
+    """A read-only connection: where libvirt's objects enter, typed from here on. A replay URI
+    (`replay:///path/host.json`, see virtcap.audit.replay) opens the capture it names instead."""
+    if is_replay_uri(uri):
+        try:
+            return open_replay(uri)
+        except (ValueError, CaptureFileError) as error:
+            raise AuditError(f"cannot replay {error}") from None
+    try:
+        return cast(VirConnect, libvirt.openReadOnly(uri))
+    except libvirt.libvirtError as error:
+        raise AuditError(f"cannot connect: {error.get_error_message()}") from None
+
+
+def is_local_uri(uri: str) -> bool:
+    """A QEMU URI without a host talks to this machine's own libvirtd."""
+    parts = urlsplit(uri)
+    return parts.scheme in ("qemu", "qemu+unix") and not parts.hostname
+
+
+def redact_uri(uri: str) -> str:
+    """The URI without a password, for logs, labels and error messages."""
+    parts = urlsplit(uri)
+    if parts.password is None:
+        return uri
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return parts._replace(netloc=netloc).geturl()
 
 
 class HypervisorConnection:

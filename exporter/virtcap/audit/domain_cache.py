@@ -34,13 +34,10 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
+from virtcap.audit.domain_xml import DomainDefinition
 from virtcap.audit.volumes import VolumeIndex
-
-if TYPE_CHECKING:
-    from virtcap.audit.domain_xml import DomainDefinition
-    from virtcap.model.facts import DomainFacts
+from virtcap.model.facts import DomainFacts
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,7 @@ from virtcap.model.facts import (
     NovaOwner,
     ProjectOwner,
 )
+from virtcap.model.ownership import OwnershipMetadata
 from virtcap.units import parse_cpu_set
 
 NOVA_NAMESPACE = "http://openstack.org/xmlns/libvirt/nova/1.1"
@@ -69,18 +70,6 @@ class DiskReference:
         if self.kind == "volume":
             return f"{self.pool}/{self.volume}"
         return self.path or ""
-
-
-@dataclass(frozen=True, slots=True)
-class OwnershipMetadata:
-    """Where domains that Nova did not define say whose they are: an element below `<metadata>`,
-    each step of `path` in `namespace`, as `<x:owner xmlns:x="NAMESPACE"><x:project id="ID">NAME
-    </x:project></x:owner>` for the path ("owner", "project"). The project id is the attribute
-    `id_attribute`, or the element's text where the attribute is absent; the name is the text."""
-
-    namespace: str
-    path: tuple[str, ...] = ("project",)
-    id_attribute: str = "id"
 
 
 @dataclass(frozen=True, slots=True)

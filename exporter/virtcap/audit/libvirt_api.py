@@ -3,7 +3,7 @@
 libvirt-python ships no type information: without these, every connection, domain and storage
 object would be `Any` and no call on them checked. The protocols are for typing only. The objects
 still come from libvirt (`libvirt.openReadOnly`), cast once where they enter
-(`virtcap.audit.hypervisor.open_read_only`); whatever they return is typed from there on. A
+(`virtcap.audit.connection.open_read_only`); whatever they return is typed from there on. A
 replay of a capture (virtcap.audit.replay) implements them from a file.
 
 Each method is declared as the project calls it, no wider: optional arguments that it never

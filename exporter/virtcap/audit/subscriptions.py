@@ -31,7 +31,7 @@ CHANGE_EVENTS = (
     libvirt.VIR_DOMAIN_EVENT_ID_BLOCK_JOB_2,
     libvirt.VIR_DOMAIN_EVENT_ID_DISK_CHANGE,
 )
-"""The domain events after which a domain's definition (as virtcap.audit.hypervisor reads it)
+"""The domain events after which a domain's definition (as virtcap.audit.domains reads it)
 may differ: lifecycle (defined, undefined, started, stopped, suspended, resumed, migrated), the
 balloon's size (the live `<currentMemory>`), devices hot-plugged or unplugged, metadata (Nova's,
 the ownership namespace), tunables (vCPU pins), a block job's end (a disk's source after a copy or

@@ -26,9 +26,9 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from virtcap.claims.records import Claim
 from virtcap.claims.storage import LedgerState, StorageError, Work, assemble_claims
 from virtcap.config import ConfigError
+from virtcap.fleet.claim_records import Claim
 from virtcap.model.maintenance import Maintenance
 from virtcap.model.resources import placement_units
 from virtcap.units import MAX_SIZE

@@ -2,8 +2,8 @@
 
 A claim holds `count` instances (1 unless asked), all or nothing. On a named hypervisor each is
 tested in turn with Nova's claim test against its last audit plus the claims already held, the
-ones before it consumed; on `any` the scheduling engine places them (model/scheduler.py, through
-claims/scheduling.py: the same host states, multipliers and answers as a dry-run placement). Under
+ones before it consumed; on `any` the scheduling engine places them (model/scheduler/, through
+fleet/scheduling.py: the same host states, multipliers and answers as a dry-run placement). Under
 one lock, so two concurrent claims can never both take the last free resources. It counts in
 `used`, each instance on its hypervisor, until the audit finds its domain (reconciled: the domain
 now carries the allocation), its TTL passes (expired) or it is deleted, all its instances
@@ -47,8 +47,10 @@ from virtcap.claims.maintenance_ledger import (
     LedgerMaintenance,
     UnknownHypervisorError,
 )
-from virtcap.claims.records import Claim, ClaimRequest
-from virtcap.claims.scheduling import (
+from virtcap.claims.storage import ClaimStorage, LedgerState, StorageError, Writes
+from virtcap.config import ClaimSettings, Hypervisor
+from virtcap.fleet.claim_records import MAX_CLAIM_COUNT, Claim, ClaimRequest
+from virtcap.fleet.scheduling import (
     FleetEntry,
     FleetSchedule,
     claim_within,
@@ -56,11 +58,11 @@ from virtcap.claims.scheduling import (
     pending_claims,
     schedule_fleet,
 )
-from virtcap.claims.storage import ClaimStorage, LedgerState, StorageError, Writes
-from virtcap.config import ClaimSettings, Hypervisor
+from virtcap.fleet.snapshot import HypervisorSnapshot
+from virtcap.fleet.store import SnapshotStore
 from virtcap.model.facts import HostFacts
+from virtcap.model.host_fit import Demand
 from virtcap.model.maintenance import Maintenance
-from virtcap.model.placement import Demand
 from virtcap.model.resources import Amounts, Resource, placement_units
 from virtcap.model.scheduler import (
     COMPUTE,
@@ -73,10 +75,8 @@ from virtcap.model.scheduler import (
     ScheduleResult,
 )
 from virtcap.model.sharding import UNSHARDED, Shard
-from virtcap.service.snapshot import HypervisorSnapshot
-from virtcap.service.store import SnapshotStore
 
-__all__ = [  # the records are defined in virtcap.claims.records, beside the database that stores them
+__all__ = [  # the records are virtcap.fleet.claim_records', below the fleet scheduling that counts them
     "ANY_HYPERVISOR",
     "MAX_CLAIM_COUNT",
     "Claim",
@@ -93,8 +93,6 @@ __all__ = [  # the records are defined in virtcap.claims.records, beside the dat
 log = logging.getLogger(__name__)
 
 ANY_HYPERVISOR = "any"
-MAX_CLAIM_COUNT = 1000
-"""The most instances one claim holds: as many as one dry-run placement asks for."""
 EXPIRY_PERIOD_SECONDS = 1.0
 
 

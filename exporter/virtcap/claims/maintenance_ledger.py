@@ -22,8 +22,8 @@ from dataclasses import replace
 
 from virtcap.claims.storage import ClaimStorage, LedgerState, StorageError, Writes
 from virtcap.config import Hypervisor
+from virtcap.fleet.store import SnapshotStore
 from virtcap.model.maintenance import Maintenance, in_effect
-from virtcap.service.store import SnapshotStore
 
 log = logging.getLogger(__name__)
 

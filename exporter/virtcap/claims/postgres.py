@@ -36,9 +36,9 @@ import psycopg
 from psycopg import errors as pg_errors
 
 from virtcap.claims.database import CLAIM_COLUMNS, SCHEMA_VERSION
-from virtcap.claims.records import Claim
 from virtcap.claims.storage import LedgerState, StorageError, Work, assemble_claims
 from virtcap.config import ConfigError
+from virtcap.fleet.claim_records import Claim
 from virtcap.model.maintenance import Maintenance
 from virtcap.model.resources import placement_units
 

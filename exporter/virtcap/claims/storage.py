@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
-from virtcap.claims.records import Claim
+from virtcap.fleet.claim_records import Claim
 from virtcap.model.maintenance import Maintenance
 from virtcap.model.resources import Resource, resource_class
 

@@ -8,11 +8,11 @@ import json
 import sys
 from typing import Any
 
-from virtcap.audit.oneshot import audit_fleet_once
 from virtcap.commands.arguments import add_fleet_source, fleet_config
 from virtcap.exposition.report import fleet_document, render_tables
+from virtcap.fleet.tolerance import one_shot_tolerance
 from virtcap.model.discovery import discover, host_flavors
-from virtcap.service.tolerance import one_shot_tolerance
+from virtcap.service.oneshot import audit_fleet_once
 
 
 def add_parser(commands: Any) -> None:

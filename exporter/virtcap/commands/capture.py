@@ -20,7 +20,7 @@ from virtcap.audit.capture import (
     uri_problem,
     write_private,
 )
-from virtcap.audit.hypervisor import redact_uri
+from virtcap.audit.connection import redact_uri
 from virtcap.commands.arguments import EXIT_USAGE, duration
 from virtcap.units import format_bytes, parse_size
 

@@ -23,9 +23,10 @@ from virtcap.commands.client import (
     ExporterUnreachableError,
 )
 from virtcap.config import load_config
+from virtcap.contract.placements import PlacementAnswer, PlacementError, parse_placement_body
 from virtcap.demo import demo_config
-from virtcap.dryrun import PlacementError, parse_body, place_locally, render_answer
-from virtcap.web.models import PlacementAnswer
+from virtcap.exposition.dryrun_table import render_dry_run
+from virtcap.service.dryrun import place_locally
 
 EXIT_NOT_PLACED = 1
 
@@ -127,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
             if answer is None:
                 return EXIT_USAGE
         else:
-            body = parse_body(document)
+            body = parse_placement_body(document)
             config = demo_config() if args.demo else load_config(args.config)
             answer = place_locally(config, body)
     except PlacementError as error:
@@ -136,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "json":
         sys.stdout.write(answer.model_dump_json(indent=2) + "\n")
     else:
-        sys.stdout.write(render_answer(answer))
+        sys.stdout.write(render_dry_run(answer))
     return 0 if answer.placed else EXIT_NOT_PLACED
 
 

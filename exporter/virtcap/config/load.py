@@ -17,7 +17,6 @@ from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
-from virtcap.audit.domain_xml import OwnershipMetadata
 from virtcap.config.errors import clip, explain_validation_error
 from virtcap.config.schema import (
     AVAILABILITY_ZONE,
@@ -37,17 +36,13 @@ from virtcap.config.schema import (
     validate_document,
 )
 from virtcap.config.yamlfile import ConfigError, load_yaml_file, load_yaml_text
-from virtcap.model.capacity import (
-    NOVA_ALLOCATION_RATIOS,
-    NOVA_RESERVED,
-    HostPolicy,
-    Inventory,
-    amounts,
-)
+from virtcap.model.capacity import amounts
+from virtcap.model.host_fit import NOTHING_WITHIN, Demand, WithinHost, within_host
 from virtcap.model.maintenance import Maintenance
 from virtcap.model.nova import flavor_request
+from virtcap.model.ownership import OwnershipMetadata
 from virtcap.model.pci import PCI_ALIAS_SPEC, PciAlias, PciRequestError, parse_alias_request
-from virtcap.model.placement import NOTHING_WITHIN, Demand, WithinHost, within_host
+from virtcap.model.policy import NOVA_ALLOCATION_RATIOS, NOVA_RESERVED, HostPolicy, Inventory
 from virtcap.model.resources import Amounts, Resource, resource_by_label
 from virtcap.model.scheduler import SPREAD, Multipliers
 from virtcap.model.sharding import UNSHARDED, Shard, shard_of

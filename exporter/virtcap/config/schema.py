@@ -29,6 +29,7 @@ from pydantic import (
     model_validator,
 )
 
+from virtcap.config.bcrypt_hash import BcryptHash
 from virtcap.model.nova import extra_spec_problems
 from virtcap.model.pci import (
     DEVICE_TYPES,
@@ -51,7 +52,6 @@ from virtcap.units import (
     parse_ratio,
     parse_size,
 )
-from virtcap.web.auth import BcryptHash
 
 __all__ = [
     "AllocationRatios",

@@ -13,7 +13,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from virtcap.audit.replay import encode_capture
+from virtcap.audit.capture_format import encode_capture
 from virtcap.demo import DEMO_DIR, hostgen
 from virtcap.demo.fleetgen import (
     BLOCKED,

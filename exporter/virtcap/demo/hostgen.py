@@ -39,9 +39,7 @@ import libvirt
 
 from virtcap import __version__
 from virtcap.audit.capture import PROBE_POOL
-from virtcap.audit.domain_xml import NOVA_NAMESPACE
-from virtcap.audit.libvirt_api import TypedParameter
-from virtcap.audit.replay import (
+from virtcap.audit.capture_format import (
     FORMAT,
     VERSION,
     Answer,
@@ -61,6 +59,8 @@ from virtcap.audit.replay import (
     StoragePool,
     StoragePools,
 )
+from virtcap.audit.domain_xml import NOVA_NAMESPACE
+from virtcap.audit.libvirt_api import TypedParameter
 from virtcap.units import format_cpu_set
 
 __all__ = [

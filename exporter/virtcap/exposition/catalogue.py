@@ -1,8 +1,8 @@
 """Every metric family virtcap exposes, described once, as data.
 
-The exposition builds its families from these entries (exposition/families.py), the README's
-metrics table is generated from them (`python -m virtcap.exposition.catalogue README.md`), and the
-tests hold both a real rendering and the README to them. Names, help texts and labels are what
+The exposition builds its families from these entries (exposition/families.py), the metrics page of
+the documentation is generated from them (`python -m virtcap.exposition.catalogue docs/metrics.md`),
+and the tests hold both a real rendering and that page to them. Names, help texts and labels are what
 dashboards and alerts query: changing one here changes /metrics.
 """
 
@@ -18,6 +18,9 @@ from typing import Literal
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 
 MetricType = Literal["gauge", "counter", "info"]
+Stability = Literal["stable", "experimental"]
+"""`experimental`: added in the last two issues, and its name, labels or meaning may still change
+before 1.0 without the deprecation a `stable` family gets (CHANGELOG.md lists every change)."""
 
 UNIT_LABEL = "unit label"
 """The `unit` of a family whose series each say their unit in a `unit` label (`cpus`, `bytes`,
@@ -50,7 +53,9 @@ class MetricFamily:
     label_values: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     """The fixed set of values a label takes, where it has one worth documenting."""
     meaning: str = ""
-    """The README's description (Markdown), more than the help text says."""
+    """The documentation's description (Markdown), more than the help text says."""
+    stability: Stability = "stable"
+    """Whether dashboards and alerts of your own may rely on the family as it is (docs/metrics.md)."""
 
     def __post_init__(self) -> None:
         suffix = {"counter": "_total", "info": "_info"}.get(self.type, "")
@@ -260,6 +265,7 @@ AUDIT_DOMAIN_READS = MetricFamily(
     _HYPERVISOR,
     meaning="domain definitions read (one virDomainGetXMLDesc each); against `virtcap_audits_total` "
     "and `hypervisor_domains`, how much incremental audits save (`audit.incremental`)",
+    stability="experimental",
 )
 CLAIMS_PENDING = MetricFamily(
     "virtcap_claims_pending",
@@ -312,6 +318,7 @@ CLAIMS_DATABASE_UP = MetricFamily(
     (),
     meaning="1 while the claims database (SQLite file or shared PostgreSQL) answers and accepts "
     "writes; 0 while claim and maintenance changes answer 503 (/metrics goes on either way)",
+    stability="experimental",
 )
 TASK_FAILURES = MetricFamily(
     "virtcap_task_failures_total",
@@ -517,6 +524,7 @@ MAINTENANCE_START = MetricFamily(
     "seconds",
     meaning="Unix time the maintenance started (the earliest entry in effect: its `PUT`, or when the "
     "exporter first saw the configuration's, kept across restarts); no series while not in maintenance",
+    stability="experimental",
 )
 
 VCPU_WAIT = MetricFamily(
@@ -529,7 +537,7 @@ VCPU_WAIT = MetricFamily(
     "seconds",
     meaning="time the guests' vCPUs spent runnable in the host's run queue instead of running (their "
     "steal time), summed over running domains; counted from the exporter's first audit of the "
-    "hypervisor, never decreasing when domains stop (see [CPU contention](#cpu-contention)); no series "
+    "hypervisor, never decreasing when domains stop (see [CPU contention](contention.md)); no series "
     "where the hypervisor does not report it (libvirt's test driver, libvirt before 7.2, no running "
     "domain yet)",
 )
@@ -649,7 +657,7 @@ EVACUATION_FEASIBLE = MetricFamily(
     meaning="1 if every counted domain of the hypervisor could be scheduled again, one by one and "
     "largest first (memory, vCPUs, disk, name), on the other up hypervisors through the simulated "
     "scheduler, were the hypervisor lost; one series per hypervisor with fresh data, after the "
-    "first computation (see [Failure tolerance](#failure-tolerance))",
+    "first computation (see [Failure tolerance](scheduling.md#failure-tolerance))",
 )
 EVACUATION_UNPLACED = MetricFamily(
     "hypervisor_evacuation_unplaced_domains",
@@ -826,6 +834,7 @@ SHARD_ORDINAL = MetricFamily(
     (),
     meaning="this exporter's shard, from 0 (`--shard`, `sharding.shard`; 0 when not sharded): it "
     "holds the hypervisors a consistent hash of their names assigns to it",
+    stability="experimental",
 )
 TOTAL_SHARDS = MetricFamily(
     "virtcap_total_shards",
@@ -835,6 +844,7 @@ TOTAL_SHARDS = MetricFamily(
     (),
     meaning="how many shards the fleet is split into (`--total-shards`, `sharding.total_shards`; 1 when "
     "not sharded): `count(virtcap_shard_ordinal) < max(virtcap_total_shards)` says a shard is missing",
+    stability="experimental",
 )
 
 EXPORTER_FAMILIES: tuple[MetricFamily, ...] = (
@@ -857,10 +867,12 @@ if len(BY_NAME) != len(CATALOGUE):
     raise ValueError("a family is catalogued twice")
 
 
-# The README's table, generated between these two lines.
-TABLE_START = "<!-- generated by `python -m virtcap.exposition.catalogue README.md`: edit the catalogue -->"
+# The metrics page's table, generated between these two lines.
+TABLE_START = (
+    "<!-- generated by `python -m virtcap.exposition.catalogue docs/metrics.md`: edit the catalogue -->"
+)
 TABLE_END = "<!-- end of the generated table -->"
-TABLE_HEADER = ("| metric | type | labels | meaning |", "|---|---|---|---|")
+TABLE_HEADER = ("| metric | type | labels | stability | meaning |", "|---|---|---|---|---|")
 
 
 def label_cell(family: MetricFamily) -> str:
@@ -873,7 +885,7 @@ def label_cell(family: MetricFamily) -> str:
 
 
 def markdown_table(families: Sequence[MetricFamily] = CATALOGUE) -> str:
-    rows = [f"| `{f.name}` | {f.type} | {label_cell(f)} | {f.meaning} |" for f in families]
+    rows = [f"| `{f.name}` | {f.type} | {label_cell(f)} | {f.stability} | {f.meaning} |" for f in families]
     return "\n".join([*TABLE_HEADER, *rows]) + "\n"
 
 

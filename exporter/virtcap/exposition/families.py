@@ -19,17 +19,17 @@ from virtcap import __version__
 from virtcap.config.schema import ExpositionSection
 from virtcap.exposition import catalogue
 from virtcap.exposition.catalogue import AUDIT_OUTCOMES, CLAIM_OUTCOMES
+from virtcap.fleet.snapshot import HypervisorSnapshot
+from virtcap.fleet.store import SnapshotStore
+from virtcap.fleet.tolerance import ToleranceReport
 from virtcap.model.capacity import HostCapacity, domain_allocation
 from virtcap.model.facts import CpuIdentity, DomainState, HostFacts
+from virtcap.model.host_fit import cell_amounts
 from virtcap.model.maintenance import Maintenance, maintenance_end, maintenance_start
 from virtcap.model.ownership import ProjectRanking, domain_project, largest_projects, shown_projects
-from virtcap.model.placement import cell_amounts
 from virtcap.model.resources import display_order
 from virtcap.model.sharding import UNSHARDED, Shard
 from virtcap.model.storage import shared_pools
-from virtcap.service.snapshot import HypervisorSnapshot
-from virtcap.service.store import SnapshotStore
-from virtcap.service.tolerance import ToleranceReport
 
 
 @dataclass(frozen=True, slots=True)

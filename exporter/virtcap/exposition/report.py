@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
+from virtcap.contract.maintenance import maintenance_document
+from virtcap.fleet.snapshot import HypervisorSnapshot
+from virtcap.fleet.tolerance import HostEvacuation, ToleranceReport, UnplacedDomain
 from virtcap.model.capacity import HostCapacity, ResourceCapacity
 from virtcap.model.discovery import DiscoveredFlavor, FlavorDiscovery, definition_text
 from virtcap.model.facts import DomainState
-from virtcap.model.maintenance import Maintenance, maintenance_end, maintenance_reason
-from virtcap.model.numa import HostCell
+from virtcap.model.host_fit import cell_amounts
+from virtcap.model.maintenance import maintenance_reason
+from virtcap.model.numa.cells import HostCell
 from virtcap.model.ownership import UNKNOWN, ProjectUsage, fleet_projects
 from virtcap.model.pci import PciPool
-from virtcap.model.placement import cell_amounts
 from virtcap.model.resources import display_order
-from virtcap.service.snapshot import HypervisorSnapshot
-from virtcap.service.tolerance import HostEvacuation, ToleranceReport, UnplacedDomain
 from virtcap.units import format_bytes, format_cpu_set, format_utc
 
 BAR_WIDTH = 20
@@ -45,27 +46,6 @@ def resource_document(capacity: ResourceCapacity) -> dict[str, Any]:
         "used_by_state": {state.value: capacity.allocated_by_state[state] for state in DomainState},
         "counted_states": sorted(state.value for state in capacity.counted_states),
         "refused": capacity.refused,
-    }
-
-
-def maintenance_document(entries: Sequence[Maintenance]) -> dict[str, Any]:
-    """Whether the hypervisor is in maintenance, why (every entry in effect, the configuration's
-    first), until when (null: until lifted), and each entry."""
-    end = maintenance_end(entries)
-    return {
-        "in_maintenance": bool(entries),
-        "reason": maintenance_reason(entries),
-        "until": format_utc(end) if end is not None else None,
-        "entries": [
-            {
-                "source": entry.source,
-                "reason": entry.reason,
-                "until": format_utc(entry.until) if entry.until is not None else None,
-                "since": format_utc(entry.since) if entry.since is not None else None,
-                "set_by": entry.set_by,
-            }
-            for entry in entries
-        ],
     }
 
 
@@ -366,7 +346,7 @@ def _render_one(snapshot: HypervisorSnapshot) -> str:
         fits = ", ".join(_fit(capacity, name, count) for name, count in capacity.schedulable.items())
         lines.append(f"  schedulable: {fits}")
     for flavor, reasons in capacity.refusals.items():
-        if capacity.placement_limited.get(flavor) or any(_within(reason) for reason in reasons):
+        if capacity.placement_limited.get(flavor) or flavor in capacity.refused_within:
             lines.append(f"  {flavor} fits nowhere here: {'; '.join(reasons)}")
     if snapshot.facts is not None:
         lines.extend(f"  ! {problem}" for problem in snapshot.facts.problems)
@@ -378,10 +358,6 @@ def _fit(capacity: HostCapacity, flavor: str, count: int) -> str:
     """`p1.8xlarge 0 (numa)`: the count, and the cells or devices where they hold it down."""
     limited = capacity.placement_limited.get(flavor)
     return f"{flavor} {count} ({limited})" if limited else f"{flavor} {count}"
-
-
-def _within(reason: str) -> bool:
-    return reason.startswith(("NUMA: ", "PCI: "))
 
 
 def _cell_lines(capacity: HostCapacity) -> list[str]:

@@ -14,76 +14,26 @@ from dataclasses import dataclass, field
 from typing import TypedDict
 
 from virtcap.model.facts import DomainFacts, DomainState, HostFacts
-from virtcap.model.memory_backing import hugepage_backed_bytes
-from virtcap.model.nova import nova_allocation
-from virtcap.model.pci import PciAlias, PciDeviceSpec
-from virtcap.model.placement import (
+from virtcap.model.host_fit import (
     CellsAndDevices,
     Constraint,
     Demand,
     cells_and_devices,
     with_pending,
 )
+from virtcap.model.memory_backing import hugepage_backed_bytes
+from virtcap.model.nova import nova_allocation
+from virtcap.model.policy import STATES, HostPolicy, Inventory
 from virtcap.model.resources import (
     GIB,
     MIB,
-    PLACEMENT_MAX_INT,
-    STANDARD_CLASSES,
     Amounts,
     Resource,
     display_order,
     placement_units,
     request_groups,
 )
-from virtcap.model.vgpu import EnabledMdevType, VgpuCapacity, vgpu_capacity
-
-STATES: tuple[DomainState, ...] = tuple(DomainState)
-
-NOVA_ALLOCATION_RATIOS: Mapping[Resource, float] = {r: r.default_allocation_ratio for r in STANDARD_CLASSES}
-NOVA_RESERVED: Mapping[Resource, int] = {r: r.default_reserved for r in STANDARD_CLASSES}
-
-
-@dataclass(frozen=True, slots=True)
-class Inventory:
-    """An inventory the operator declares (a CUSTOM_* class: licences, FPGAs, local NVMe), in
-    Placement's terms and the class's unit, as Nova's provider configuration declares one."""
-
-    total: int
-    reserved: int = 0
-    min_unit: int = 1
-    max_unit: int = PLACEMENT_MAX_INT
-    """Placement's default where the operator declares none (Nova passes a declared inventory as
-    written); Nova's own classes have max_unit = total instead."""
-    step_size: int = 1
-    allocation_ratio: float = 1.0
-
-
-@dataclass(frozen=True, slots=True)
-class HostPolicy:
-    """What the operator decided for a hypervisor, as opposed to what it has."""
-
-    allocation_ratios: Mapping[Resource, float] = field(default_factory=lambda: dict(NOVA_ALLOCATION_RATIOS))
-    reserved: Mapping[Resource, int] = field(default_factory=lambda: dict(NOVA_RESERVED))
-    cpu_shared_set: frozenset[int] | None = None
-    cpu_dedicated_set: frozenset[int] | None = None
-    count_inactive_domains: bool = True
-    inventories: Mapping[Resource, Inventory] = field(default_factory=dict)
-    """Declared inventories of classes the hypervisor cannot measure (CUSTOM_*)."""
-    reserved_huge_pages: Mapping[tuple[int, int], int] = field(default_factory=dict)
-    """Nova's `reserved_huge_pages`: pages kept for the host, by (NUMA cell, page size in KiB)."""
-    pci_device_spec: tuple[PciDeviceSpec, ...] = ()
-    """Nova's `[pci] device_spec`: the host devices passed through, first match deciding."""
-    enabled_mdev_types: tuple[EnabledMdevType, ...] = ()
-    """Nova's `[devices] enabled_mdev_types`, in order, each with its `[mdev_<type>]` section:
-    which mediated device type each physical GPU offers as vGPUs (see virtcap.model.vgpu)."""
-    pci_aliases: Mapping[str, PciAlias] = field(default_factory=dict)
-    """Nova's `[pci] alias` (the same on every hypervisor): what flavors ask for devices by."""
-
-    @property
-    def counted_states(self) -> frozenset[DomainState]:
-        if self.count_inactive_domains:
-            return frozenset(STATES)
-        return frozenset(STATES) - {DomainState.SHUTOFF}
+from virtcap.model.vgpu import VgpuCapacity, vgpu_capacity
 
 
 def amounts(vcpu: int = 0, pcpu: int = 0, memory: int = 0, disk: int = 0) -> dict[Resource, int]:
@@ -193,6 +143,9 @@ class HostCapacity:
     """The flavors whose NUMA fit or devices let fewer fit than the whole-host amounts, and which."""
     refusals: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     """Per flavor of which no more instance fits, why: the classes, cells or pools that refuse it."""
+    refused_within: frozenset[str] = frozenset()
+    """The flavors of which no more instance fits because of the NUMA cells or the PCI devices
+    alone: the classes would take one more."""
     claimed_vgpus: tuple[int, ...] = ()
     """The vGPUs of each pending claim, oldest first: each claim takes its own from one GPU."""
     maintenance: str | None = None
@@ -203,8 +156,8 @@ class HostCapacity:
     def claim_test(self, demand: Demand) -> list[str]:
         """Every reason one more instance of the demand does not fit (Nova's claim test, then
         the vGPUs, the NUMA cells and the PCI devices); empty when it fits."""
-        placed = _Placed(self.resources, self.vgpus, self.claimed_vgpus, self.within)
-        return list(placed.refusals(demand))
+        fit_test = _InstanceFitTest(self.resources, self.vgpus, self.claimed_vgpus, self.within)
+        return list(fit_test.refusals(demand))
 
     @property
     def problems(self) -> tuple[str, ...]:
@@ -216,7 +169,7 @@ class HostCapacity:
 def domain_allocation(domain: DomainFacts, dedicated_cpus: frozenset[int] | None) -> dict[Resource, int]:
     """What one domain is allocated, in whole MiB of memory and whole GiB of disk as Placement
     counts them: Nova's own request for a Nova instance (its metadata), else virtcap's rule for
-    plain domains (ACCOUNTING.md). Hugepage-backed memory counts as memory either way."""
+    plain domains (docs/accounting.md). Hugepage-backed memory counts as memory either way."""
     if domain.nova is not None:
         return nova_allocation(domain.nova)
     local = sum(d.capacity_bytes or 0 for d in domain.disks if d.local)
@@ -383,7 +336,7 @@ def host_capacity(
     claimed_vgpus = tuple(amount for claim in pending if (amount := claim.request.get(Resource.VGPU, 0)) > 0)
     if not pending and claimed.get(Resource.VGPU, 0) > 0:
         claimed_vgpus = (claimed[Resource.VGPU],)
-    placed = _Placed(resources, vgpus, claimed_vgpus, within)
+    fit_test = _InstanceFitTest(resources, vgpus, claimed_vgpus, within)
     if maintenance is not None:
         # offered nothing, as a disabled compute service: the counts are 0 whatever is free
         why = (f"in maintenance: {maintenance}",)
@@ -399,7 +352,17 @@ def host_capacity(
             refusals=dict.fromkeys(flavors or {}, why),
             maintenance=maintenance,
         )
-    fits = {name: placed.count(demand) for name, demand in (flavors or {}).items()}
+    flavors = flavors or {}
+    fits = {name: fit_test.count(demand) for name, demand in flavors.items()}
+    refused_by_class = {
+        name: fit_test.class_refusals(flavors[name]) for name, fit in fits.items() if fit.count == 0
+    }
+    # the flavors only the cells or the devices refuse, typed: the report tells them apart by that
+    refused_within = {
+        name: within_refusals
+        for name, reasons in refused_by_class.items()
+        if not reasons and (within_refusals := within.refusals(flavors[name].within))
+    }
     return HostCapacity(
         resources,
         domains_by_state,
@@ -411,8 +374,10 @@ def host_capacity(
         placement_limited={name: fit.limited for name, fit in fits.items() if fit.limited is not None},
         claimed_vgpus=claimed_vgpus,
         refusals={
-            name: placed.refusals(flavors[name]) for name, fit in fits.items() if fit.count == 0 and flavors
+            name: reasons or tuple(refusal.message for refusal in refused_within.get(name, ()))
+            for name, reasons in refused_by_class.items()
         },
+        refused_within=frozenset(refused_within),
     )
 
 
@@ -424,7 +389,7 @@ class FlavorCount:
 
 
 @dataclass(frozen=True, slots=True)
-class _Placed:
+class _InstanceFitTest:
     """What decides a count beyond the whole-host classes: vGPUs come from one GPU each, and the
     cells and devices hold the instances Nova's filters let in."""
 
@@ -451,6 +416,13 @@ class _Placed:
     def refusals(self, demand: Demand) -> tuple[str, ...]:
         """Why one more does not fit: the classes first (Nova's claim test), then the vGPUs, the
         cells and the devices."""
+        return self.class_refusals(demand) or tuple(
+            refusal.message for refusal in self.within.refusals(demand.within)
+        )
+
+    def class_refusals(self, demand: Demand) -> tuple[str, ...]:
+        """Why the classes (Nova's claim test) or the vGPUs refuse one more: empty when only the
+        cells or the devices could still refuse it."""
         groups = vgpu_groups(demand.request)
         # a flavor's groups may take their vGPUs from several GPUs: its units are held per group
         reasons = [
@@ -460,8 +432,6 @@ class _Placed:
         ]
         if not reasons and groups and vgpu_fits(self.vgpus, groups, self.claimed_vgpus, 1) == 0:
             reasons.append(vgpu_refusal(self.vgpus, groups, self.claimed_vgpus))
-        if not reasons:
-            reasons.extend(self.within.refusals(demand.within))
         return tuple(reasons)
 
 

@@ -15,8 +15,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from virtcap.model.facts import HostFacts, NovaFlavor, NovaInstance
+from virtcap.model.host_fit import NOTHING_WITHIN, Demand, WithinHost, within_host
 from virtcap.model.nova import nova_request
-from virtcap.model.placement import NOTHING_WITHIN, Demand, WithinHost, within_host
 from virtcap.model.resources import MIB
 
 MAX_FLAVOR_NAME = 255

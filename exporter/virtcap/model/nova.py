@@ -1,5 +1,5 @@
 """What a Nova instance consumes: its flavor, extra specs and image turned into resource amounts,
-as Nova's scheduler asks Placement for them (ACCOUNTING.md, "What an instance consumes").
+as Nova's scheduler asks Placement for them (docs/accounting.md, "What a domain is allocated").
 
 Pure. Nova validates extra specs in its API before an instance exists, so a definition it wrote
 holds valid ones; where the metadata was edited by hand, what Nova would ignore (an unknown class,

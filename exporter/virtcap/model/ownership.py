@@ -2,10 +2,10 @@
 largest projects. Pure: facts in, sums out.
 
 A domain belongs to the project Nova's owner metadata names (`<nova:owner><nova:project>`), else
-to the one the configured metadata element names (`ownership`, see virtcap.audit.domain_xml),
-else to UNKNOWN. Only counted domains are summed, with the allocation the capacity counts for
-them (virtcap.model.capacity.domain_allocation): a hypervisor's projects add up to its allocated
-amounts, neither more nor less.
+to the one the configured metadata element names (`ownership`: an OwnershipMetadata, which
+virtcap.audit.domain_xml reads), else to UNKNOWN. Only counted domains are summed, with the
+allocation the capacity counts for them (virtcap.model.capacity.domain_allocation): a
+hypervisor's projects add up to its allocated amounts, neither more nor less.
 """
 
 from __future__ import annotations
@@ -14,14 +14,27 @@ import heapq
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from virtcap.model.capacity import HostPolicy, domain_allocation
+from virtcap.model.capacity import domain_allocation
 from virtcap.model.facts import DomainFacts, HostFacts
+from virtcap.model.policy import HostPolicy
 from virtcap.model.resources import Resource, display_order
 
 UNKNOWN = "unknown"
 """The project id and name of domains no metadata gives an owner."""
 OTHER = "other"
 """The project id and name of the projects beyond the largest ones, summed."""
+
+
+@dataclass(frozen=True, slots=True)
+class OwnershipMetadata:
+    """Where domains that Nova did not define say whose they are: an element below `<metadata>`,
+    each step of `path` in `namespace`, as `<x:owner xmlns:x="NAMESPACE"><x:project id="ID">NAME
+    </x:project></x:owner>` for the path ("owner", "project"). The project id is the attribute
+    `id_attribute`, or the element's text where the attribute is absent; the name is the text."""
+
+    namespace: str
+    path: tuple[str, ...] = ("project",)
+    id_attribute: str = "id"
 
 
 @dataclass(frozen=True, slots=True)

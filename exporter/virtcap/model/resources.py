@@ -95,7 +95,7 @@ a hostile guest definition could fill with new ones, so none is kept for ever.""
 _INTERNING = threading.Lock()
 """Audit threads and the event loop both meet classes: one object per name, whoever comes first."""
 
-# Nova's defaults since release 27 (2023.1): see ACCOUNTING.md's table.
+# Nova's defaults since release 27 (2023.1): see docs/accounting.md's table.
 Amounts = Mapping[Resource, int]
 """An amount per resource (cpus, bytes or a count): a domain's allocation, a flavor's request, a
 claim."""

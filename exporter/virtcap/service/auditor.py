@@ -7,7 +7,7 @@ threads stays bounded by the number of hypervisors however long libvirt hangs. L
 full audits, an audit reads again only the domains that changed (virtcap.audit.domain_cache, kept
 with the connection; `audit.incremental`, `audit.resync_every`).
 
-What the host is built of (CPU identity, NUMA cells, PCI devices: virtcap.audit.hypervisor's
+What the host is built of (CPU identity, NUMA cells, PCI devices: virtcap.audit.host_readings'
 HostLayout) is read once per connection, in the audit thread and so within the audit timeout, and
 kept for the audits on that connection; each audit still reads the free hugepages.
 
@@ -26,25 +26,19 @@ from collections.abc import Mapping
 
 import libvirt
 
-from virtcap.audit.connection import IN_PROCESS_DRIVER, HypervisorConnection
-from virtcap.audit.hypervisor import (
-    AuditError,
-    HostLayout,
-    audit_host,
-    read_cpu_times,
-    read_host_layout,
-    redact_uri,
-)
+from virtcap.audit.connection import IN_PROCESS_DRIVER, AuditError, HypervisorConnection, redact_uri
+from virtcap.audit.host_readings import HostLayout, read_cpu_times, read_host_layout
+from virtcap.audit.hypervisor import audit_host
 from virtcap.audit.libvirt_api import VirConnect
 from virtcap.audit.replay import is_replay_uri
 from virtcap.audit.threads import SerialCaller
 from virtcap.claims.ledger import ClaimLedger
 from virtcap.config import AuditSettings, Hypervisor
+from virtcap.fleet.snapshot import HypervisorSnapshot
+from virtcap.fleet.store import SnapshotStore
 from virtcap.model.facts import CpuIdentity, CpuTimes, HostFacts, VcpuWait
-from virtcap.model.placement import Demand
+from virtcap.model.host_fit import Demand
 from virtcap.service.flavors import FlavorCatalog
-from virtcap.service.snapshot import HypervisorSnapshot
-from virtcap.service.store import SnapshotStore
 from virtcap.service.supervise import Supervisor
 
 log = logging.getLogger(__name__)

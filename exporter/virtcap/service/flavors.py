@@ -27,7 +27,7 @@ from virtcap.model.discovery import (
     host_flavors,
 )
 from virtcap.model.facts import HostFacts
-from virtcap.model.placement import Demand
+from virtcap.model.host_fit import Demand
 
 log = logging.getLogger(__name__)
 

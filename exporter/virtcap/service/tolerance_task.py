@@ -27,10 +27,10 @@ from dataclasses import replace
 from typing import TypeVar
 
 from virtcap.config import FailureToleranceSettings
+from virtcap.fleet.store import SnapshotStore
+from virtcap.fleet.tolerance import FleetChanges, SimulatedHost, SimulationRequest, ToleranceReport
 from virtcap.model.scheduler import Multipliers
-from virtcap.service.store import SnapshotStore
 from virtcap.service.supervise import Supervisor
-from virtcap.service.tolerance import FleetChanges, SimulatedHost, SimulationRequest, ToleranceReport
 from virtcap.service.tolerance_worker import (
     HEADER,
     WORKER_COMMAND,

@@ -22,8 +22,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import BinaryIO
 
+from virtcap.fleet.tolerance import FleetSimulation, HostEvacuation, SimulationRequest, ToleranceReport
 from virtcap.model.scheduler import HostState
-from virtcap.service.tolerance import FleetSimulation, HostEvacuation, SimulationRequest, ToleranceReport
 
 log = logging.getLogger(__name__)
 

@@ -25,12 +25,12 @@ from virtcap.web.ratelimit import TokenBucket
 from virtcap.web.tls import ReloadingContext, peer_has_san
 from virtcap.web.webconfig import (
     WebConfig,
-    WebConfigFile,
     build_web_config,
     parse_web_config,
     read_limited,
     read_referenced,
 )
+from virtcap.web.webconfig_schema import WebConfigFile
 
 # The name these lines had before this module was split from webconfig.py: log filters keep working.
 log = logging.getLogger("virtcap.web.webconfig")

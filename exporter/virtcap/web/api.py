@@ -1,7 +1,7 @@
 """The claims and capacity HTTP API under /api/v1: the handlers and their routes.
 
-What the API reads and answers is models.py's (described by openapi.py); how a body is read is
-body.py's.
+What the API reads and answers is virtcap.contract's (described by contract/openapi.py); how a body
+is read is body.py's.
 """
 
 from __future__ import annotations
@@ -27,31 +27,22 @@ from virtcap.claims.ledger import (
     claim_within,
 )
 from virtcap.claims.maintenance_ledger import MaintenanceConflictError, UnknownHypervisorError
-from virtcap.claims.scheduling import fleet_entries
 from virtcap.config import ClaimSettings, Config, explain_validation_error
-from virtcap.dryrun import PlacementError, dry_run
+from virtcap.contract.claims import ClaimBody, ClaimDocument, ClaimList
+from virtcap.contract.maintenance import MaintenanceBody, MaintenanceDocument, MaintenanceList
+from virtcap.contract.openapi import openapi_document
+from virtcap.contract.placements import PlacementError, PlacementRejection, parse_placement_body
 from virtcap.exposition.report import fleet_document
+from virtcap.fleet.scheduling import fleet_entries
+from virtcap.fleet.store import SnapshotStore
 from virtcap.model.maintenance import Maintenance
 from virtcap.model.pci import PCI_ALIAS_SPEC, PciRequestError, parse_alias_request
 from virtcap.model.resources import Resource
-from virtcap.service.store import SnapshotStore
-from virtcap.units import brief_repr
+from virtcap.service.dryrun import dry_run
+from virtcap.units import brief_repr, format_utc
 from virtcap.web.auth import parse_basic_credentials
 from virtcap.web.body import json_error, parse_json, read_body
 from virtcap.web.exporter import EXPORTER
-from virtcap.web.models import (
-    ClaimBody,
-    ClaimDocument,
-    ClaimList,
-    MaintenanceBody,
-    MaintenanceDocument,
-    MaintenanceList,
-    PlacementBody,
-    PlacementRejection,
-    iso_time,
-    placement_body_error,
-)
-from virtcap.web.openapi import openapi_document
 
 STORAGE_RETRY_AFTER_SECONDS = 10
 CLAIMS = web.AppKey("claims", ClaimLedger)
@@ -246,7 +237,7 @@ async def capacity(request: web.Request) -> web.Response:
     # built and encoded in a thread: a fleet's cells, pools and GPUs are no small document; with
     # the failure tolerance last computed in the background (each hypervisor's evacuation)
     document = await asyncio.to_thread(fleet_document, snapshots, store.tolerance, discovery, configured)
-    document["generated_at"] = iso_time(time.time())
+    document["generated_at"] = format_utc(time.time())
     body = await asyncio.to_thread(json.dumps, document)
     return web.Response(text=body, content_type="application/json")
 
@@ -257,11 +248,9 @@ async def placements(request: web.Request) -> web.Response:
     if not isinstance(document, dict):
         raise json_error(web.HTTPBadRequest, "the body must be a JSON object")
     try:
-        body = await asyncio.to_thread(PlacementBody.model_validate, document)
-    except ValidationError as error:
-        raise json_error(web.HTTPBadRequest, placement_body_error(error)) from None
-    except (ValueError, ArithmeticError, TypeError) as error:
-        raise json_error(web.HTTPBadRequest, f"the body is not a valid placement: {error}") from None
+        body = await asyncio.to_thread(parse_placement_body, document)
+    except PlacementError as error:
+        raise json_error(web.HTTPBadRequest, str(error)) from None
     exporter = request.app[EXPORTER]
     # taken on the event loop (the store and ledger are the loop's), scheduled in a thread
     fleet = fleet_entries(request.app[STORE], time.time(), exporter.config.audit.staleness_bound)

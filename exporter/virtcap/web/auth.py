@@ -30,15 +30,14 @@ import dataclasses
 import enum
 import functools
 import hashlib
-import re
 import threading
 from collections import Counter
 from collections.abc import Mapping
-from typing import Annotated
 
 import bcrypt
 from aiohttp import web
-from pydantic import AfterValidator
+
+from virtcap.config.bcrypt_hash import BCRYPT_HASH, MAX_COST, MIN_COST
 
 MAX_PASSWORD_BYTES = 72
 _VERIFIED_CACHE_LIMIT = 1024
@@ -48,40 +47,8 @@ BCRYPT_MAX_PENDING = 32
 """Checks running or waiting for a bcrypt thread: at cost 10 (70 ms) the last one waits about a
 second, about the scrape timeout a new scraper would otherwise have run into."""
 RETRY_AFTER_SECONDS = 1
-
-_BCRYPT_HASH = re.compile(r"\$2[aby]\$([0-9]{2})\$[./A-Za-z0-9]{53}")
-_MIN_COST, _MAX_COST, _DEFAULT_COST = 4, 31, 10
-_EXPECTED_HASH = "expected a bcrypt hash ($2y$10$ and 53 more characters, as from `htpasswd -nBC 10 ''`)"
-
-
-def check_bcrypt_hash(value: str) -> None:
-    """Raise ValueError unless bcrypt can check passwords against `value`.
-
-    Checked at load, so that a bad hash is a configuration error and not a 500 on first use.
-    """
-    match = _BCRYPT_HASH.fullmatch(value)
-    if match is None:
-        if not value.startswith("$2"):
-            raise ValueError(f"{_EXPECTED_HASH}, not a password")
-        raise ValueError(f"{_EXPECTED_HASH}; this one is {len(value)} characters or has other characters")
-    cost = int(match[1])
-    if not _MIN_COST <= cost <= _MAX_COST:
-        raise ValueError(f"{_EXPECTED_HASH}; its cost {match[1]} is not between 04 and 31")
-    # bcrypt is stricter than the pattern (the salt's last character must carry no stray bits):
-    # its own parser decides, at the lowest cost so that loading stays fast.
-    try:
-        bcrypt.checkpw(b"", f"{value[:4]}04{value[6:]}".encode())
-    except ValueError:
-        raise ValueError(f"{_EXPECTED_HASH}; its salt is not valid bcrypt base64") from None
-
-
-def _checked_hash(value: str) -> str:
-    check_bcrypt_hash(value)
-    return value
-
-
-BcryptHash = Annotated[str, AfterValidator(_checked_hash)]
-"""A configuration value that must be a usable bcrypt hash (pydantic names the key in errors)."""
+_DEFAULT_COST = 10
+"""The cost of the dummy hash that unknown users are checked against when no user has a hash."""
 
 
 class BcryptBusyError(Exception):
@@ -179,7 +146,7 @@ def _cache_key(user: bytes, password: bytes, hashed: bytes) -> bytes:
 def _dummy_hash(cost: int) -> bytes:
     """A well-formed hash that no password matches, checked at the same cost as the real ones."""
     salt = bcrypt.gensalt(rounds=cost)
-    tail = bcrypt.hashpw(b"", bcrypt.gensalt(rounds=_MIN_COST))[29:]
+    tail = bcrypt.hashpw(b"", bcrypt.gensalt(rounds=MIN_COST))[29:]
     return salt + tail
 
 
@@ -188,8 +155,8 @@ def _typical_cost(users: Mapping[str, bytes]) -> int:
     costs = [
         int(match[1])
         for hashed in users.values()
-        if (match := _BCRYPT_HASH.fullmatch(hashed.decode("ascii", "replace")))
-        and _MIN_COST <= int(match[1]) <= _MAX_COST
+        if (match := BCRYPT_HASH.fullmatch(hashed.decode("ascii", "replace")))
+        and MIN_COST <= int(match[1]) <= MAX_COST
     ]
     counts = Counter(costs or [_DEFAULT_COST])
     return max(counts, key=lambda cost: (counts[cost], cost))

@@ -1,5 +1,5 @@
 """A request's body as the API reads it: bounded in size, time and depth, strict JSON, and the JSON
-error answers (models.ErrorBody) for every way it can fail."""
+error answers (virtcap.contract.bodies.ErrorBody) for every way it can fail."""
 
 from __future__ import annotations
 
@@ -11,14 +11,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from virtcap.web.models import ErrorBody
-
-MAX_BODY_BYTES = 16 * 1024
-BODY_TIMEOUT_SECONDS = 5.0
-"""How long a claim body may take to arrive once the headers are in: a client that stalls is
-answered 408 rather than holding a connection and a handler for ever."""
-MAX_BODY_DEPTH = 8
-"""A claim is a flat object: deeper JSON is refused, whatever the recursion limit allows."""
+from virtcap.contract.bodies import BODY_TIMEOUT_SECONDS, MAX_BODY_BYTES, MAX_BODY_DEPTH, ErrorBody
 
 
 def json_error(

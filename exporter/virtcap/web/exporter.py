@@ -8,8 +8,8 @@ from aiohttp import web
 
 from virtcap.claims.ledger import ClaimLedger
 from virtcap.config import Config
+from virtcap.fleet.store import SnapshotStore
 from virtcap.service.auditor import FleetAuditor
-from virtcap.service.store import SnapshotStore
 from virtcap.service.supervise import Supervisor
 from virtcap.service.tolerance_task import ToleranceTracker
 from virtcap.web.access import WebConfigSource

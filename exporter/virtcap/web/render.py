@@ -17,8 +17,8 @@ from collections.abc import Callable, Mapping
 from virtcap.claims.ledger import ClaimLedger
 from virtcap.config.schema import ExpositionSection
 from virtcap.exposition.families import FragmentCache, TaskHealth, views
+from virtcap.fleet.store import SnapshotStore
 from virtcap.model.sharding import UNSHARDED
-from virtcap.service.store import SnapshotStore
 from virtcap.service.supervise import Supervisor
 
 RENDER_GAP_SECONDS = 0.5

@@ -18,8 +18,8 @@ from virtcap.audit.events import start_libvirt_event_thread
 from virtcap.claims.backends import claim_storage
 from virtcap.claims.ledger import ClaimLedger
 from virtcap.config import Config, ConfigError
+from virtcap.fleet.store import SnapshotStore
 from virtcap.service.auditor import FleetAuditor
-from virtcap.service.store import SnapshotStore
 from virtcap.service.supervise import Supervisor
 from virtcap.service.tolerance_task import ToleranceTracker
 from virtcap.web.access import WebConfigSource

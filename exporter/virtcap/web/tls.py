@@ -20,14 +20,11 @@ import tempfile
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from virtcap.config import ConfigError
-
-if TYPE_CHECKING:
-    from virtcap.web.webconfig import Curve, TLSServerConfig
+from virtcap.web.webconfig_schema import Curve, TLSServerConfig
 
 VERIFY_MODES = {
     "NoClientCert": ssl.CERT_NONE,

@@ -1,0 +1,72 @@
+// How many more instances of each flavor fit, where, and what limits them.
+local g = import '../mixin/lib/grafana.libsonnet';
+local common = import 'common.libsonnet';
+
+local flavorsDashboard(config) =
+  local c = common(config);
+  local t = g.target;
+  local h = c.h;
+
+  c.dashboard(
+    'virtcap-flavors',
+    'virtcap / Flavor headroom',
+    'Where does the next VM fit: how many more instances of each flavor fit, where, and what limits them.',
+    [
+      g.bargauge(
+        'More instances that fit, fleet-wide',
+        'Per flavor, how many more instances fit in the whole fleet (each hypervisor counted alone: an instance never spans hosts; those in maintenance offer none).',
+        'short',
+        [t('flavor:hypervisor_schedulable_instances:sum{%(f)s, flavor=~"$flavor"}' % c, '{{flavor}}')],
+        thresholds=g.freeSteps(config.flavorHeadroomMinimum, 2 * config.flavorHeadroomMinimum),
+      ),
+      g.timeseries(
+        'Fleet headroom over time',
+        'More instances that fit fleet-wide, per flavor: a falling line is capacity being used up.',
+        'short',
+        [t('flavor:hypervisor_schedulable_instances:sum{%(f)s, flavor=~"$flavor"}' % c, '{{flavor}}')],
+      ),
+      g.table(
+        'Per hypervisor',
+        'How many more instances of each flavor fit on each hypervisor.',
+        'short',
+        [t('hypervisor_schedulable_instances{%s, flavor=~"$flavor"}' % h, instant=true, format='table')],
+        overrides=[g.column('Value', 'short', g.freeSteps(1, 2), 'fit')],
+        organize={ excludeByName: c.hidden },
+        width=12,
+        height=10,
+      ),
+      g.table(
+        'What limits each flavor',
+        'For each flavor, on how many hypervisors each resource is the one that runs out first (hypervisor_flavor_bottleneck).',
+        'short',
+        [t('count by (%s, flavor, resource) (%s)' % [c.fleetLabel, c.once('hypervisor_flavor_bottleneck{%(h)s, flavor=~"$flavor"}' % c, ['flavor', 'resource'])], instant=true, format='table')],
+        overrides=[g.column('Value', 'short', display='hypervisors')],
+        organize={ excludeByName: { Time: true, [c.fleetLabel]: true } },
+        width=12,
+        height=10,
+      ),
+      g.row('Groups and discovered flavors'),
+      g.bargauge(
+        'More instances that fit in the group',
+        'Per flavor, how many more instances fit on the members of the selected group (kind and group variables), each counted alone; members in maintenance offer none. For availability zones and racks the same figure is recorded as group_flavor:hypervisor_schedulable_instances:sum.',
+        'short',
+        [t('sum by (%(fleetLabel)s, flavor) (%(joined)s)' % c { joined: c.inGroup(c.onceFree('hypervisor_schedulable_instances{%(s)s, flavor=~"$flavor"}' % c, ['flavor'])) }, '{{flavor}}')],
+        thresholds=g.freeSteps(1, config.flavorHeadroomMinimum),
+      ),
+      g.table(
+        'Flavors in use, not configured',
+        'Flavors virtcap discovered in the Nova metadata of existing domains and the configuration does not define (virtcap_flavor_info{source="discovered"}), with how many more instances fit fleet-wide. Their headroom is reported, but HypervisorFlavorHeadroomLow watches only the configured flavors (unless the mixin\'s flavorHeadroomDiscovered is true): add one to virtcap\'s flavors to watch it.',
+        'short',
+        [t('flavor:hypervisor_schedulable_instances:sum{%(f)s} and on (%(fleetLabel)s, flavor) (virtcap_flavor_info{%(s)s, source="discovered"} unless on (%(fleetLabel)s, flavor) virtcap_flavor_info{%(s)s, source="configured"})' % c, instant=true, format='table')],
+        overrides=[g.column('Value', 'short', g.freeSteps(1, config.flavorHeadroomMinimum), 'fit fleet-wide')],
+        organize={ excludeByName: { Time: true, [c.fleetLabel]: true } },
+      ),
+    ],
+    [c.hypervisorVariable, c.flavorVariable, c.kindVariable, c.groupVariable],
+  );
+
+{
+  grafanaDashboards+:: {
+    'virtcap-flavors.json': flavorsDashboard($._config),
+  },
+}
