@@ -22,7 +22,7 @@ $(BIN)/virtcap: pyproject.toml | system-deps
 
 # Every runtime and test dependency at its lower bound (the constraints file pins each one there),
 # the rest newest: what a user whose distribution ships old releases runs. With the dev tools:
-# tests/test_layers.py runs import-linter, at its lower bound too. Made anew whenever either file
+# tests/system/test_layers.py runs import-linter, at its lower bound too. Made anew whenever either file
 # changes.
 $(LOWER_VENV)/bin/virtcap: pyproject.toml $(LOWER_BOUNDS) | system-deps
 	rm -rf $(LOWER_VENV)
@@ -50,18 +50,25 @@ typecheck: $(BIN)/virtcap
 upstream-venv: system-deps
 	@PYTHON=$(PYTHON) bash scripts/upstream-venv.sh $(UPSTREAM_VENV)
 
+# Workers (pytest-xdist), each with its own private libvirtd, PostgreSQL cluster and Nova oracle
+# when its tests ask for them. Twice the 2 cores of the smallest machine it runs on: most of a test's
+# time is spent waiting for the processes it starts (`virtcap serve`, Prometheus, libvirtd, QEMU),
+# not computing. A file's tests stay on one worker (loadfile): their module-scoped servers start once.
+WORKERS ?= 4
+PYTEST_PARALLEL = -n $(WORKERS) --dist loadfile
+
 unit: $(BIN)/virtcap upstream-venv
-	VIRTCAP_UPSTREAM_VENV=$(abspath $(UPSTREAM_VENV)) $(BIN)/pytest
+	VIRTCAP_UPSTREAM_VENV=$(abspath $(UPSTREAM_VENV)) $(BIN)/pytest $(PYTEST_PARALLEL) --durations=15
 
 # The unit tests under the lowest releases pyproject.toml accepts: each lower bound must be one that
 # works. Those of a private libvirtd and of upstream Nova are left to `make unit`: they test libvirt
 # and Nova more than these libraries, and take long.
 lower-bounds: system-deps $(LOWER_VENV)/bin/virtcap
-	$(LOWER_VENV)/bin/pytest -m "not libvirtd" --ignore=tests/conformance
+	$(LOWER_VENV)/bin/pytest $(PYTEST_PARALLEL) -m "not libvirtd" --ignore=tests/conformance
 
 # The conformance suite alone (`make unit` runs it too): virtcap against upstream Nova and Placement.
 conformance: $(BIN)/virtcap upstream-venv
-	VIRTCAP_UPSTREAM_VENV=$(abspath $(UPSTREAM_VENV)) $(BIN)/pytest tests/conformance
+	VIRTCAP_UPSTREAM_VENV=$(abspath $(UPSTREAM_VENV)) $(BIN)/pytest $(PYTEST_PARALLEL) tests/conformance
 
 test: system-deps $(BIN)/virtcap lint typecheck unit
 

@@ -2,7 +2,7 @@
 
     python bench/run.py --only latency [--quick]
 
-A real libvirtd (QEMU driver, session mode, as in tests/libvirtd.py) is reached over
+A real libvirtd (QEMU driver, session mode, as in tests/support/libvirtd.py) is reached over
 `qemu+tcp://127.0.0.1:PORT/session` through a delay: the benchmark creates a network namespace of
 its own, brings its loopback up with `tc qdisc add dev lo root netem delay D ms`, and runs every
 process of the measurement inside (`ip netns exec`): the daemon, `virtcap serve`,
@@ -80,7 +80,7 @@ import harness
 from virtcap.config.schema import AuditSettings
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.libvirtd import SEARCH_PATH, Libvirtd, answers, daemon_owner, prepare
+from tests.support.libvirtd import SEARCH_PATH, Libvirtd, answers, daemon_owner, prepare
 
 REMOTE_PROGRAM = 0x20008086
 """libvirt's remote protocol (REMOTE_PROGRAM); keepalives have a program of their own."""
@@ -254,7 +254,7 @@ def relay(listen: int, target: int, milliseconds: float) -> None:
 
 @contextlib.contextmanager
 def tcp_daemon(directory: Path) -> Iterator[tuple[Libvirtd, int]]:
-    """A private session libvirtd (tests/libvirtd.py's folders and user) that also listens on TCP
+    """A private session libvirtd (tests/support/libvirtd.py's folders and user) that also listens on TCP
     127.0.0.1 without authentication, and its port; stopped with its guests afterwards."""
     owner = daemon_owner()
     environment = prepare(directory, owner)

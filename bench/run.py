@@ -73,7 +73,7 @@ def network_latency(quick: bool) -> None:
     if os.geteuid() != 0:
         print_table("Over real network latency", ("result",), [("not measured: needs root (ip netns, tc)",)])
         return
-    import latency  # noqa: PLC0415  (imported here: it brings tests/libvirtd.py and pytest, for root only)
+    import latency  # noqa: PLC0415  (imported here: it brings tests/support/libvirtd.py and pytest, for root only)
 
     latency.network_latency(quick)
 

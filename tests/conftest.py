@@ -1,4 +1,8 @@
-"""Shared fixtures: the session's private libvirtd (tests/libvirtd.py), for the tests that ask for it."""
+"""Shared fixtures: the private libvirtd (tests/support/libvirtd.py) and PostgreSQL cluster
+(tests/support/postgres.py), for the tests that ask for them.
+
+Session fixtures are per worker under pytest-xdist (`make unit`): each worker that needs a daemon
+starts its own, in a folder of its own (mkdtemp) and on a free port, so that none collide."""
 
 from __future__ import annotations
 
@@ -10,8 +14,8 @@ from pathlib import Path
 import pytest
 
 import virtcap.audit.connection  # noqa: F401  (silences libvirt's own printing of errors)
-from tests.libvirtd import SEARCH_PATH, Libvirtd, daemon_owner, prepare, running_daemon
-from tests.postgres import Postgres, running_postgres
+from tests.support.libvirtd import SEARCH_PATH, Libvirtd, daemon_owner, prepare, running_daemon
+from tests.support.postgres import Postgres, running_postgres
 
 
 @pytest.fixture(scope="session")
@@ -58,7 +62,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session")
 def postgres() -> Iterator[Postgres]:
-    """The session's private PostgreSQL cluster (tests/postgres.py)."""
+    """The session's private PostgreSQL cluster (tests/support/postgres.py)."""
     with running_postgres() as cluster:
         yield cluster
 

@@ -54,7 +54,7 @@ from tests.conformance.test_numa import (
     with_usage,
 )
 from tests.conformance.upstream import GIB, MIB, Oracle, agree, generator
-from tests.factories import host as host_facts
+from tests.support.factories import host as host_facts
 from virtcap.model.facts import PciDevice
 from virtcap.model.host_fit import CellsAndDevices, Demand, within_host
 from virtcap.model.numa.request import NumaSpecError

@@ -28,7 +28,7 @@ import pytest
 
 from tests.conformance.nodes import MAP_CPUS, ONLINE_CPUS, write_node
 from tests.conformance.upstream import GIB, MIB, PLACEMENT_CLASS, UNIT, Oracle, agree, generator
-from tests.libvirtd import Libvirtd
+from tests.support.libvirtd import Libvirtd
 from virtcap.config import ConfigError, parse_config
 from virtcap.model.capacity import HostCapacity, host_capacity
 from virtcap.service.oneshot import audit_hypervisor_blocking

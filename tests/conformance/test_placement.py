@@ -42,7 +42,7 @@ from typing import Any
 import pytest
 
 from tests.conformance.upstream import GIB, MIB, PLACEMENT_CLASS, UNIT, Oracle, agree, generator
-from tests.factories import domain, host, local_disk
+from tests.support.factories import domain, host, local_disk
 from virtcap.config import parse_config
 from virtcap.model.capacity import HostCapacity, ResourceCapacity, amounts, claim_test, host_capacity
 from virtcap.model.facts import DomainState, NovaFlavor, NovaInstance

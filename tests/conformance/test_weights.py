@@ -24,7 +24,7 @@ import random
 from typing import Any
 
 from tests.conformance.upstream import GIB, MIB, Oracle, agree, generator
-from tests.factories import domain, host, local_disk
+from tests.support.factories import domain, host, local_disk
 from virtcap.model.facts import DomainFacts
 from virtcap.model.policy import HostPolicy
 from virtcap.model.resources import Resource

@@ -20,7 +20,7 @@ from typing import Any, TextIO
 
 import pytest
 
-from tests.serving import DIES_WITH_THE_TESTS
+from tests.support.serving import DIES_WITH_THE_TESTS
 from virtcap.model.resources import Resource
 
 MIB = 1024**2
