@@ -462,3 +462,19 @@ def test_a_refusal_lists_the_aliases_asked_for_not_those_whose_name_is_inside_th
     policy, flavors = configured(config)
     capacity = host_capacity(sriov_host(), policy, flavors)
     assert capacity.refusals["v5"] == ("PCI: no free devices for vf-legacy:5 (vf-legacy 4 free)",)
+
+
+def test_the_flavors_the_cells_or_devices_alone_refuse_are_typed_not_read_from_their_reasons() -> None:
+    """The report's "fits nowhere here" line follows `refused_within`, set from the fit's typed
+    refusals: a class refusal never counts, however its text begins."""
+    policy, flavors = configured(PINNED_CONFIG)
+    capacity = host_capacity(pinned_host(), policy, flavors)
+    assert "p8" in capacity.refused_within  # both cells refuse it; the host's CPUs would take it
+    assert all(name in capacity.refusals for name in capacity.refused_within)
+    pci_policy, pci_flavors = configured(PCI_CONFIG)
+    devices = host_capacity(sriov_host(), pci_policy, pci_flavors)
+    assert "v5" in devices.refused_within
+    assert "v2" not in devices.refused_within  # it fits: no refusal at all
+    vgpu_policy, vgpu_flavors = configured(VGPU_CONFIG)
+    gpus = host_capacity(gpu_host(), vgpu_policy, vgpu_flavors)
+    assert gpus.refusals["g4"] and "g4" not in gpus.refused_within  # the classes refuse it

@@ -160,7 +160,7 @@ DATABASE = FlavorSpec("r1.8xlarge", 32, 256 * 1024, 0)
 """compute-04's database: 32 vCPUs and 256 GiB, its root on a network volume."""
 DATABASE_REPLACES = 32
 """The running small instances that give the database their place on compute-04: its vCPUs stay
-at 200 allocated (tests/test_claims.py counts them)."""
+at 200 allocated (tests/claims/test_claims.py counts them)."""
 
 
 def _database_host(drawn: HostSpec) -> HostSpec:

@@ -25,7 +25,7 @@ written in the shape libvirt gives on real hardware, following libvirt's documen
 A host is described by a HostSpec; `capture_document(spec)` gives the document and
 `encode_capture(capture_document(spec))` the file `replay:///path` audits. The demo's two-socket
 and GPU hosts and their four-socket spare are made here (virtcap.demo.generate), and the tests
-audit hosts of two and four cells from it (tests/test_hostgen.py).
+audit hosts of two and four cells from it (tests/audit/test_hostgen.py).
 """
 
 from __future__ import annotations
