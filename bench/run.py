@@ -57,6 +57,7 @@ from convoy import gil_convoy
 from cycle import audit_cycle
 from events import event_latency
 from harness import PEER, print_table
+from hostile import hostile_fleet
 from hung import hung_hypervisor
 from numa import numa_fit
 from scale import scrape_at_scale
@@ -92,6 +93,7 @@ def main() -> int:
             "cycle",
             "events",
             "hung",
+            "hostile",
             "convoy",
             "numa",
             "tolerance",
@@ -123,6 +125,7 @@ def main() -> int:
             "cycle": lambda: audit_cycle(scratch, runs, [10, 100] if args.quick else [10, 100, 1000], 50),
             "events": lambda: event_latency(scratch, runs),
             "hung": lambda: hung_hypervisor(scratch, runs),
+            "hostile": lambda: hostile_fleet(scratch, runs, 10.0 if args.quick else 60.0),
             "convoy": lambda: gil_convoy(scratch, runs, 10 if args.quick else 20),
             "numa": lambda: numa_fit(
                 scratch, runs, 20 if args.quick else 50, [100, 500], 5 if args.quick else 20

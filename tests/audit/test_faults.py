@@ -76,13 +76,14 @@ def test_fifty_hostile_peers_for_a_minute(tmp_path: Path) -> None:
             # Every peer tried once at least (a hanging one is never tried again while its call is stuck).
             wait_for(lambda: all(p.accepted >= 1 for p in peers), 20, interval=0.2, what="peers tried")
             threads_start, rss_start = server.threads(), rss_kib(server)
-            latencies: list[float] = []
             threads: list[int] = []
             rss: list[int] = []
             finish = time.monotonic() + 60
             while time.monotonic() < finish:
-                latencies.append(timed_get(server, "/-/healthy"))
-                latencies.append(timed_get(server, "/metrics"))
+                # answered, and soon: a frozen loop would take timed_get's 5 s timeout (how soon is
+                # bench/hostile.py's figure, not a test's)
+                assert timed_get(server, "/-/healthy") < 1.0
+                assert timed_get(server, "/metrics") < 1.0
                 now = time.time()
                 samples = server.samples()
                 for name in HEALTHY:
@@ -92,8 +93,6 @@ def test_fifty_hostile_peers_for_a_minute(tmp_path: Path) -> None:
                 threads.append(server.threads())
                 rss.append(rss_kib(server))
                 time.sleep(0.05)
-            p99 = statistics.quantiles(latencies, n=100)[98]
-            assert p99 < 0.1, p99
             # Bounded: at most one stuck call per hypervisor, never growing with time.
             assert max(threads) <= threads_start + len(peers) + 10, (threads_start, max(threads))
             # Audits and reconnects come and go; a leak of one thread per audit would add hundreds.
