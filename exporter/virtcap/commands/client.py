@@ -99,5 +99,14 @@ def call_api(args: argparse.Namespace, method: str, url: str, body: dict[str, An
     except ExporterUnreachableError as error:
         print(f"virtcap: cannot reach {error.url}: {error.reason}", file=sys.stderr)
         return EXIT_REFUSED
-    print(json.dumps(json.loads(answer), indent=2))
+    if not answer.strip():
+        return 0
+    try:
+        document = json.loads(answer)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        # not virtcap at that URL (a proxy's page, another service): say so rather than crash
+        shown = answer[:200].decode(errors="replace").strip()
+        print(f"virtcap: {method} {url}: the answer is not JSON: {shown!r}", file=sys.stderr)
+        return EXIT_REFUSED
+    print(json.dumps(document, indent=2))
     return 0
