@@ -41,7 +41,7 @@ from virtcap.model.host_fit import NOTHING_WITHIN, Demand, WithinHost, within_ho
 from virtcap.model.maintenance import Maintenance
 from virtcap.model.nova import flavor_request
 from virtcap.model.ownership import OwnershipMetadata
-from virtcap.model.pci import PCI_ALIAS_SPEC, PciAlias, PciRequestError, parse_alias_request
+from virtcap.model.pci import PCI_ALIAS_SPEC, PciAlias, alias_request_problem
 from virtcap.model.policy import NOVA_ALLOCATION_RATIOS, NOVA_RESERVED, HostPolicy, Inventory
 from virtcap.model.resources import Amounts, Resource, resource_by_label
 from virtcap.model.scheduler import SPREAD, Multipliers
@@ -279,17 +279,9 @@ def _check_alias_request(flavor: FlavorSection, aliases: Mapping[str, PciAlias],
     """A flavor's `pci_passthrough:alias` must be readable and name configured aliases, as Nova's
     API requires of a flavor before any instance of it exists."""
     spec = flavor.extra_specs.get(PCI_ALIAS_SPEC)
-    if spec is None:
-        return
-    try:
-        requests = parse_alias_request(spec)
-    except PciRequestError as error:
-        raise ConfigError(f"{where}.{PCI_ALIAS_SPEC}: {error}") from None
-    unknown = sorted({name for name, _count in requests if name not in aliases})
-    if unknown:
-        known = ", ".join(sorted(aliases)) or "none (pci.alias is empty)"
-        named = ", ".join(map(repr, unknown))
-        raise ConfigError(f"{where}.{PCI_ALIAS_SPEC}: unknown alias {named}; expected one of: {known}")
+    problem = None if spec is None else alias_request_problem(spec, aliases)
+    if problem is not None:
+        raise ConfigError(f"{where}.{PCI_ALIAS_SPEC}: {problem}")
 
 
 def _memberships(defaults: PolicySection, own: PolicySection) -> tuple[GroupKey, ...]:

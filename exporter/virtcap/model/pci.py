@@ -458,6 +458,21 @@ def parse_alias_request(extra_spec: str) -> list[tuple[str, int]]:
     return requests
 
 
+def alias_request_problem(extra_spec: str, aliases: Iterable[str]) -> str | None:
+    """Why a flavor's `pci_passthrough:alias` cannot be asked for, as Nova's API refuses it (not
+    readable, or naming an alias that is not configured); None when it can."""
+    try:
+        requests = parse_alias_request(extra_spec)
+    except PciRequestError as error:
+        return str(error)
+    configured = set(aliases)
+    unknown = sorted({name for name, _count in requests if name not in configured})
+    if not unknown:
+        return None
+    known = ", ".join(sorted(configured)) or "none (pci.alias is empty)"
+    return f"unknown alias {', '.join(map(repr, unknown))}; expected one of: {known}"
+
+
 def support_requests(
     pools: Sequence[PciPool],
     aliases: Mapping[str, PciAlias],

@@ -25,7 +25,7 @@ from virtcap.contract.placements import (
 from virtcap.fleet.claim_records import Claim
 from virtcap.fleet.scheduling import FleetEntry, schedule_fleet
 from virtcap.model.host_fit import Demand
-from virtcap.model.pci import PCI_ALIAS_SPEC, PciRequestError, parse_alias_request
+from virtcap.model.pci import PCI_ALIAS_SPEC, alias_request_problem
 from virtcap.model.scheduler import WEIGHERS, Rejection, ScheduleResult
 from virtcap.service.flavors import with_discovered_flavors
 from virtcap.service.oneshot import audit_fleet_once
@@ -48,19 +48,9 @@ def requested_demand(body: PlacementBody, config: Config) -> Demand:
 
 def _check_aliases(flavor: PlacementFlavor, config: Config) -> None:
     spec = flavor.extra_specs.get(PCI_ALIAS_SPEC)
-    if spec is None:
-        return
-    where = f"flavor.extra_specs.{PCI_ALIAS_SPEC}"
-    try:
-        requests = parse_alias_request(spec)
-    except PciRequestError as error:
-        raise PlacementError(f"{where}: {error}") from None
-    unknown = sorted({name for name, _count in requests if name not in config.pci_aliases})
-    if unknown:
-        known = ", ".join(sorted(config.pci_aliases)) or "none (pci.alias is empty)"
-        raise PlacementError(
-            f"{where}: unknown alias {', '.join(map(repr, unknown))}; expected one of: {known}"
-        )
+    problem = None if spec is None else alias_request_problem(spec, config.pci_aliases)
+    if problem is not None:
+        raise PlacementError(f"flavor.extra_specs.{PCI_ALIAS_SPEC}: {problem}")
 
 
 def dry_run(

@@ -36,7 +36,7 @@ from virtcap.exposition.report import fleet_document
 from virtcap.fleet.scheduling import fleet_entries
 from virtcap.fleet.store import SnapshotStore
 from virtcap.model.maintenance import Maintenance
-from virtcap.model.pci import PCI_ALIAS_SPEC, PciRequestError, parse_alias_request
+from virtcap.model.pci import PCI_ALIAS_SPEC, alias_request_problem
 from virtcap.model.resources import Resource
 from virtcap.service.dryrun import dry_run
 from virtcap.units import brief_repr, format_utc
@@ -176,18 +176,9 @@ def _check_aliases(extra_specs: dict[str, str], config: Config) -> None:
     """`pci_passthrough:alias` names configured aliases, readably, as Nova's API requires of a
     flavor."""
     spec = extra_specs.get(PCI_ALIAS_SPEC)
-    if spec is None:
-        return
-    where = f"extra_specs.{PCI_ALIAS_SPEC}"
-    try:
-        requests = parse_alias_request(spec)
-    except PciRequestError as error:
-        raise json_error(web.HTTPBadRequest, f"{where}: {error}") from None
-    unknown = sorted({name for name, _count in requests if name not in config.pci_aliases})
-    if unknown:
-        known = ", ".join(sorted(config.pci_aliases)) or "none (pci.alias is empty)"
-        named = ", ".join(map(repr, unknown))
-        raise json_error(web.HTTPBadRequest, f"{where}: unknown alias {named}; expected one of: {known}")
+    problem = None if spec is None else alias_request_problem(spec, config.pci_aliases)
+    if problem is not None:
+        raise json_error(web.HTTPBadRequest, f"extra_specs.{PCI_ALIAS_SPEC}: {problem}")
 
 
 async def list_claims(request: web.Request) -> web.Response:
