@@ -32,12 +32,14 @@
 11. Sharding (`--only sharding`, bench/sharding.py): the same 1,000 x 50 fleet served by one
    exporter and by two shards on this machine: until every hypervisor is audited once, /metrics
    p50/p99 per process, RSS.
+12. Sellable headroom (`--only sellable`, bench/sellable.py): per flavor of the demo's five, the
+   instances the 1,000 x 50 fleet can still take while it tolerates one hypervisor lost.
 
 Each figure is the median of --runs runs, with half the range as the spread.
 
 Each measurement is a module of its own (bench/scrape.py, scale.py, cycle.py, events.py, hung.py,
-convoy.py, numa.py, tolerance.py, serving.py, latency.py, sharding.py) on the machinery they share,
-bench/harness.py; this one reads the flags and runs them in this order.
+convoy.py, numa.py, tolerance.py, serving.py, latency.py, sharding.py, sellable.py) on the
+machinery they share, bench/harness.py; this one reads the flags and runs them in this order.
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ from hung import hung_hypervisor
 from numa import numa_fit
 from scale import scrape_at_scale
 from scrape import scrape_comparison
+from sellable import sellable
 from serving import tolerance_while_scraped
 from sharding import sharding
 from tolerance import failure_tolerance
@@ -100,6 +103,7 @@ def main() -> int:
             "serving",
             "latency",
             "sharding",
+            "sellable",
         ),
         help="run one measurement only",
     )
@@ -136,6 +140,7 @@ def main() -> int:
             ),
             "latency": lambda: network_latency(args.quick),
             "sharding": lambda: sharding(scratch, runs, 200 if args.quick else 1000, 50),
+            "sellable": lambda: sellable(runs, 200 if args.quick else 1000, 50),
         }
         for name, measure in measurements.items():
             if args.only in (None, name):

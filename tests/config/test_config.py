@@ -841,3 +841,44 @@ def test_incremental_audits_are_the_default_with_a_full_one_every_ten() -> None:
     assert (audit.incremental, audit.resync_every) == (True, 10)
     audit = parse_config("audit: {incremental: false, resync_every: 1}", "x.yaml").audit
     assert (audit.incremental, audit.resync_every) == (False, 1)
+
+
+def test_the_failover_reserve_of_the_sellable_headroom_is_one_host_by_default() -> None:
+    assert parse_config("", "x.yaml").failure_tolerance.reserve_host_failures == 1
+    for reserve in (0, 2, 16):
+        text = f"scheduler: {{failure_tolerance: {{reserve_host_failures: {reserve}}}}}"
+        assert parse_config(text, "x.yaml").failure_tolerance.reserve_host_failures == reserve
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("-1", "expected a number at least 0, got -1"),
+        ("17", "expected a number at most 16, got 17"),
+        ("1.5", "expected a whole number, got 1.5"),
+        ("2.0", "expected a whole number, got 2.0"),
+        ("true", "expected a whole number, got True"),
+        ("'2'", "expected a whole number, got '2'"),
+    ],
+)
+def test_a_failover_reserve_that_is_not_a_count_of_hosts_is_refused(value: str, expected: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(f"scheduler: {{failure_tolerance: {{reserve_host_failures: {value}}}}}", "x.yaml")
+    message = str(caught.value)
+    assert message == f"x.yaml: scheduler.failure_tolerance.reserve_host_failures: {expected}", message
+
+
+def test_the_cli_refuses_a_negative_failover_reserve_with_exit_2(tmp_path: Path) -> None:
+    path = tmp_path / "virtcap.yaml"
+    path.write_text("scheduler:\n  failure_tolerance:\n    reserve_host_failures: -1\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "virtcap", "audit", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 2
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(f"virtcap: configuration error: {path}: ")
+    assert "scheduler.failure_tolerance.reserve_host_failures" in line
+    assert "Traceback" not in result.stderr

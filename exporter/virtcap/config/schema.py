@@ -781,6 +781,11 @@ class FailureToleranceSettings(_Section):
     enabled: bool = True
     max_host_failures: int = Field(default=3, ge=0, le=MAX_HOST_FAILURES)
     """The most hypervisors lost together that are simulated (0: each one alone only)."""
+    reserve_host_failures: int = Field(default=1, ge=0, le=MAX_HOST_FAILURES, strict=True)
+    """The hypervisors lost together that the sellable headroom keeps room for: a flavor's
+    sellable instances are those the fleet can still take while tolerating this many failures
+    (model/packing/sellable.py; 0: every schedulable instance). A reserve larger than the fleet
+    is valid and leaves nothing sellable."""
 
 
 class SchedulerSection(_Section):
