@@ -32,12 +32,14 @@
 11. Sharding (`--only sharding`, bench/sharding.py): the same 1,000 x 50 fleet served by one
    exporter and by two shards on this machine: until every hypervisor is audited once, /metrics
    p50/p99 per process, RSS.
+12. Stranded capacity (`--only stranded`, bench/stranded.py): every hypervisor's of the 1,000 x 50
+   fleet of (8) with the demo's flavors, in process, from a cold cache and again with it kept.
 
 Each figure is the median of --runs runs, with half the range as the spread.
 
 Each measurement is a module of its own (bench/scrape.py, scale.py, cycle.py, events.py, hung.py,
-convoy.py, numa.py, tolerance.py, serving.py, latency.py, sharding.py) on the machinery they share,
-bench/harness.py; this one reads the flags and runs them in this order.
+convoy.py, numa.py, tolerance.py, serving.py, latency.py, sharding.py, stranded.py) on the machinery
+they share, bench/harness.py; this one reads the flags and runs them in this order.
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ from scale import scrape_at_scale
 from scrape import scrape_comparison
 from serving import tolerance_while_scraped
 from sharding import sharding
+from stranded import stranded_capacity_at_scale
 from tolerance import failure_tolerance
 from virtcap import __version__
 from virtcap.audit.host_readings import version_string
@@ -98,6 +101,7 @@ def main() -> int:
             "serving",
             "latency",
             "sharding",
+            "stranded",
         ),
         help="run one measurement only",
     )
@@ -133,6 +137,7 @@ def main() -> int:
             ),
             "latency": lambda: network_latency(args.quick),
             "sharding": lambda: sharding(scratch, runs, 200 if args.quick else 1000, 50),
+            "stranded": lambda: stranded_capacity_at_scale(runs, 200 if args.quick else 1000, 50),
         }
         for name, measure in measurements.items():
             if args.only in (None, name):

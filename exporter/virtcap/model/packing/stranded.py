@@ -96,12 +96,18 @@ def eligible(state: HostState) -> bool:
 
 
 def fleet_stranded_capacity(
-    states: Sequence[HostState], flavors: Mapping[str, Demand], *, cache: StrandedCache | None = None
+    states: Sequence[HostState],
+    flavors: Mapping[str, Demand],
+    *,
+    cache: StrandedCache | None = None,
+    search_node_limit: int = SEARCH_NODE_LIMIT,
 ) -> dict[str, StrandedCapacity]:
     """Each eligible hypervisor's stranded capacity, the problems shared through one cache."""
     cache = StrandedCache() if cache is None else cache
     return {
-        state.name: stranded_capacity(state.capacity, flavors, cache=cache)
+        state.name: stranded_capacity(
+            state.capacity, flavors, cache=cache, search_node_limit=search_node_limit
+        )
         for state in states
         if eligible(state)
     }
