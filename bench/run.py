@@ -34,11 +34,13 @@
    p50/p99 per process, RSS.
 12. Sellable headroom (`--only sellable`, bench/sellable.py): per flavor of the demo's five, the
    instances the 1,000 x 50 fleet can still take while it tolerates one hypervisor lost.
+13. Stranded capacity (`--only stranded`, bench/stranded.py): every hypervisor's of the 1,000 x 50
+   fleet of (8) with the demo's flavors, in process, from a cold cache and again with it kept.
 
 Each figure is the median of --runs runs, with half the range as the spread.
 
 Each measurement is a module of its own (bench/scrape.py, scale.py, cycle.py, events.py, hung.py,
-convoy.py, numa.py, tolerance.py, serving.py, latency.py, sharding.py, sellable.py) on the
+convoy.py, numa.py, tolerance.py, serving.py, latency.py, sharding.py, sellable.py, stranded.py) on the
 machinery they share, bench/harness.py; this one reads the flags and runs them in this order.
 """
 
@@ -67,6 +69,7 @@ from scrape import scrape_comparison
 from sellable import sellable
 from serving import tolerance_while_scraped
 from sharding import sharding
+from stranded import stranded_capacity_at_scale
 from tolerance import failure_tolerance
 from virtcap import __version__
 from virtcap.audit.host_readings import version_string
@@ -104,6 +107,7 @@ def main() -> int:
             "latency",
             "sharding",
             "sellable",
+            "stranded",
         ),
         help="run one measurement only",
     )
@@ -141,6 +145,7 @@ def main() -> int:
             "latency": lambda: network_latency(args.quick),
             "sharding": lambda: sharding(scratch, runs, 200 if args.quick else 1000, 50),
             "sellable": lambda: sellable(runs, 200 if args.quick else 1000, 50),
+            "stranded": lambda: stranded_capacity_at_scale(runs, 200 if args.quick else 1000, 50),
         }
         for name, measure in measurements.items():
             if args.only in (None, name):

@@ -159,6 +159,11 @@ class HostCapacity:
         fit_test = _InstanceFitTest(self.resources, self.vgpus, self.claimed_vgpus, self.within)
         return list(fit_test.refusals(demand))
 
+    def fit_count(self, demand: Demand) -> FlavorCount:
+        """How many more instances of the demand fit, one after another, as `schedulable` counts a
+        flavor: the classes, then the vGPUs, the NUMA cells and the PCI devices."""
+        return _InstanceFitTest(self.resources, self.vgpus, self.claimed_vgpus, self.within).count(demand)
+
     @property
     def problems(self) -> tuple[str, ...]:
         """What the configuration makes the hypervisor refuse (offline CPUs in a set, reserved
