@@ -29,6 +29,8 @@
    over qemu+tcp through a delay, in a network namespace of the benchmark's own, by many
    connections standing for many hypervisors: audit duration and libvirt round trips per
    hypervisor, full against incremental audits, next to prometheus-libvirt-exporter's scrape.
+12. Compaction (`--only compaction`, bench/compaction.py): the fewest hypervisors holding every
+   domain of the 1,000 x 50 fleet, its lower bound and gap, solver and validation seconds, peak RSS.
 11. Sharding (`--only sharding`, bench/sharding.py): the same 1,000 x 50 fleet served by one
    exporter and by two shards on this machine: until every hypervisor is audited once, /metrics
    p50/p99 per process, RSS.
@@ -36,8 +38,8 @@
 Each figure is the median of --runs runs, with half the range as the spread.
 
 Each measurement is a module of its own (bench/scrape.py, scale.py, cycle.py, events.py, hung.py,
-convoy.py, numa.py, tolerance.py, serving.py, latency.py, sharding.py) on the machinery they share,
-bench/harness.py; this one reads the flags and runs them in this order.
+convoy.py, numa.py, tolerance.py, serving.py, latency.py, sharding.py, compaction.py) on the machinery
+they share, bench/harness.py; this one reads the flags and runs them in this order.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ from pathlib import Path
 
 import libvirt
 
+from compaction import fleet_compaction
 from convoy import gil_convoy
 from cycle import audit_cycle
 from events import event_latency
@@ -95,6 +98,7 @@ def main() -> int:
             "convoy",
             "numa",
             "tolerance",
+            "compaction",
             "serving",
             "latency",
             "sharding",
@@ -128,6 +132,7 @@ def main() -> int:
                 scratch, runs, 20 if args.quick else 50, [100, 500], 5 if args.quick else 20
             ),
             "tolerance": lambda: failure_tolerance(runs, 1000, 50),
+            "compaction": lambda: fleet_compaction(runs, 200 if args.quick else 1000, 50),
             "serving": lambda: tolerance_while_scraped(
                 scratch, runs, 200 if args.quick else 1000, 50, 20.0 if args.quick else 60.0
             ),
