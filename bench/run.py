@@ -36,11 +36,14 @@
    instances the 1,000 x 50 fleet can still take while it tolerates one hypervisor lost.
 13. Stranded capacity (`--only stranded`, bench/stranded.py): every hypervisor's of the 1,000 x 50
    fleet of (8) with the demo's flavors, in process, from a cold cache and again with it kept.
+14. Compaction (`--only compaction`, bench/compaction.py): the fewest hypervisors holding every
+   domain of the 1,000 x 50 fleet, its lower bound and gap, solver and validation seconds, peak RSS.
 
 Each figure is the median of --runs runs, with half the range as the spread.
 
 Each measurement is a module of its own (bench/scrape.py, scale.py, cycle.py, events.py, hung.py,
-convoy.py, numa.py, tolerance.py, serving.py, latency.py, sharding.py, sellable.py, stranded.py) on the
+convoy.py, numa.py, tolerance.py, serving.py, latency.py, sharding.py, sellable.py, stranded.py,
+compaction.py, hostile.py) on the
 machinery they share, bench/harness.py; this one reads the flags and runs them in this order.
 """
 
@@ -57,6 +60,7 @@ from pathlib import Path
 
 import libvirt
 
+from compaction import fleet_compaction
 from convoy import gil_convoy
 from cycle import audit_cycle
 from events import event_latency
@@ -103,6 +107,7 @@ def main() -> int:
             "convoy",
             "numa",
             "tolerance",
+            "compaction",
             "serving",
             "latency",
             "sharding",
@@ -139,6 +144,7 @@ def main() -> int:
                 scratch, runs, 20 if args.quick else 50, [100, 500], 5 if args.quick else 20
             ),
             "tolerance": lambda: failure_tolerance(runs, 1000, 50),
+            "compaction": lambda: fleet_compaction(runs, 200 if args.quick else 1000, 50),
             "serving": lambda: tolerance_while_scraped(
                 scratch, runs, 200 if args.quick else 1000, 50, 20.0 if args.quick else 60.0
             ),

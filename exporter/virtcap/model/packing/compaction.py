@@ -1,0 +1,647 @@
+"""Compaction (Borg's packing metric, with Nova's rules): the fewest eligible hypervisors that
+could hold every counted domain of the eligible hypervisors, each domain passing the scheduler's
+filters where it lands (its availability zone, Placement's classes, the NUMA cells, hugepages,
+devices and vGPUs).
+
+The method (docs/packing.md, "Compaction"):
+
+1. The eligible hypervisors (up, not stale, not in maintenance) are emptied of their counted
+   domains (`emptied`); identical empty hypervisors form a type. The domains form shapes
+   (shapes.py).
+2. Per shape and type, the engine says how many of the shape fit an empty hypervisor of the type
+   in a row (`in_a_row`: its filters, then Placement's count or, for a shape that asks for cells,
+   devices or vGPUs, one instance consumed after the other).
+3. An integer program over shapes, one copy of each hypervisor: how many of each shape each
+   hypervisor holds, within its classes' free amounts and the count of step 2, every domain
+   somewhere, the fewest hypervisors used (HiGHS, one thread, a time limit, started from a
+   first-fit packing). Its LP relaxation and the solver's dual bound give the lower bound, with a
+   sum bound per class and zone.
+4. The answer is validated domain by domain through the engine: each hypervisor kept consumes the
+   domains assigned to it, largest first, each passing the filters on the hypervisor as the ones
+   before left it. A domain refused there (the linear model was too optimistic about the cells,
+   devices or vGPUs) is repaired: placed on another kept hypervisor, else on an unused one, and
+   reported.
+
+A domain no eligible hypervisor takes even empty stays where it is (`stuck`): its hypervisor is
+kept, with it consumed first. Pending claims are not domains: the emptied hypervisors leave them
+out.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from virtcap.model.capacity import HostCapacity, flavor_fit, placement_free
+from virtcap.model.host_fit import Demand
+from virtcap.model.numa.cells import CellPages, HostCell
+from virtcap.model.packing.milp import LinearProgram, solve
+from virtcap.model.packing.shapes import DomainRef, Shape, domain_shapes
+from virtcap.model.resources import Resource, placement_units
+from virtcap.model.scheduler import HostState
+from virtcap.model.scheduler.filters import FilterRequest, first_rejection
+from virtcap.model.scheduler.host_states import consume_in_turn
+
+COMPACT_PROGRAM_LIMIT = 20_000
+"""Up to this many (hypervisor, shape) pairs, the program with one copy per hypervisor is solved
+(exact on small fleets); above it, the added-up one shared out (see `_spread`)."""
+
+EPSILON = 1e-6
+"""Below this, a solver's fractional value is a rounding error."""
+
+
+@dataclass(frozen=True, slots=True)
+class Compaction:
+    hypervisors: int
+    """The fewest eligible hypervisors found that hold every counted domain (validated)."""
+    lower_bound: int
+    """Proven: no packing uses fewer (the LP relaxation, the solver's bound, a sum bound)."""
+    optimal: bool
+    """The solver proved its packing optimal and the validation kept it as it was."""
+    assignment: Mapping[DomainRef, str]
+    """Each counted domain of the eligible hypervisors, and the hypervisor it goes to."""
+    kept: tuple[str, ...]
+    """The hypervisors used, in the order of the states given."""
+    eligible: int
+    """The eligible hypervisors: up, not stale, not in maintenance."""
+    shapes: int
+    repaired: tuple[DomainRef, ...] = ()
+    """The domains the validation moved off the hypervisor the solver gave them."""
+    unplaced: tuple[DomainRef, ...] = ()
+    """The domains no hypervisor took, even after repair (then `hypervisors` holds the others)."""
+    stuck: tuple[DomainRef, ...] = ()
+    """The domains no eligible hypervisor takes even empty: left where they are."""
+    solver_seconds: float = field(default=0.0, compare=False)
+    validation_seconds: float = field(default=0.0, compare=False)
+
+
+def eligible(states: Sequence[HostState]) -> list[HostState]:
+    """The hypervisors a domain may go to: those ComputeFilter passes (up, not stale, not in
+    maintenance)."""
+    return [state for state in states if not state.refused_by_compute]
+
+
+def emptied(state: HostState) -> HostState:
+    """The hypervisor without its counted domains and pending claims: its classes, cells, pages,
+    devices and vGPUs all free, its inventories as they are."""
+    capacity = state.capacity
+    resources = {
+        resource: replace(
+            rc,
+            allocated_by_state={
+                domain_state: 0 if domain_state in rc.counted_states else amount
+                for domain_state, amount in rc.allocated_by_state.items()
+            },
+            claimed=0,
+        )
+        for resource, rc in capacity.resources.items()
+    }
+    within = capacity.within
+    cells = tuple(_free_cell(cell) for cell in within.cells)
+    pools = tuple(replace(pool, free_devices=pool.devices) for pool in within.pci_pools)
+    vgpus = replace(
+        capacity.vgpus, gpus=tuple(replace(gpu, used=0) for gpu in capacity.vgpus.gpus), unplaced=()
+    )
+    empty = HostCapacity(
+        resources=resources,
+        domains_by_state=capacity.domains_by_state,
+        schedulable={},
+        within=replace(within, cells=cells, pci_pools=pools),
+        vgpus=vgpus,
+        maintenance=capacity.maintenance,
+    )
+    return replace(state, capacity=empty, guests=(), placed=())
+
+
+def _free_cell(cell: HostCell) -> HostCell:
+    pages = tuple(CellPages(page.size_kib, page.total, page.reserved) for page in cell.pages)
+    return replace(cell, shared_cpu_usage=0, memory_usage_mib=0, pinned_cpus=frozenset(), pages=pages)
+
+
+def in_a_row(state: HostState, demand: Demand, limit: int) -> int:
+    """How many instances of the demand the hypervisor takes one after the other (at most
+    `limit`): none where a filter refuses the first, else Placement's count of the classes, and
+    for a demand that asks for cells, devices or vGPUs, those the engine consumes in a row."""
+    request = FilterRequest.of(demand)
+    if limit <= 0 or first_rejection(state, request) is not None:
+        return 0
+    count, _ = flavor_fit(state.capacity.resources, demand.request)
+    if not _has_limited_class(state, demand):
+        count = limit  # nothing Placement counts limits it: the cells or devices, if any, do
+    count = min(count, limit)
+    if not demand.within.asks and demand.request.get(Resource.VGPU, 0) <= 0:
+        return count
+    fitted = 0
+    while fitted < count and first_rejection(state, request) is None:
+        state = consume_in_turn(state, (demand,))
+        fitted += 1
+    return fitted
+
+
+def _has_limited_class(state: HostState, demand: Demand) -> bool:
+    resources = state.capacity.resources
+    return any(
+        amount > 0 and (rc := resources.get(resource)) is not None and rc.free is not None
+        for resource, amount in demand.request.items()
+    )
+
+
+def type_key(state: HostState) -> Hashable:
+    """What makes two empty hypervisors interchangeable for a packing: their zone and
+    inventories, cells, devices and vGPUs (not their names, nor what they measured)."""
+    capacity = state.capacity
+    inventories = tuple(
+        (
+            resource.placement_class,
+            rc.total,
+            rc.reserved,
+            rc.allocation_ratio,
+            rc.refused,
+            rc.min_unit,
+            rc.step_size,
+            rc.declared_max_unit,
+            rc.allocated,
+        )
+        for resource, rc in sorted(capacity.resources.items(), key=lambda item: item[0].placement_class)
+    )
+    return (
+        state.availability_zone,
+        inventories,
+        repr(capacity.within),
+        repr(capacity.vgpus),
+        capacity.claimed_vgpus,
+    )
+
+
+@dataclass(slots=True)
+class HostType:
+    """Identical empty hypervisors: their states (the fullest first, so that the ones kept are
+    those most domains stay on), one of them, and per shape how many it takes in a row."""
+
+    states: list[HostState]
+    fits: list[int]
+    free: dict[Resource, int]
+    """Per class with a limit, what is free in Placement's unit."""
+
+    @property
+    def first(self) -> HostState:
+        return self.states[0]
+
+
+def _host_type(states: list[HostState], shapes: Sequence[Shape]) -> HostType:
+    first = states[0]
+    fits = [in_a_row(first, shape.demand, shape.count) for shape in shapes]
+    free = {
+        resource: max(placement_free(rc), 0)
+        for resource, rc in first.capacity.resources.items()
+        if rc.limit is not None
+    }
+    return HostType(states, fits, free)
+
+
+def compaction(states: Sequence[HostState], *, time_limit_seconds: float = 10.0) -> Compaction:
+    """The fewest of the eligible `states` that hold every counted domain of theirs (any subset
+    of a fleet: a group's hypervisors give the group's compaction)."""
+    began = time.perf_counter()
+    hosts = eligible(states)
+    shapes = domain_shapes(hosts)
+    base = {state.name: emptied(state) for state in hosts}
+    guests = {DomainRef(state.name, guest.name): guest.demand for state in hosts for guest in state.guests}
+    fullest = {state.name: -len(state.guests) for state in hosts}
+    types = _types(list(base.values()), shapes, fullest)
+    stuck = [
+        member
+        for index, shape in enumerate(shapes)
+        if all(host_type.fits[index] == 0 for host_type in types)
+        for member in shape.members
+    ]
+    if stuck:
+        # each left on its hypervisor, which is kept with it consumed first, a type of its own
+        by_host: dict[str, list[Demand]] = {}
+        for member in stuck:
+            by_host.setdefault(member.hypervisor, []).append(guests[member])
+        for name, demands in by_host.items():
+            base[name] = _forced(base[name], demands)
+        stuck_set = set(stuck)
+        shapes = tuple(
+            movable
+            for shape in shapes
+            if (movable := Shape(shape.demand, tuple(m for m in shape.members if m not in stuck_set))).count
+        )
+        others = [state for state in base.values() if state.name not in by_host]
+        types = _types(others, shapes, fullest) + [
+            _host_type([base[name]], shapes) for name in sorted(by_host)
+        ]
+    forced = {member.hypervisor for member in stuck}
+    used, holds, aggregate_bound = _aggregate(shapes, types, forced, time_limit_seconds / 3)
+    counts = _spread(shapes, types, used, holds) if used is not None else {}
+    bounds = [len(forced), _sum_bound(shapes, types), _ceil(aggregate_bound)]
+    copies = sum(len(host_type.states) for host_type in types)
+    if copies * len(shapes) <= COMPACT_PROGRAM_LIMIT and len(counts) > max(bounds):
+        program, columns = _program(shapes, types, forced)
+        start = _compact_start(types, columns, len(program.costs), counts) if used is not None else None
+        solution = solve(program, time_limit_seconds=time_limit_seconds * 2 / 3, start=start)
+        bounds.append(_ceil(solution.dual_bound))
+        if solution.values is not None:
+            counts = _compact_counts(types, columns, solution.values)
+    solved = time.perf_counter()
+    planned = _planned(shapes, counts)
+    for name in forced:
+        planned.setdefault(name, [])
+    outcome = _validate(hosts, base, planned, guests)
+    outcome.assignment.update((member, member.hypervisor) for member in stuck)
+    validated = time.perf_counter()
+    kept = tuple(state.name for state in hosts if state.name in set(outcome.assignment.values()) | forced)
+    return Compaction(
+        hypervisors=len(kept),
+        lower_bound=max(bounds),
+        optimal=len(kept) <= max(bounds) and not outcome.unplaced,
+        assignment=outcome.assignment,
+        kept=kept,
+        eligible=len(hosts),
+        shapes=len(shapes),
+        repaired=tuple(outcome.repaired),
+        unplaced=tuple(outcome.unplaced),
+        stuck=tuple(stuck),
+        solver_seconds=solved - began,
+        validation_seconds=validated - solved,
+    )
+
+
+def _ceil(value: float) -> int:
+    return 0 if not math.isfinite(value) else max(math.ceil(value - EPSILON), 0)
+
+
+def _types(states: list[HostState], shapes: Sequence[Shape], fullest: Mapping[str, int]) -> list[HostType]:
+    grouped: dict[Hashable, list[HostState]] = {}
+    for state in sorted(states, key=lambda state: fullest[state.name]):
+        grouped.setdefault(type_key(state), []).append(state)
+    return [_host_type(group, shapes) for group in grouped.values()]
+
+
+def _forced(state: HostState, demands: Sequence[Demand]) -> HostState:
+    """The state once these demands are placed whatever the filters say: a demand whose cells or
+    devices do not fit still takes its classes (as a pending claim that no longer fits does)."""
+    for demand in demands:
+        try:
+            state = consume_in_turn(state, (demand,))
+        except ValueError:
+            state = consume_in_turn(state, (Demand(demand.request),))
+    return state
+
+
+Columns = tuple[list[list[int]], list[list[dict[int, int]]]]
+"""Per type, the column of each copy's "used", and per copy the column of each shape it may hold."""
+
+
+def _program(
+    shapes: Sequence[Shape], types: Sequence[HostType], forced: set[str]
+) -> tuple[LinearProgram, Columns]:
+    """minimize the copies used, each shape's domains all held, each copy within its free
+    amounts and the shapes' counts in a row; identical copies used in order."""
+    program = LinearProgram()
+    used: list[list[int]] = []
+    holds: list[list[dict[int, int]]] = []
+    held: list[list[tuple[int, float]]] = [[] for _ in shapes]
+    for host_type in types:
+        type_used: list[int] = []
+        type_holds: list[dict[int, int]] = []
+        for copy, state in enumerate(host_type.states):
+            opened = program.column(1.0, 1.0 if state.name in forced else 0.0, 1.0)
+            columns: dict[int, int] = {}
+            for index, shape in enumerate(shapes):
+                fits = host_type.fits[index]
+                if fits > 0:
+                    columns[index] = program.column(0.0, 0.0, float(min(fits, shape.count)))
+                    held[index].append((columns[index], 1.0))
+            _capacity_rows(program, shapes, host_type, opened, columns)
+            if copy > 0:
+                program.row([(type_used[-1], 1.0), (opened, -1.0)], 0.0, math.inf)
+            type_used.append(opened)
+            type_holds.append(columns)
+        used.append(type_used)
+        holds.append(type_holds)
+    for index, shape in enumerate(shapes):
+        program.row(held[index], float(shape.count), float(shape.count))
+    return program, (used, holds)
+
+
+def _class_room(demand: Demand, free: Mapping[Resource, int]) -> float:
+    """How many of the demand the linear model's class rows let onto an empty copy."""
+    rooms = [
+        free[resource] // units
+        for resource, amount in demand.request.items()
+        if resource in free and (units := placement_units(resource, amount)) > 0
+    ]
+    return min(rooms) if rooms else math.inf
+
+
+Counts = dict[str, dict[int, int]]
+"""Per hypervisor used, how many domains of each shape (by index) it holds."""
+
+
+def _aggregate(
+    shapes: Sequence[Shape], types: Sequence[HostType], forced: set[str], time_limit_seconds: float
+) -> tuple[list[int] | None, list[dict[int, int]], float]:
+    """The program with the copies of a type added up: per type, how many are used and how many
+    of each shape they hold together. A relaxation (any packing adds up to one of its solutions),
+    small whatever the fleet's size: its optimum bounds the compaction from below, and its
+    solution is what `_spread` shares out among the copies."""
+    program = LinearProgram()
+    used: list[int] = []
+    holds: list[dict[int, int]] = []
+    held: list[list[tuple[int, float]]] = [[] for _ in shapes]
+    for host_type in types:
+        least = sum(1 for state in host_type.states if state.name in forced)
+        opened = program.column(1.0, float(least), float(len(host_type.states)))
+        columns: dict[int, int] = {}
+        for index, shape in enumerate(shapes):
+            if host_type.fits[index] > 0:
+                columns[index] = program.column(0.0, 0.0, float(shape.count))
+                held[index].append((columns[index], 1.0))
+        _capacity_rows(program, shapes, host_type, opened, columns)
+        used.append(opened)
+        holds.append(columns)
+    for index, shape in enumerate(shapes):
+        program.row(held[index], float(shape.count), float(shape.count))
+    solution = solve(program, time_limit_seconds=time_limit_seconds)
+    relaxation = solve(program, time_limit_seconds=time_limit_seconds, relaxed=True)
+    bound = max(solution.dual_bound, relaxation.dual_bound)
+    if solution.values is None:
+        return None, [], bound
+    values = solution.values
+    return (
+        [round(values[column]) for column in used],
+        [{index: round(values[column]) for index, column in columns.items()} for columns in holds],
+        bound,
+    )
+
+
+def _capacity_rows(
+    program: LinearProgram,
+    shapes: Sequence[Shape],
+    host_type: HostType,
+    opened: int,
+    columns: Mapping[int, int],
+) -> None:
+    """What `opened` hypervisors of the type hold at most: their classes' free amounts, and of
+    each shape the count in a row where the classes alone would let more in."""
+    for resource, free in host_type.free.items():
+        terms = [
+            (column, float(placement_units(resource, amount)))
+            for index, column in columns.items()
+            if (amount := shapes[index].demand.request.get(resource, 0)) > 0
+        ]
+        if terms:
+            program.row([*terms, (opened, -float(free))], -math.inf, 0.0)
+    for index, column in columns.items():
+        fits = host_type.fits[index]
+        if _class_room(shapes[index].demand, host_type.free) > fits:
+            program.row([(column, 1.0), (opened, -float(fits))], -math.inf, 0.0)
+
+
+def _spread(
+    shapes: Sequence[Shape], types: Sequence[HostType], used: Sequence[int], holds: Sequence[dict[int, int]]
+) -> Counts:
+    """The added-up solution shared out: each type's domains dealt round the copies it uses (the
+    fullest hypervisors first), so that each holds about the average, which fits; a domain a copy
+    has no room for goes to the first copy used that has, else to a new one of a type that takes
+    it. Linear tests only: the validation tests the cells and devices."""
+    rooms: dict[str, dict[Resource, int]] = {}
+    counts: Counts = {}
+    kinds: dict[str, int] = {}
+    spare: list[list[HostState]] = [list(host_type.states) for host_type in types]
+
+    def open_copy(type_index: int) -> str:
+        state = spare[type_index].pop(0)
+        rooms[state.name] = dict(types[type_index].free)
+        counts[state.name] = {}
+        kinds[state.name] = type_index
+        return state.name
+
+    def fits(name: str, index: int) -> bool:
+        host_type = types[kinds[name]]
+        if counts[name].get(index, 0) >= host_type.fits[index]:
+            return False
+        room = rooms[name]
+        return all(
+            room[resource] >= placement_units(resource, amount)
+            for resource, amount in shapes[index].demand.request.items()
+            if resource in room and amount > 0
+        )
+
+    def put(name: str, index: int) -> None:
+        counts[name][index] = counts[name].get(index, 0) + 1
+        room = rooms[name]
+        for resource, amount in shapes[index].demand.request.items():
+            if resource in room and amount > 0:
+                room[resource] -= placement_units(resource, amount)
+
+    overflow: list[int] = []
+    for type_index, host_type in enumerate(types):
+        names = [open_copy(type_index) for _ in range(min(used[type_index], len(host_type.states)))]
+        turn = 0
+        for index in range(len(shapes)):
+            for _ in range(holds[type_index].get(index, 0) if names else 0):
+                name = names[turn % len(names)]
+                turn += 1
+                if fits(name, index):
+                    put(name, index)
+                else:
+                    overflow.append(index)
+            if not names:
+                overflow.extend([index] * holds[type_index].get(index, 0))
+    placed = [sum(count.get(index, 0) for count in counts.values()) for index in range(len(shapes))]
+    for index, shape in enumerate(shapes):
+        overflow.extend([index] * max(shape.count - placed[index] - overflow.count(index), 0))
+    for index in sorted(overflow):
+        target = next((name for name in counts if fits(name, index)), None)
+        if target is None:
+            choices = [t for t in range(len(types)) if spare[t] and types[t].fits[index] > 0]
+            if not choices:
+                continue  # the validation places it, or reports it unplaced
+            target = open_copy(max(choices, key=lambda t: (types[t].fits[index], -t)))
+        put(target, index)
+    return {name: held for name, held in counts.items() if held}
+
+
+def _compact_start(types: Sequence[HostType], columns: Columns, size: int, counts: Counts) -> list[float]:
+    """The shared-out packing as a solution of the one-copy-per-hypervisor program (whose copies
+    of a type are used in order)."""
+    used, holds = columns
+    values = [0.0] * size
+    for type_index, host_type in enumerate(types):
+        copy = 0
+        for state in host_type.states:
+            held = counts.get(state.name)
+            if held is None:
+                continue
+            values[used[type_index][copy]] = 1.0
+            for index, count in held.items():
+                values[holds[type_index][copy][index]] = float(count)
+            copy += 1
+    return values
+
+
+def _compact_counts(types: Sequence[HostType], columns: Columns, values: Sequence[float]) -> Counts:
+    used, holds = columns
+    counts: Counts = {}
+    for type_index, host_type in enumerate(types):
+        for copy, state in enumerate(host_type.states):
+            if round(values[used[type_index][copy]]) == 1:
+                counts[state.name] = {
+                    index: round(values[column])
+                    for index, column in holds[type_index][copy].items()
+                    if round(values[column]) > 0
+                }
+    return counts
+
+
+def _sum_bound(shapes: Sequence[Shape], types: Sequence[HostType]) -> int:
+    """Per class, the fewest hypervisors whose free amounts add up to what the domains ask for:
+    over the fleet, and zone by zone for the shapes only one zone's hypervisors take (the zones'
+    hypervisors are apart, so their counts add up). The largest of the classes'."""
+    zones: dict[str | None, list[int]] = {}
+    for index in range(len(shapes)):
+        takers = {t.first.availability_zone for t in types if t.fits[index] > 0}
+        zone = takers.pop() if len(takers) == 1 else None
+        zones.setdefault(zone, []).append(index)
+    resources = {resource for t in types for resource in t.free}
+    best = 0
+    for resource in resources:
+        fleet = _fewest(shapes, types, range(len(shapes)), resource, zone=None)
+        by_zone = sum(
+            _fewest(shapes, types, indices, resource, zone=zone)
+            for zone, indices in zones.items()
+            if zone is not None
+        )
+        best = max(best, fleet, by_zone)
+    return best
+
+
+def _fewest(
+    shapes: Sequence[Shape],
+    types: Sequence[HostType],
+    indices: Sequence[int] | range,
+    resource: Resource,
+    *,
+    zone: str | None,
+) -> int:
+    asked = sum(
+        placement_units(resource, shapes[index].demand.request.get(resource, 0)) * shapes[index].count
+        for index in indices
+    )
+    if asked <= 0:
+        return 0
+    frees = sorted(
+        (
+            t.free.get(resource, 0)
+            for t in types
+            if zone is None or t.first.availability_zone == zone
+            for _ in t.states
+        ),
+        reverse=True,
+    )
+    total = 0
+    for count, free in enumerate(frees, start=1):
+        total += free
+        if total >= asked:
+            return count
+    return len(frees)
+
+
+def _planned(shapes: Sequence[Shape], counts: Counts) -> dict[str, list[DomainRef]]:
+    """The packing as domains per hypervisor: of each shape, the domains already on a hypervisor
+    stay there first, so that as few as possible move."""
+    counts = {name: dict(held) for name, held in counts.items()}
+    planned: dict[str, list[DomainRef]] = {name: [] for name in counts}
+    for index, shape in enumerate(shapes):
+        waiting: list[DomainRef] = []
+        for member in shape.members:
+            wanted = counts.get(member.hypervisor, {})
+            if wanted.get(index, 0) > 0:
+                wanted[index] -= 1
+                planned[member.hypervisor].append(member)
+            else:
+                waiting.append(member)
+        queue = iter(waiting)
+        for name, wanted in counts.items():
+            while wanted.get(index, 0) > 0 and (moving := next(queue, None)) is not None:
+                wanted[index] -= 1
+                planned[name].append(moving)
+        for member in queue:  # more than the solver placed (rounding): the validation finds them a host
+            planned.setdefault(member.hypervisor, []).append(member)
+    return planned
+
+
+@dataclass(slots=True)
+class _Outcome:
+    assignment: dict[DomainRef, str]
+    repaired: list[DomainRef]
+    unplaced: list[DomainRef]
+
+
+def _validate(
+    hosts: Sequence[HostState],
+    base: Mapping[str, HostState],
+    planned: Mapping[str, list[DomainRef]],
+    guests: Mapping[DomainRef, Demand],
+) -> _Outcome:
+    """Each kept hypervisor, from its base state, consumes its domains largest first, each only
+    where the filters pass on the hypervisor as those before left it; a refused domain goes to
+    the first kept hypervisor that passes for it, else to the first unused one that does."""
+    outcome = _Outcome({}, [], [])
+    current: dict[str, HostState] = {}
+    requests: dict[int, FilterRequest] = {}
+
+    def request_of(demand: Demand) -> FilterRequest:
+        found = requests.get(id(demand))
+        if found is None:
+            found = requests[id(demand)] = FilterRequest.of(demand)
+        return found
+
+    refused: list[DomainRef] = []
+    order = [state.name for state in hosts if state.name in planned]
+    for name in order:
+        state = base[name]
+        members = sorted(planned[name], key=lambda member: _largest_first(guests[member], member))
+        for member in members:
+            demand = guests[member]
+            if first_rejection(state, request_of(demand)) is None:
+                state = consume_in_turn(state, (demand,))
+                outcome.assignment[member] = name
+            else:
+                refused.append(member)
+        current[name] = state
+    spare = [state.name for state in hosts if state.name not in current]
+    for member in sorted(refused, key=lambda member: _largest_first(guests[member], member)):
+        demand = guests[member]
+        request = request_of(demand)
+        target = next((name for name in current if first_rejection(current[name], request) is None), None)
+        if target is None:
+            target = next((name for name in spare if first_rejection(base[name], request) is None), None)
+            if target is not None:
+                spare.remove(target)
+                current[target] = base[target]
+        if target is None:
+            outcome.unplaced.append(member)
+            continue
+        current[target] = consume_in_turn(current[target], (demand,))
+        outcome.assignment[member] = target
+        outcome.repaired.append(member)
+    return outcome
+
+
+def _largest_first(demand: Demand, member: DomainRef) -> tuple[int, int, int, DomainRef]:
+    request = demand.request
+    return (
+        -request.get(Resource.MEMORY, 0),
+        -(request.get(Resource.VCPU, 0) + request.get(Resource.PCPU, 0)),
+        -request.get(Resource.DISK, 0),
+        member,
+    )
+
+
+__all__ = ["Compaction", "compaction", "eligible", "emptied", "in_a_row"]
