@@ -47,6 +47,7 @@ from virtcap.model.capacity import (
     vgpu_groups,
 )
 from virtcap.model.host_fit import Demand
+from virtcap.model.packing.milp import INFINITY, LinearProgram, solve
 from virtcap.model.resources import Resource, display_order, placement_units, request_groups
 from virtcap.model.scheduler import HostState
 
@@ -349,50 +350,33 @@ def _search(items: Sequence[_Item], free: tuple[int, ...], node_limit: int) -> i
 
 
 def _solve_milp(items: Sequence[_Item], free: tuple[int, ...]) -> int:
-    """The optimum from HiGHS's MIP: one thread, gaps 0, a time limit; past it, the proven bound
-    (so the stranded amount is never above the truth)."""
-    import highspy  # noqa: PLC0415  (only the rare problem the search leaves needs it)
-    import numpy as np  # noqa: PLC0415
-
-    highs = highspy.Highs()  # type: ignore[no-untyped-call]  # (its constructor has no annotation)
-    for option, setting in (
-        ("output_flag", False),
-        ("threads", 1),
-        ("random_seed", 0),
-        ("mip_rel_gap", 0.0),
-        ("mip_abs_gap", 0.0),
-        ("mip_feasibility_tolerance", 1e-9),
-        ("time_limit", SOLVER_TIME_LIMIT_SECONDS),
-    ):
-        highs.setOptionValue(option, setting)
-    model = highspy.HighsLp()
-    model.num_col_ = len(items)
-    model.num_row_ = len(free)
-    model.col_cost_ = np.array([-item.value for item in items], dtype=float)
-    model.col_lower_ = np.zeros(len(items))
-    model.col_upper_ = np.array([item.bound for item in items], dtype=float)
-    model.row_lower_ = np.full(len(free), -highspy.kHighsInf)
-    model.row_upper_ = np.array(free, dtype=float)
-    model.integrality_ = [highspy.HighsVarType.kInteger] * len(items)
-    matrix = model.a_matrix_
-    matrix.format_ = highspy.MatrixFormat.kColwise
-    starts, indices, values = [0], [], []
-    for item in items:
-        for s, amount in enumerate(item.row):
-            if amount:
-                indices.append(s)
-                values.append(float(amount))
-        starts.append(len(indices))
-    matrix.start_, matrix.index_, matrix.value_ = starts, indices, values
-    highs.passModel(model)
-    highs.run()
-    counts = [round(value) for value in highs.getSolution().col_value]
+    """The optimum from HiGHS's MIP (model/packing/milp.py: one thread, a zero gap, a time
+    limit); past the limit, the proven bound (so the stranded amount is never above the truth)."""
+    program = LinearProgram()
+    columns = [program.column(-item.value, 0.0, float(item.bound)) for item in items]
+    for s, limit in enumerate(free):
+        program.row(
+            [
+                (column, float(item.row[s]))
+                for column, item in zip(columns, items, strict=True)
+                if item.row[s]
+            ],
+            -INFINITY,
+            float(limit),
+        )
+    solution = solve(program, time_limit_seconds=SOLVER_TIME_LIMIT_SECONDS)
+    counts = [round(value) for value in solution.values] if solution.values is not None else [0] * len(items)
     used = [
         sum(count * item.row[s] for count, item in zip(counts, items, strict=True)) for s in range(len(free))
     ]
     found = sum(count * item.value for count, item in zip(counts, items, strict=True))
     feasible = all(amount <= limit for amount, limit in zip(used, free, strict=True))
-    if highs.getModelStatus() == highspy.HighsModelStatus.kOptimal and feasible:
+    if solution.optimal and feasible:
         return found
-    # not proven (time limit) or rounded out of bounds: the proven bound, rounded down
-    return max(math.floor(-highs.getInfo().mip_dual_bound + 1e-6), found if feasible else 0)
+    # not proven (time limit) or rounded out of bounds: the proven bound, rounded down (with none
+    # proven, every flavor at its own bound: still never below the optimum)
+    if math.isfinite(solution.dual_bound):
+        proven = math.floor(-solution.dual_bound + 1e-6)
+    else:
+        proven = sum(item.value * item.bound for item in items)
+    return max(proven, found if feasible else 0)
