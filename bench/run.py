@@ -32,12 +32,15 @@
 11. Sharding (`--only sharding`, bench/sharding.py): the same 1,000 x 50 fleet served by one
    exporter and by two shards on this machine: until every hypervisor is audited once, /metrics
    p50/p99 per process, RSS.
+12. Consolidation plan (`--only consolidation`, bench/consolidation.py): the hypervisors live
+   migrations could empty on the tolerance's 1,000 x 50 fleet, with spreading and stacking
+   weighers: hypervisors emptied, moves, time, peak RSS.
 
 Each figure is the median of --runs runs, with half the range as the spread.
 
 Each measurement is a module of its own (bench/scrape.py, scale.py, cycle.py, events.py, hung.py,
-convoy.py, numa.py, tolerance.py, serving.py, latency.py, sharding.py) on the machinery they share,
-bench/harness.py; this one reads the flags and runs them in this order.
+convoy.py, numa.py, tolerance.py, serving.py, latency.py, sharding.py, consolidation.py) on the
+machinery they share, bench/harness.py; this one reads the flags and runs them in this order.
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ from pathlib import Path
 
 import libvirt
 
+from consolidation import consolidation
 from convoy import gil_convoy
 from cycle import audit_cycle
 from events import event_latency
@@ -98,6 +102,7 @@ def main() -> int:
             "serving",
             "latency",
             "sharding",
+            "consolidation",
         ),
         help="run one measurement only",
     )
@@ -133,6 +138,7 @@ def main() -> int:
             ),
             "latency": lambda: network_latency(args.quick),
             "sharding": lambda: sharding(scratch, runs, 200 if args.quick else 1000, 50),
+            "consolidation": lambda: consolidation(runs, 200 if args.quick else 1000, 50),
         }
         for name, measure in measurements.items():
             if args.only in (None, name):
