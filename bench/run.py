@@ -38,12 +38,15 @@
    fleet of (8) with the demo's flavors, in process, from a cold cache and again with it kept.
 14. Compaction (`--only compaction`, bench/compaction.py): the fewest hypervisors holding every
    domain of the 1,000 x 50 fleet, its lower bound and gap, solver and validation seconds, peak RSS.
+15. Consolidation plan (`--only consolidation`, bench/consolidation.py): the hypervisors live
+   migrations could empty on the tolerance's 1,000 x 50 fleet, with spreading and stacking
+   weighers: hypervisors emptied, moves, time, peak RSS.
 
 Each figure is the median of --runs runs, with half the range as the spread.
 
 Each measurement is a module of its own (bench/scrape.py, scale.py, cycle.py, events.py, hung.py,
 convoy.py, numa.py, tolerance.py, serving.py, latency.py, sharding.py, sellable.py, stranded.py,
-compaction.py, hostile.py) on the
+compaction.py, consolidation.py, hostile.py) on the
 machinery they share, bench/harness.py; this one reads the flags and runs them in this order.
 """
 
@@ -61,6 +64,7 @@ from pathlib import Path
 import libvirt
 
 from compaction import fleet_compaction
+from consolidation import consolidation
 from convoy import gil_convoy
 from cycle import audit_cycle
 from events import event_latency
@@ -113,6 +117,7 @@ def main() -> int:
             "sharding",
             "sellable",
             "stranded",
+            "consolidation",
         ),
         help="run one measurement only",
     )
@@ -152,6 +157,7 @@ def main() -> int:
             "sharding": lambda: sharding(scratch, runs, 200 if args.quick else 1000, 50),
             "sellable": lambda: sellable(runs, 200 if args.quick else 1000, 50),
             "stranded": lambda: stranded_capacity_at_scale(runs, 200 if args.quick else 1000, 50),
+            "consolidation": lambda: consolidation(runs, 200 if args.quick else 1000, 50),
         }
         for name, measure in measurements.items():
             if args.only in (None, name):

@@ -99,7 +99,7 @@ def scheduler_host(host: SimulatedHost) -> HostState:
         reserved_disk_bytes=policy.reserved.get(Resource.DISK, 0),
         availability_zone=zone,
         guests=tuple(
-            Guest(domain.name, domain_demand(domain, policy, zone))
+            Guest(domain.name, domain_demand(domain, policy, zone), domain.uuid)
             for domain in snapshot.facts.domains
             if domain.state in policy.counted_states
         ),

@@ -21,6 +21,8 @@ class Guest:
 
     name: str
     demand: Demand
+    uuid: str = ""
+    """The domain's UUID, where known (a plan names the domains it moves by it)."""
 
     @property
     def size(self) -> tuple[int, int, int]:
@@ -218,7 +220,7 @@ def host_state(
         reserved_disk_bytes=policy.reserved.get(Resource.DISK, 0),
         availability_zone=availability_zone,
         guests=tuple(
-            Guest(domain.name, domain_demand(domain, policy, availability_zone))
+            Guest(domain.name, domain_demand(domain, policy, availability_zone), domain.uuid)
             for domain in facts.domains
             if domain.state in policy.counted_states
         ),
