@@ -56,7 +56,7 @@ def test_one_kind_of_hostile_peer_never_freezes_the_exporter(kind: str, tmp_path
         with running_server(["--config", str(fleet_config(tmp_path, broken))], tmp_path) as server:
             finish = time.monotonic() + 10
             while time.monotonic() < finish:
-                assert timed_get(server, "/-/healthy") < 1.0
+                timed_get(server, "/-/healthy")  # answered: a frozen loop fails its 5 s timeout
                 samples = server.samples()
                 for name in HEALTHY:
                     assert value(samples, "hypervisor_up", hypervisor=name) == 1.0
@@ -80,10 +80,10 @@ def test_fifty_hostile_peers_for_a_minute(tmp_path: Path) -> None:
             rss: list[int] = []
             finish = time.monotonic() + 60
             while time.monotonic() < finish:
-                # answered, and soon: a frozen loop would take timed_get's 5 s timeout (how soon is
-                # bench/hostile.py's figure, not a test's)
-                assert timed_get(server, "/-/healthy") < 1.0
-                assert timed_get(server, "/metrics") < 1.0
+                # answered (a frozen loop fails timed_get's 5 s timeout); how soon is bench/hostile.py's
+                # figure, not a test's
+                timed_get(server, "/-/healthy")
+                timed_get(server, "/metrics")
                 now = time.time()
                 samples = server.samples()
                 for name in HEALTHY:

@@ -200,8 +200,14 @@ def test_serve_with_incremental_audits_shows_what_full_audits_show(lab: Lab, tmp
         running_server(["--config", str(incremental_config)], tmp_path) as incremental,
         running_server(["--config", str(full_config)], tmp_path) as full,
     ):
+        # polled, not read once: another test's hugepages (kernel-wide, another worker's) may change
+        # the host's memory between the two servers' audits
+        wait_for(
+            lambda: compared(incremental.samples()) == compared(full.samples()),
+            10.0,
+            what="the same numbers from incremental and full audits at the start",
+        )
         first = compared(incremental.samples())
-        assert first == compared(full.samples())
 
         def shutoff_memory(server: Server) -> float | None:
             return value(
@@ -240,7 +246,11 @@ def test_serve_with_incremental_audits_shows_what_full_audits_show(lab: Lab, tmp
         lab.admin.defineXML(lab.guest("serve-1", domain_uuid, memory_mib=16, vcpus=1, disks=[volume]))
         for server in (incremental, full):
             wait_for(lambda s=server: shutoff_memory(s) == expected - 112 * MIB, 10.0, what="a redefinition")
-        assert compared(incremental.samples()) == compared(full.samples())
+        wait_for(
+            lambda: compared(incremental.samples()) == compared(full.samples()),
+            10.0,
+            what="the same numbers after a redefinition",
+        )
         reads = {
             kind: value(server.samples(), "virtcap_audit_domain_reads_total", hypervisor="local")
             for kind, server in (("incremental", incremental), ("full", full))

@@ -115,7 +115,7 @@ def test_each_shard_holds_lists_expires_and_exports_only_its_own_claims(
         # before shard 1 starts: its start reads them from the database (and must leave them)
         long0 = held(zero, a)
         pair = held(zero, "any", count=2)
-        short = held(zero, a2, ttl="6s")
+        short = held(zero, a2, ttl="20s")  # long enough for shard 1 to start on a busy machine
         assert set(pair["hypervisors"]) <= set(MINE[0])
         one = stack.enter_context(running_server(shard_args(config, 1), tmp_path))
         long1 = held(one, b)
@@ -138,7 +138,7 @@ def test_each_shard_holds_lists_expires_and_exports_only_its_own_claims(
         assert call(one, "DELETE", f"/api/v1/claims/{long0['id']}", headers=auth())[0] == 404
         assert call(zero, "DELETE", f"/api/v1/claims/{long1['id']}", headers=auth())[0] == 404
 
-        wait_for(lambda: outcome(zero, "expired") == 1, 15, what="shard 0's claim expired")
+        wait_for(lambda: outcome(zero, "expired") == 1, 30, what="shard 0's claim expired")
         wait_for(lambda: short["id"] not in stored(), 5, what="the expired claim's row deleted")
         time.sleep(2)  # an expiry round of shard 1 after the claim's TTL
         assert outcome(one, "expired") == 0
