@@ -4,7 +4,7 @@
 Nothing is held or moved.
 
 On a running exporter the plan is computed in a worker process of its own (a
-`ProcessPoolExecutor` of one worker, spawned on first use, at the lowest CPU priority): a plan
+`ProcessPoolExecutor` of one worker, spawned on first use, at a lower CPU priority): a plan
 takes seconds of CPU on a large fleet, which must neither block the event loop nor hold the
 interpreter lock while a scrape is served. The host states are built and pickled on the event
 loop a slice at a time (as the failure tolerance's are) and travel as one pickle each; the
@@ -17,8 +17,10 @@ answered PLAN_GRACE_SECONDS after that.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import multiprocessing
+import os
 import pickle
 import time
 from collections.abc import Iterable, Sequence
@@ -33,7 +35,7 @@ from virtcap.model.packing.consolidation import ConsolidationOptionError, consol
 from virtcap.model.scheduler import HostState, Multipliers
 from virtcap.service.oneshot import audit_fleet_once
 from virtcap.service.tolerance_task import in_slices
-from virtcap.service.tolerance_worker import pickle_one, yield_the_cpu
+from virtcap.service.tolerance_worker import pickle_one
 from virtcap.units import brief_repr
 
 PLAN_TIME_LIMIT_SECONDS = 30.0
@@ -41,6 +43,10 @@ PLAN_TIME_LIMIT_SECONDS = 30.0
 PLAN_GRACE_SECONDS = 30.0
 """How much longer than the time limit a worker may take before it is killed (one try of the
 search is one evacuation: seconds on a large fleet)."""
+WORKER_NICENESS = 10
+"""The worker's CPU priority: below the exporter's, whose scrapes and audits take the CPU first,
+but not SCHED_IDLE as the failure tolerance's worker: someone waits for a plan, and on a busy
+machine an idle-class process may wait minutes for a CPU."""
 
 
 def check_plan_options(body: ConsolidationBody, config: Config) -> None:
@@ -115,6 +121,11 @@ class PlannerBusyError(Exception):
 class PlannerFailedError(Exception):
     """The worker died, or took too long and was killed: no plan (a 503; the next request starts a
     new worker)."""
+
+
+def _lower_priority() -> None:
+    with contextlib.suppress(OSError):  # refused (a container's policy): the default priority
+        os.nice(WORKER_NICENESS)
 
 
 def _plan_in_worker(
@@ -205,7 +216,7 @@ class ConsolidationPlanner:
             # spawned, not forked: the exporter's threads (libvirt's, the executor's) hold locks
             # a forked child would inherit held
             self._pool = ProcessPoolExecutor(
-                max_workers=1, mp_context=multiprocessing.get_context("spawn"), initializer=yield_the_cpu
+                max_workers=1, mp_context=multiprocessing.get_context("spawn"), initializer=_lower_priority
             )
         return self._pool
 
@@ -213,6 +224,7 @@ class ConsolidationPlanner:
         """The worker killed (whatever it is doing), the pool shut down without waiting: the
         pool, for a caller to wait for."""
         pool, self._pool = self._pool, None
+        self._running = None  # abandoned with its pool: the next plan starts another
         if pool is None:
             return None
         _kill_workers(pool)
