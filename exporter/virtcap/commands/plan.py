@@ -45,7 +45,7 @@ _FLAGS = {
 def add_parser(commands: Any) -> None:
     plan = commands.add_parser(
         "plan",
-        help="what could be done to the fleet, as dry runs (nothing is held or moved)",
+        help="dry-run plans for the fleet (nothing is held or moved)",
         description="Plans for the fleet, computed with Nova's scheduler simulated; virtcap never "
         "moves a domain.",
     )
