@@ -42,6 +42,6 @@ def test_the_commands_module_exists_for_each_subcommand() -> None:
     parser = build_parser()
     subparsers = next(action for action in parser._actions if action.dest == "command")
     assert isinstance(subparsers.choices, dict)
-    assert list(subparsers.choices) == ["audit", "serve", "capture", "place", "claim", "maintenance"]
+    assert list(subparsers.choices) == ["audit", "serve", "capture", "place", "plan", "claim", "maintenance"]
     for name in subparsers.choices:
         assert (PACKAGE / "commands" / f"{name}.py").is_file()

@@ -228,6 +228,19 @@ def test_the_description_fits_what_placements_answer(server: Server, served: dic
         validator(served, "ErrorBody").validate(refused)
 
 
+def test_the_description_fits_what_consolidation_plans_answer(server: Server, served: dict[str, Any]) -> None:
+    # a read: no writer's credentials, though this server has writers
+    for request in ({}, {"max_moves": 1, "keep_free": 1, "exclude_hosts": ["small"]}):
+        validator(served, "ConsolidationBody").validate(request)
+        status, answer = call(server, "POST", "/api/v1/plans/consolidation", request)
+        assert status == 200, answer
+        validator(served, "ConsolidationAnswer").validate(answer)
+    for wrong in ({"exclude_hosts": ["nowhere"]}, {"max_moves": -1}, {"keep_free": 4}, {"plan": 1}):
+        status, refused = call(server, "POST", "/api/v1/plans/consolidation", wrong)
+        assert status == 400, refused
+        validator(served, "ErrorBody").validate(refused)
+
+
 def test_the_description_fits_what_count_claims_answer(server: Server, served: dict[str, Any]) -> None:
     # small: 44 vCPUs free, 14 instances of 3
     one = {"hypervisor": "small", "vcpu": 3, "ttl": "1m", "owner": "contract"}

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from virtcap import __version__
-from virtcap.commands import audit, capture, claim, maintenance, place, serve
+from virtcap.commands import audit, capture, claim, maintenance, place, plan, serve
 from virtcap.commands.arguments import EXIT_USAGE
 from virtcap.config import ConfigError
 
@@ -20,6 +20,7 @@ _SUBCOMMANDS = {
     "serve": serve,
     "capture": capture,
     "place": place,
+    "plan": plan,
     "claim": claim,
     "maintenance": maintenance,
 }

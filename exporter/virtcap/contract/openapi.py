@@ -18,6 +18,7 @@ from virtcap.contract.capacity import CapacityDocument
 from virtcap.contract.claims import ClaimBody, ClaimDocument, ClaimList
 from virtcap.contract.maintenance import MaintenanceBody, MaintenanceDocument, MaintenanceList
 from virtcap.contract.placements import PlacementAnswer, PlacementBody
+from virtcap.contract.plans import ConsolidationAnswer, ConsolidationBody
 
 REF_TEMPLATE = "#/components/schemas/{model}"
 _MODELS: tuple[tuple[type[BaseModel], Literal["validation", "serialization"]], ...] = (
@@ -28,6 +29,8 @@ _MODELS: tuple[tuple[type[BaseModel], Literal["validation", "serialization"]], .
     (CapacityDocument, "serialization"),
     (PlacementBody, "validation"),
     (PlacementAnswer, "serialization"),
+    (ConsolidationBody, "validation"),
+    (ConsolidationAnswer, "serialization"),
     (MaintenanceBody, "validation"),
     (MaintenanceDocument, "serialization"),
     (MaintenanceList, "serialization"),
@@ -170,6 +173,46 @@ def openapi_document() -> dict[str, Any]:
                             f"The body did not arrive within {BODY_TIMEOUT_SECONDS:g} s of the headers.",
                         ),
                         "413": _json(ErrorBody, f"The body is larger than {MAX_BODY_BYTES // 1024} KiB."),
+                    },
+                }
+            },
+            "/api/v1/plans/consolidation": {
+                "post": {
+                    "summary": "Consolidation plan: which hypervisors live migrations could empty, and the "
+                    "moves in order, each feasible at its step (the scheduler's filters, weighers and "
+                    "claim test, both hypervisors holding a migrating domain); nothing is held or moved. "
+                    "Computed in a worker process, one plan at a time.",
+                    "requestBody": {
+                        "required": True,
+                        "content": {"application/json": {"schema": _ref(ConsolidationBody)}},
+                    },
+                    "responses": {
+                        "200": _json(
+                            ConsolidationAnswer,
+                            "The plan (emptying no hypervisor is a plan too), on the live audits with "
+                            "the pending claims counted as usage.",
+                        ),
+                        "400": _json(
+                            ErrorBody,
+                            "The request is malformed or names an unknown hypervisor or availability "
+                            "zone, or keeps more hypervisors free than there are in scope.",
+                        ),
+                        "401": unauthorized,
+                        "408": _json(
+                            ErrorBody,
+                            f"The body did not arrive within {BODY_TIMEOUT_SECONDS:g} s of the headers.",
+                        ),
+                        "413": _json(ErrorBody, f"The body is larger than {MAX_BODY_BYTES // 1024} KiB."),
+                        "503": {
+                            **_json(
+                                ErrorBody,
+                                "Another plan is being computed, or the planner's worker failed or "
+                                "ran past its time limit: nothing was planned; ask again later.",
+                            ),
+                            "headers": {
+                                "Retry-After": {"schema": {"type": "integer"}, "description": "Seconds."}
+                            },
+                        },
                     },
                 }
             },

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from aiohttp import web
 
@@ -10,6 +10,7 @@ from virtcap.claims.ledger import ClaimLedger
 from virtcap.config import Config
 from virtcap.fleet.store import SnapshotStore
 from virtcap.service.auditor import FleetAuditor
+from virtcap.service.consolidation import ConsolidationPlanner
 from virtcap.service.supervise import Supervisor
 from virtcap.service.tolerance_task import ToleranceTracker
 from virtcap.web.access import WebConfigSource
@@ -33,6 +34,9 @@ class Exporter:
     connections: ConnectionGuard | None = None
     tolerance: ToleranceTracker | None = None
     """The fleet's failure tolerance, computed in the background (None where nothing runs it)."""
+    planner: ConsolidationPlanner = field(default_factory=ConsolidationPlanner)
+    """Consolidation plans on request, in a worker process started on the first (stopped with
+    the exporter)."""
 
 
 EXPORTER = web.AppKey("exporter", Exporter)

@@ -154,6 +154,7 @@ async def serve(
         await reloads.stop()
     await fleet.stop()
     await supervisor.stop_all()
+    await exporter.planner.stop()
     await claims.stop()
     await runner.cleanup()
     return 0
