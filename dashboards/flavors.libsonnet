@@ -19,11 +19,37 @@ local flavorsDashboard(config) =
         [t('flavor:hypervisor_schedulable_instances:sum{%(f)s, flavor=~"$flavor"}' % c, '{{flavor}}')],
         thresholds=g.freeSteps(config.flavorHeadroomMinimum, 2 * config.flavorHeadroomMinimum),
       ),
+      g.bargauge(
+        'Sellable instances, fleet-wide',
+        'Per flavor, how many more instances can still be placed through the simulated scheduler, one by one, with the fleet still able to re-home every domain after the host failures it reserves for (scheduler.failure_tolerance.reserve_host_failures; flavor:virtcap_flavor_sellable_instances:sum), as of the exporter\'s last packing computation. Beside the instances that fit: the difference is the failover reserve. 0 while instances still fit: HypervisorFlavorSellableExhausted.',
+        'short',
+        [t('flavor:virtcap_flavor_sellable_instances:sum{%(f)s, flavor=~"$flavor"}' % c, '{{flavor}}')],
+        thresholds=g.freeSteps(1, config.flavorHeadroomMinimum),
+      ),
       g.timeseries(
         'Fleet headroom over time',
-        'More instances that fit fleet-wide, per flavor: a falling line is capacity being used up.',
+        'More instances that fit fleet-wide, per flavor, and those of them that can be sold keeping the failover reserve: a falling line is capacity being used up.',
         'short',
-        [t('flavor:hypervisor_schedulable_instances:sum{%(f)s, flavor=~"$flavor"}' % c, '{{flavor}}')],
+        [
+          t('flavor:hypervisor_schedulable_instances:sum{%(f)s, flavor=~"$flavor"}' % c, '{{flavor}} fit'),
+          t('flavor:virtcap_flavor_sellable_instances:sum{%(f)s, flavor=~"$flavor"}' % c, '{{flavor}} sellable'),
+        ],
+      ),
+      g.table(
+        'Per availability zone: fit and sellable',
+        'Per availability zone and flavor: the instances that fit on its members in service (group_flavor:hypervisor_schedulable_instances:sum) and those that can be sold keeping the zone able to re-home its domains after the reserved host failures, failover staying in the zone (group_flavor:hypervisor_group_flavor_sellable_instances:sum).',
+        'short',
+        [
+          t('group_flavor:hypervisor_schedulable_instances:sum{%(f)s, kind="availability_zone", flavor=~"$flavor"}' % c, instant=true, format='table'),
+          t('group_flavor:hypervisor_group_flavor_sellable_instances:sum{%(f)s, kind="availability_zone", flavor=~"$flavor"}' % c, instant=true, format='table'),
+        ],
+        overrides=[
+          g.column('Value #A', 'short', g.freeSteps(1, 2), 'fit'),
+          g.column('Value #B', 'short', g.freeSteps(1, 2), 'sellable'),
+          g.column('group', 'short', display='availability zone'),
+        ],
+        organize={ excludeByName: c.hidden { kind: true } },
+        width=12,
       ),
       g.table(
         'Per hypervisor',

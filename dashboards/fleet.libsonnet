@@ -36,6 +36,24 @@ local fleetDashboard(config) =
     width=8,
   );
 
+  // the hypervisors with the most of `resource` stranded, a row per cause (the resource whose
+  // exhaustion strands it: hypervisor_resource_stranded_by), with the amount
+  local strandedTable(resource, unit) = g.table(
+    'Most stranded %s, by cause' % (if resource == 'vcpu' then 'vCPUs' else resource),
+    'The 10 hypervisors with the most %s stranded (hypervisor_resource_stranded), one row per resource whose exhaustion strands it (cause, from hypervisor_resource_stranded_by).' % resource,
+    unit,
+    [t('%s\n  * on (%s, hypervisor, resource) group_left ()\n  topk by (%s) (10, %s > 0)' % [
+      c.once('hypervisor_resource_stranded_by{%s, resource="%s"}' % [s, resource], ['resource', 'cause']),
+      c.fleetLabel,
+      c.fleetLabel,
+      c.once('hypervisor_resource_stranded{%s, resource="%s"}' % [s, resource], ['resource']),
+    ], instant=true, format='table')],
+    overrides=[g.column('Value', unit, display='stranded %s' % resource)],
+    sortBy='stranded %s' % resource,
+    organize={ excludeByName: c.hidden { resource: true } },
+    width=12,
+  );
+
   c.dashboard(
     'virtcap-fleet',
     'virtcap / Fleet capacity',
@@ -168,6 +186,81 @@ local fleetDashboard(config) =
       ),
       failoverShortfall('CPUs and other counts', 'short', 'unit!="bytes"'),
       failoverShortfall('memory and disk', bytes, 'unit="bytes"'),
+      g.row('Stranded capacity'),
+      g.timeseries(
+        'Stranded CPUs',
+        'CPUs free on the hypervisors in service that no packing of the fleet\'s flavors (configured and discovered) could use, because another resource of the same hypervisor runs out first (resource:hypervisor_resource_stranded:sum), as of the exporter\'s last packing computation.',
+        cpus,
+        [t('resource:hypervisor_resource_stranded:sum{%(f)s, unit!="bytes"}' % c, '{{resource}}')],
+        width=8,
+      ),
+      g.timeseries(
+        'Stranded memory and disk',
+        'Memory and disk free on the hypervisors in service that no packing of the fleet\'s flavors could use (resource:hypervisor_resource_stranded:sum).',
+        bytes,
+        [t('resource:hypervisor_resource_stranded:sum{%(f)s, unit="bytes"}' % c, '{{resource}}')],
+        width=8,
+      ),
+      g.timeseries(
+        'Share of the free capacity stranded',
+        'Per resource, stranded / free of the hypervisors in service that report it, a negative free (an overcommitted host) counted as none (resource:hypervisor_resource_stranded_of_free:ratio). Above %g%% for memory or vCPUs for an hour: HypervisorStrandedCapacityHigh.' % (100 * config.strandedShareWarning),
+        'percentunit',
+        [t('resource:hypervisor_resource_stranded_of_free:ratio{%(f)s}' % c, '{{resource}}')],
+        width=8,
+      ),
+      strandedTable('memory', bytes),
+      strandedTable('vcpu', cpus),
+      g.bargauge(
+        'Share of the free capacity stranded, per group of the kind',
+        'Per group of the selected kind: stranded / free memory and vCPUs of its members in service (group_resource:hypervisor_resource_stranded_of_free:ratio). A hypervisor in two groups of the kind counts in both.',
+        'percentunit',
+        [t('group_resource:hypervisor_resource_stranded_of_free:ratio{%(f)s, kind="$kind", resource=~"vcpu|memory"}' % c, '{{group}} {{resource}}')],
+        thresholds=g.usedSteps(config.strandedShareWarning / 2, config.strandedShareWarning),
+        max=1,
+        width=24,
+      ),
+      g.row('Compaction'),
+      g.timeseries(
+        'Compaction: the fewest hypervisors that could hold every domain',
+        'Borg\'s cluster compaction with Nova\'s rules: the fewest hypervisors up and not in maintenance that could hold every counted domain, each in its availability zone and fitting under the scheduler\'s filters, NUMA cells and devices (:virtcap_fleet_compaction_hypervisors:sum); its proven lower bound (the optimum lies between the two); and the hypervisors up and in service it is taken from. With shards, the sums of the shards\' own.',
+        'short',
+        [
+          t(':virtcap_fleet_compaction_hypervisors:sum{%(f)s}' % c, 'compaction'),
+          t(':virtcap_fleet_compaction_lower_bound:sum{%(f)s}' % c, 'lower bound'),
+          t(':hypervisor_up_in_service:count{%(f)s}' % c, 'up, in service'),
+        ],
+        width=12,
+      ),
+      g.stat(
+        'Hypervisors freeable',
+        'Hypervisors up and in service minus the compaction: how many the fleet\'s domains could leave empty (:virtcap_fleet_hypervisors_freeable:sum). `virtcap plan consolidate` shows the moves that would empty them.',
+        'short',
+        [t(':virtcap_fleet_hypervisors_freeable:sum{%(f)s}' % c)],
+        height=8,
+        thresholds=[{ color: 'green', value: null }, { color: 'blue', value: 1 }],
+      ),
+      g.stat(
+        'Compaction gap to its lower bound',
+        'Compaction minus its proven lower bound: 0 when the compaction is the optimum; above, the solver\'s time limit left it unproven by at most that many hypervisors.',
+        'short',
+        [t(':virtcap_fleet_compaction_hypervisors:sum{%(f)s} - :virtcap_fleet_compaction_lower_bound:sum{%(f)s}' % c)],
+        height=8,
+        thresholds=g.usedSteps(1, 2),
+      ),
+      g.table(
+        'Compaction per group of the kind',
+        'Per group of the selected kind: the fewest of its hypervisors that could hold its domains (group:hypervisor_group_compaction_hypervisors:sum), and its members up and in service (group:hypervisor_up_in_service:count).',
+        'short',
+        [
+          t('group:hypervisor_group_compaction_hypervisors:sum{%(f)s, kind="$kind"}' % c, instant=true, format='table'),
+          t('group:hypervisor_up_in_service:count{%(f)s, kind="$kind"}' % c, instant=true, format='table'),
+        ],
+        overrides=[
+          g.column('Value #A', 'short', display='compaction'),
+          g.column('Value #B', 'short', display='up, in service'),
+        ],
+        organize={ excludeByName: c.hidden },
+      ),
       g.row('Device and hugepage headroom'),
       g.timeseries(
         'Free hugepages by page size',

@@ -53,6 +53,9 @@
     // over-provisioned (thin provisioning: it can fill before its volumes do). Cinder's
     // max_over_subscription_ratio defaults to 20: raise this where overcommit is deliberate.
     storagePoolProvisionedRatio: 1.0,
+    // HypervisorStrandedCapacityHigh: more than this share of the fleet's free memory or vCPUs
+    // stranded (free, but no packing of the fleet's flavors can use it).
+    strandedShareWarning: 0.5,
 
     // How long each condition must hold before the alert fires.
     'for': {
@@ -76,6 +79,8 @@
       shardMissing: '10m',
       shardsDisagree: '10m',
       claimsDatabaseDown: '5m',
+      strandedCapacity: '1h',
+      flavorSellable: '30m',
     },
     severity: {
       overcommitted: 'warning',
@@ -98,6 +103,8 @@
       shardMissing: 'warning',
       shardsDisagree: 'warning',
       claimsDatabaseDown: 'warning',
+      strandedCapacity: 'warning',
+      flavorSellable: 'warning',
     },
     // Each alert's runbook_url is this, '#', and the alert's name in lower case (its section).
     runbookURL: 'https://github.com/virtcap/virtcap/blob/main/docs/runbook.md',

@@ -5,4 +5,5 @@
 + (import 'maintenance.libsonnet')
 + (import 'contention.libsonnet')
 + (import 'storage.libsonnet')
++ (import 'packing.libsonnet')
 + (import 'exporter.libsonnet')

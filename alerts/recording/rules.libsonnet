@@ -6,3 +6,4 @@
 + (import 'projects.libsonnet')
 + (import 'contention.libsonnet')
 + (import 'storage.libsonnet')
++ (import 'packing.libsonnet')

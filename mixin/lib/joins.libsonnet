@@ -53,6 +53,21 @@ local indented(expr) = std.join('\n', ['  ' + line for line in std.split(std.rst
       perHypervisor,
     ],
 
+  // A figure each exporter computes for its whole shard (virtcap_fleet_*, virtcap_flavor_*, the
+  // group figures of the packing), once per shard and then added up over the fleet's shards: the
+  // replicas of an HA pair serve one shard (virtcap_shard_ordinal) and report the same figure, so
+  // `aggregation` (the worse of the two: max of what is needed, min of what is left) takes one;
+  // an unsharded fleet is one shard, 0. `labels` are the family's own (flavor, kind, group).
+  perShard(config, series, labels=[], aggregation='max')::
+    local own = std.join('', [', ' + label for label in labels]);
+    'sum by (%(fleet)s%(own)s) (\n  %(aggregation)s by (%(fleet)s, shard%(own)s) (\n    %(series)s\n      * on (%(fleet)s, job, instance) group_left (shard)\n      count_values by (%(fleet)s, job, instance) ("shard", virtcap_shard_ordinal{%(selector)s})\n  )\n)\n' % {
+      fleet: config.fleetLabel,
+      own: own,
+      aggregation: aggregation,
+      series: series,
+      selector: config.selector,
+    },
+
   // `perHypervisorMany` (several series per hypervisor, once each: flavors, projects) with the kind
   // and group of its hypervisor, for one kind whose groups never overlap
   // (config.exclusiveGroupKinds): a hypervisor is in one group of it. The rules record one

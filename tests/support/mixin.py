@@ -51,6 +51,8 @@ FOR_KEYS = (
     "shardMissing",
     "shardsDisagree",
     "claimsDatabaseDown",
+    "strandedCapacity",
+    "flavorSellable",
 )
 
 
