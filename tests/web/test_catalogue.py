@@ -17,8 +17,9 @@ from tests.support.files import ROOT
 from virtcap.config.schema import ExpositionSection
 from virtcap.demo import demo_config
 from virtcap.exposition import catalogue
-from virtcap.exposition.catalogue import CATALOGUE, UNIT_LABEL, MetricFamily
+from virtcap.exposition.catalogue import CATALOGUE
 from virtcap.exposition.families import FragmentCache, TaskHealth, render, views
+from virtcap.exposition.metric_family import UNIT_LABEL, MetricFamily
 from virtcap.fleet.store import SnapshotStore
 from virtcap.fleet.tolerance import one_shot_tolerance
 from virtcap.model.facts import DomainState
