@@ -86,7 +86,7 @@ def demo() -> Demo:
         store.record(snapshot, "success" if snapshot.up else "failure")
         if snapshot.capacity is not None:
             units.update({str(resource): resource.unit for resource in snapshot.capacity.resources})
-    tolerance = one_shot_tolerance(snapshots, config.multipliers, 3)
+    tolerance = one_shot_tolerance(snapshots, config.multipliers, 3, flavors=config.flavor_demands)
     # a pending claim and a maintenance with a start and an end (of the hypervisor that is down: its audits'
     # capacity does not say): the series only they make
     down = next(snapshot.name for snapshot in snapshots if not snapshot.up)
