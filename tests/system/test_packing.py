@@ -185,16 +185,16 @@ def test_the_running_demo_exposes_the_packing_families(tmp_path: Path) -> None:
         wait_for(lambda: value(server.samples(), timestamp) is not None, 60, what="the packing answers")
         samples = server.samples()
         computed = value(samples, "virtcap_failure_tolerance_timestamp_seconds")
-        assert computed is not None and value(samples, timestamp) is not None
-        assert value(samples, timestamp) >= computed  # computed after the tolerance
+        packed = value(samples, timestamp)
+        assert computed is not None and packed is not None and packed >= computed  # after the tolerance
         assert _packing_series(samples) == {family.name for family in PACKING_FAMILIES}
         stranded = series(samples, "hypervisor_resource_stranded")
         hypervisors = {dict(labels)["hypervisor"] for labels in stranded}
         assert IN_MAINTENANCE not in hypervisors and DOWN not in hypervisors and len(hypervisors) == 9
         memory = {"resource": "memory", "unit": "bytes"}
-        assert value(samples, "hypervisor_resource_stranded", hypervisor="compute-02", **memory) > 0
+        stranded_memory = value(samples, "hypervisor_resource_stranded", hypervisor="compute-02", **memory)
         free = value(samples, "hypervisor_resource_free", hypervisor="compute-02", **memory)
-        assert value(samples, "hypervisor_resource_stranded", hypervisor="compute-02", **memory) <= free
+        assert stranded_memory is not None and free is not None and 0 < stranded_memory <= free
         assert (
             value(
                 samples,

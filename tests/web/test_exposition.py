@@ -17,7 +17,7 @@ from tests.support.serving import Samples, parse_samples, series, value
 from virtcap.config import parse_config
 from virtcap.demo import demo_config
 from virtcap.exposition import families as exposition_module
-from virtcap.exposition.catalogue import CATALOGUE, HYPERVISOR_FAMILIES
+from virtcap.exposition.catalogue import HYPERVISOR_FAMILIES
 from virtcap.exposition.families import FragmentCache, HypervisorView, render, views
 from virtcap.exposition.report import fleet_document, render_tables
 from virtcap.fleet.snapshot import HypervisorSnapshot
