@@ -41,12 +41,16 @@
 15. Consolidation plan (`--only consolidation`, bench/consolidation.py): the hypervisors live
    migrations could empty on the tolerance's 1,000 x 50 fleet, with spreading and stacking
    weighers: hypervisors emptied, moves, time, peak RSS.
+16. Packing answers in the worker (`--only packing`, bench/packing.py): FleetPacking on the
+   1,000 x 50 fleet in 2 zones and 20 racks, first and after one hypervisor changed; then
+   `virtcap serve` on the serving fleet: /metrics latency while the worker computes them, and
+   the worker's peak RSS.
 
 Each figure is the median of --runs runs, with half the range as the spread.
 
 Each measurement is a module of its own (bench/scrape.py, scale.py, cycle.py, events.py, hung.py,
 convoy.py, numa.py, tolerance.py, serving.py, latency.py, sharding.py, sellable.py, stranded.py,
-compaction.py, consolidation.py, hostile.py) on the
+compaction.py, consolidation.py, packing.py, hostile.py) on the
 machinery they share, bench/harness.py; this one reads the flags and runs them in this order.
 """
 
@@ -72,6 +76,7 @@ from harness import PEER, print_table
 from hostile import hostile_fleet
 from hung import hung_hypervisor
 from numa import numa_fit
+from packing import packing
 from scale import scrape_at_scale
 from scrape import scrape_comparison
 from sellable import sellable
@@ -118,6 +123,7 @@ def main() -> int:
             "sellable",
             "stranded",
             "consolidation",
+            "packing",
         ),
         help="run one measurement only",
     )
@@ -158,6 +164,7 @@ def main() -> int:
             "sellable": lambda: sellable(runs, 200 if args.quick else 1000, 50),
             "stranded": lambda: stranded_capacity_at_scale(runs, 200 if args.quick else 1000, 50),
             "consolidation": lambda: consolidation(runs, 200 if args.quick else 1000, 50),
+            "packing": lambda: packing(scratch, runs, 200 if args.quick else 1000, 50),
         }
         for name, measure in measurements.items():
             if args.only in (None, name):

@@ -17,8 +17,9 @@ from tests.support.files import ROOT
 from virtcap.config.schema import ExpositionSection
 from virtcap.demo import demo_config
 from virtcap.exposition import catalogue
-from virtcap.exposition.catalogue import CATALOGUE, UNIT_LABEL, MetricFamily
+from virtcap.exposition.catalogue import CATALOGUE
 from virtcap.exposition.families import FragmentCache, TaskHealth, render, views
+from virtcap.exposition.metric_family import UNIT_LABEL, MetricFamily
 from virtcap.fleet.store import SnapshotStore
 from virtcap.fleet.tolerance import one_shot_tolerance
 from virtcap.model.facts import DomainState
@@ -85,7 +86,7 @@ def demo() -> Demo:
         store.record(snapshot, "success" if snapshot.up else "failure")
         if snapshot.capacity is not None:
             units.update({str(resource): resource.unit for resource in snapshot.capacity.resources})
-    tolerance = one_shot_tolerance(snapshots, config.multipliers, 3)
+    tolerance = one_shot_tolerance(snapshots, config.multipliers, 3, flavors=config.flavor_demands)
     # a pending claim and a maintenance with a start and an end (of the hypervisor that is down: its audits'
     # capacity does not say): the series only they make
     down = next(snapshot.name for snapshot in snapshots if not snapshot.up)

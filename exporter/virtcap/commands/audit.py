@@ -12,6 +12,7 @@ from virtcap.commands.arguments import add_fleet_source, fleet_config
 from virtcap.exposition.report import fleet_document, render_tables
 from virtcap.fleet.tolerance import one_shot_tolerance
 from virtcap.model.discovery import discover, host_flavors
+from virtcap.service.flavors import with_discovered_flavors
 from virtcap.service.oneshot import audit_fleet_once
 
 
@@ -27,8 +28,18 @@ def run(args: argparse.Namespace) -> int:
     config = fleet_config(args)
     snapshots = asyncio.run(audit_fleet_once(config))
     settings = config.failure_tolerance
+    # the packing answers are for the flavors headroom is reported for: configured and discovered
+    flavors = with_discovered_flavors(
+        config, ((s.name, s.facts) for s in snapshots if s.facts is not None)
+    ).flavor_demands
     tolerance = (
-        one_shot_tolerance(snapshots, config.multipliers, settings.max_host_failures)
+        one_shot_tolerance(
+            snapshots,
+            config.multipliers,
+            settings.max_host_failures,
+            flavors=flavors,
+            reserve_host_failures=settings.reserve_host_failures,
+        )
         if settings.enabled
         else None
     )

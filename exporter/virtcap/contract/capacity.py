@@ -90,4 +90,11 @@ class CapacityDocument(BaseModel):
         description="The flavors found in the Nova metadata of existing domains, which headroom is "
         "reported for beside the configured ones; null with `discover_flavors: false`.",
     )
+    packing: dict[str, Any] | None = Field(
+        default=None,
+        description="The packing answers computed after the failure tolerance (docs/packing.md): "
+        "`stranded` capacity per hypervisor, the `compaction` of the fleet and its groups, the "
+        "`sellable` instances per flavor and availability zone; null until the first computation, "
+        "absent while the failure tolerance is off.",
+    )
     generated_at: Annotated[str, WithJsonSchema(DATE_TIME)]

@@ -19,6 +19,8 @@ from virtcap import __version__
 from virtcap.config.schema import ExpositionSection
 from virtcap.exposition import catalogue
 from virtcap.exposition.catalogue import AUDIT_OUTCOMES, CLAIM_OUTCOMES
+from virtcap.exposition.metric_family import MetricFamily
+from virtcap.exposition.packing_families import packing_families
 from virtcap.fleet.snapshot import HypervisorSnapshot
 from virtcap.fleet.store import SnapshotStore
 from virtcap.fleet.tolerance import ToleranceReport
@@ -240,8 +242,10 @@ def _samples_only(chunk: str) -> str:
 
 
 def fleet_families(tolerance: ToleranceReport | None, hypervisors: Iterable[HypervisorView]) -> list[Metric]:
-    """The failure tolerance, for the hypervisors whose data is shown (one that turned stale or
-    was removed since the computation is left out at once); no series before the first."""
+    """The failure tolerance, then the packing answers computed after it, for the hypervisors
+    whose data is shown (one that turned stale or was removed since the computation is left out
+    at once); no series before the first."""
+    hypervisors = tuple(hypervisors)
     feasible = catalogue.EVACUATION_FEASIBLE.gauge()
     unplaced = catalogue.EVACUATION_UNPLACED.gauge()
     tolerated = catalogue.HOST_FAILURES_TOLERATED.gauge()
@@ -262,7 +266,7 @@ def fleet_families(tolerance: ToleranceReport | None, hypervisors: Iterable[Hype
         duration.add_metric([], tolerance.duration_seconds)
         for kind in catalogue.TOLERANCE_COMPUTATIONS.label_values["kind"]:
             computations.add_metric([kind], tolerance.computations.get(kind, 0))
-    built: dict[catalogue.MetricFamily, Metric] = {
+    built: dict[MetricFamily, Metric] = {
         catalogue.EVACUATION_FEASIBLE: feasible,
         catalogue.EVACUATION_UNPLACED: unplaced,
         catalogue.HOST_FAILURES_TOLERATED: tolerated,
@@ -271,7 +275,9 @@ def fleet_families(tolerance: ToleranceReport | None, hypervisors: Iterable[Hype
         catalogue.TOLERANCE_DURATION: duration,
         catalogue.TOLERANCE_COMPUTATIONS: computations,
     }
-    return [built[family] for family in catalogue.FLEET_FAMILIES]
+    shown = {view.name for view in hypervisors if view.data is not None}
+    packing = tolerance.packing if tolerance is not None else None
+    return [built[family] for family in catalogue.FLEET_FAMILIES] + packing_families(packing, shown)
 
 
 def storage_families(hypervisors: Iterable[HypervisorView]) -> list[Metric]:
@@ -296,7 +302,7 @@ def storage_families(hypervisors: Iterable[HypervisorView]) -> list[Metric]:
         if pool.provisioned_ratio is not None:
             gauges[catalogue.STORAGE_POOL_PROVISIONED_RATIO].add_metric(labels, pool.provisioned_ratio)
         gauges[catalogue.STORAGE_POOL_VOLUMES].add_metric(labels, pool.volumes)
-    built: dict[catalogue.MetricFamily, Metric] = {
+    built: dict[MetricFamily, Metric] = {
         **gauges,
         catalogue.STORAGE_POOL_INFO: membership,
         catalogue.STORAGE_POOL_SOURCE_INFO: source,
@@ -334,7 +340,7 @@ def exporter_families(
     ordinal.add_metric([], shard.ordinal)
     total = catalogue.TOTAL_SHARDS.gauge()
     total.add_metric([], shard.total)
-    built: dict[catalogue.MetricFamily, Metric] = {
+    built: dict[MetricFamily, Metric] = {
         catalogue.BUILD_INFO: info,
         catalogue.SHARD_ORDINAL: ordinal,
         catalogue.TOTAL_SHARDS: total,
@@ -413,7 +419,7 @@ def build_families(
             _add_projects(gauges, name, snapshot, shown)
         if exposition.domains:
             _add_domains(gauges, domain_info, name, snapshot)
-    built: dict[catalogue.MetricFamily, Metric] = {
+    built: dict[MetricFamily, Metric] = {
         **gauges,
         catalogue.AUDITS: audits,
         catalogue.AUDIT_DOMAIN_READS: domain_reads,
@@ -425,7 +431,7 @@ def build_families(
     return [built[family] for family in catalogue.HYPERVISOR_FAMILIES]
 
 
-_Gauges = Mapping[catalogue.MetricFamily, GaugeMetricFamily]
+_Gauges = Mapping[MetricFamily, GaugeMetricFamily]
 
 
 def _add_maintenance(gauges: _Gauges, view: HypervisorView) -> None:

@@ -6,6 +6,7 @@ from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
 from virtcap.contract.maintenance import maintenance_document
+from virtcap.exposition.packing_report import packing_document, packing_text
 from virtcap.fleet.snapshot import HypervisorSnapshot
 from virtcap.fleet.tolerance import HostEvacuation, ToleranceReport, UnplacedDomain
 from virtcap.model.capacity import HostCapacity, ResourceCapacity
@@ -196,7 +197,8 @@ def fleet_document(
     """Every hypervisor's document; with the fleet's failure tolerance, each one's `evacuation`
     (null for a hypervisor it did not take: down or stale) and the fleet's `failure_tolerance`
     (null while it is off or not computed yet). The fleet's `projects`, every one, the most
-    allocated memory first; the `discovered_flavors` (null while discovery is off)."""
+    allocated memory first; the `discovered_flavors` (null while discovery is off); the `packing`
+    answers computed with the tolerance, when they were (exposition/packing_report.py)."""
     snapshots = list(snapshots)
     hypervisors = []
     for snapshot in snapshots:
@@ -213,6 +215,7 @@ def fleet_document(
         "discovered_flavors": _discovery_document(discovery, configured_flavors)
         if discovery is not None
         else None,
+        **({"packing": packing_document(tolerance.packing)} if tolerance is not None else {}),
     }
 
 
@@ -260,6 +263,8 @@ def render_tables(
             f"fleet: can lose {tolerance.tolerated} hypervisor(s) together with every domain re-homed "
             f"(the most allocated memory first; tried up to {tolerance.bound})"
         )
+        if tolerance.packing is not None:
+            parts.append(packing_text(tolerance.packing))
     projects = fleet_projects(usage for snapshot in snapshots for usage in snapshot.projects)
     if any(project.project_id != UNKNOWN for project in projects):  # no owner known: nothing to tell
         parts.append(_projects_text(projects))

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from virtcap.fleet.packing import PackingReport
 from virtcap.fleet.snapshot import HypervisorSnapshot
 from virtcap.fleet.tolerance import ToleranceReport
 from virtcap.model.facts import CpuIdentity
@@ -87,8 +88,18 @@ class SnapshotStore:
             self._bump()
 
     def publish_tolerance(self, report: ToleranceReport | None) -> None:
+        """A new report keeps the packing answers last published until the next come."""
+        previous = self.tolerance
+        if report is not None and report.packing is None and previous is not None:
+            report = replace(report, packing=previous.packing)
         self.tolerance = report
         self._bump()
+
+    def publish_packing(self, packing: PackingReport) -> None:
+        """The packing answers computed after the tolerance last published (shown with it)."""
+        if self.tolerance is not None:
+            self.tolerance = replace(self.tolerance, packing=packing)
+            self._bump()
 
     def watch(self) -> asyncio.Event:
         """An event of one's own, set at every change: `changed` is the renderer's, which clears it."""

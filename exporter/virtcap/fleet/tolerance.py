@@ -16,7 +16,9 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from virtcap.fleet.packing import FleetPacking, PackingReport, PackingSettings
 from virtcap.fleet.snapshot import HypervisorSnapshot
+from virtcap.model.host_fit import Demand
 from virtcap.model.resources import Resource
 from virtcap.model.scheduler import (
     EvacuationResult,
@@ -81,6 +83,9 @@ class ToleranceReport:
     """Whether only the hypervisors that changed were computed again."""
     computations: Mapping[str, int] = field(default_factory=dict)
     """Computations so far, by kind (`full`, `incremental`), as whoever runs them counts them."""
+    packing: PackingReport | None = None
+    """The packing answers computed after it (fleet/packing.py), the last ones while the next
+    computes; None before the first."""
 
 
 def scheduler_host(host: SimulatedHost) -> HostState:
@@ -145,6 +150,8 @@ class SimulationRequest:
     bound: int
     full: bool
     """Compute the whole fleet: another set of hypervisors or settings, or too many changes."""
+    packing: PackingSettings | None = None
+    """What the packing answers read beyond the states; None: no packing computed."""
 
 
 class FleetChanges:
@@ -159,13 +166,19 @@ class FleetChanges:
         self._sent: dict[str, tuple[object, ...]] = {}
         """What the simulation was last told of each hypervisor (scheduling_key)."""
         self._settings: tuple[Multipliers, int] | None = None
+        self._packing: PackingSettings | None = None
         self._built: dict[str, tuple[SimulatedHost, HostState, tuple[object, ...]]] = {}
 
     def request(
-        self, hosts: Sequence[SimulatedHost], multipliers: Multipliers, bound: int
+        self,
+        hosts: Sequence[SimulatedHost],
+        multipliers: Multipliers,
+        bound: int,
+        packing: PackingSettings | None = None,
     ) -> SimulationRequest | None:
-        """None when nothing the scheduler reads changed since the last request."""
-        return self.request_from(hosts, [self.state_of(host) for host in hosts], multipliers, bound)
+        """None when nothing the scheduler (or the packing) reads changed since the last request."""
+        built = [self.state_of(host) for host in hosts]
+        return self.request_from(hosts, built, multipliers, bound, packing)
 
     def request_from(
         self,
@@ -173,19 +186,22 @@ class FleetChanges:
         built: Sequence[tuple[HostState, tuple[object, ...]]],
         multipliers: Multipliers,
         bound: int,
+        packing: PackingSettings | None = None,
     ) -> SimulationRequest | None:
-        """`request`, given each host's `state_of` (which a caller may work out a few at a time)."""
+        """`request`, given each host's `state_of` (which a caller may work out a few at a time).
+        Other packing settings alone (a flavor discovered, a group changed) are a request with no
+        change for the tolerance: only the packing reads them."""
         self._built = {host.name: self._built[host.name] for host in hosts}
         settings = (multipliers, bound)
         names = [state.name for state, _key in built]
         same_fleet = settings == self._settings and names == list(self._sent)
         changed = {state.name: state for state, key in built if key != self._sent.get(state.name)}
-        if same_fleet and not changed:
+        if same_fleet and not changed and packing == self._packing:
             return None
         self._sent = {state.name: key for state, key in built}
-        self._settings = settings
+        self._settings, self._packing = settings, packing
         full = not same_fleet or len(changed) > MAX_INCREMENTAL_CHANGES
-        return SimulationRequest(tuple(names), changed, multipliers, bound, full)
+        return SimulationRequest(tuple(names), changed, multipliers, bound, full, packing)
 
     def state_of(self, host: SimulatedHost) -> tuple[HostState, tuple[object, ...]]:
         """Built again only for a new audit (the domains' requests are parsed from their flavors'
@@ -219,6 +235,7 @@ class FleetSimulation:
     worker process). One thread at a time."""
 
     def __init__(self) -> None:
+        self._packing = FleetPacking()
         self._result: FleetTolerance | None = None
         self._states: dict[str, HostState] = {}
         self._full_seconds: float | None = None
@@ -265,6 +282,17 @@ class FleetSimulation:
             incremental=incremental,
         )
 
+    def pack(self, request: SimulationRequest) -> PackingReport | None:
+        """The packing answers for the states of the request last applied (None without its
+        settings)."""
+        if request.packing is None:
+            return None
+        return self._packing.apply(list(self._states.values()), request.packing, request.multipliers)
+
+    def forget_packing(self) -> None:
+        """After a failed packing computation: the next one starts from scratch."""
+        self._packing = FleetPacking()
+
 
 class LocalSimulation:
     """Both sides in one thread: a one-shot audit's, and the tests'."""
@@ -275,27 +303,53 @@ class LocalSimulation:
         self.computations: Counter[str] = Counter()
 
     def compute(
-        self, hosts: Sequence[SimulatedHost], multipliers: Multipliers, bound: int
+        self,
+        hosts: Sequence[SimulatedHost],
+        multipliers: Multipliers,
+        bound: int,
+        packing: PackingSettings | None = None,
     ) -> ToleranceReport | None:
-        request = self.changes.request(hosts, multipliers, bound)
+        request = self.changes.request(hosts, multipliers, bound, packing)
         if request is None:
             return None
         report = self.simulation.apply(request)
         self.computations["incremental" if report.incremental else "full"] += 1
-        return replace(report, computations=dict(self.computations))
+        return replace(report, computations=dict(self.computations), packing=self.simulation.pack(request))
+
+
+def packing_settings(
+    hosts: Sequence[SimulatedHost], flavors: Mapping[str, Demand], reserve_host_failures: int
+) -> PackingSettings:
+    """The packing's settings for these hypervisors: their configured groups as their audits have
+    them."""
+    return PackingSettings(
+        flavors=dict(flavors),
+        groups={
+            host.name: host.audit.hypervisor.groups
+            for host in hosts
+            if host.audit.hypervisor is not None and host.audit.hypervisor.groups
+        },
+        reserve_host_failures=reserve_host_failures,
+    )
 
 
 def one_shot_tolerance(
-    snapshots: Sequence[HypervisorSnapshot], multipliers: Multipliers, bound: int
+    snapshots: Sequence[HypervisorSnapshot],
+    multipliers: Multipliers,
+    bound: int,
+    flavors: Mapping[str, Demand] | None = None,
+    reserve_host_failures: int = 1,
 ) -> ToleranceReport | None:
     """The failure tolerance of one audit of the fleet (`virtcap audit`): the hypervisors whose
-    audit failed are left out, as a stale one is from the exporter's."""
+    audit failed are left out, as a stale one is from the exporter's. With `flavors`, the packing
+    answers too."""
     hosts = [
         SimulatedHost(snapshot.name, snapshot, up=True)
         for snapshot in snapshots
         if snapshot.up and snapshot.capacity is not None
     ]
-    return LocalSimulation().compute(hosts, multipliers, bound)
+    packing = packing_settings(hosts, flavors, reserve_host_failures) if flavors is not None else None
+    return LocalSimulation().compute(hosts, multipliers, bound, packing)
 
 
 def _evacuation(result: EvacuationResult) -> HostEvacuation:

@@ -5,7 +5,9 @@ Never in the way of the event loop nor of a scrape: the hypervisors are taken on
 store is the loop's), what changed is found there half a millisecond at a time, and
 the scheduling runs in a worker process
 (service/tolerance_worker.py), one computation at a time, whose report is published to the
-store, which re-renders /metrics. A worker that dies or fails is started again by the
+store, which re-renders /metrics. The packing answers (fleet/packing.py: stranded capacity,
+compaction, sellable instances) follow each report from the same worker, and are published
+when they come. A worker that dies or fails is started again by the
 supervisor, and computes the whole fleet.
 
 A burst of audits is waited for and computed once; after a computation of d seconds the next
@@ -22,18 +24,27 @@ import logging
 import pickle
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import TypeVar
 
 from virtcap.config import FailureToleranceSettings
+from virtcap.fleet.packing import PackingReport
 from virtcap.fleet.store import SnapshotStore
-from virtcap.fleet.tolerance import FleetChanges, SimulatedHost, SimulationRequest, ToleranceReport
+from virtcap.fleet.tolerance import (
+    FleetChanges,
+    SimulatedHost,
+    SimulationRequest,
+    ToleranceReport,
+    packing_settings,
+)
+from virtcap.model.host_fit import Demand
 from virtcap.model.scheduler import Multipliers
 from virtcap.service.supervise import Supervisor
 from virtcap.service.tolerance_worker import (
     HEADER,
     WORKER_COMMAND,
+    EncodedPacking,
     EncodedReport,
     ReportDecoder,
     pickle_one,
@@ -93,6 +104,19 @@ class WorkerProcess:
         )
         return self._reports.complete(encoded, dict(loaded))
 
+    async def packing(self) -> PackingReport:
+        """The packing answers that follow the report of a request with packing settings.
+        Raises RuntimeError where the worker could not compute them (it goes on)."""
+        process = await self._started()
+        assert process.stdout is not None
+        (size,) = HEADER.unpack(await process.stdout.readexactly(HEADER.size))
+        encoded = pickle.loads(await process.stdout.readexactly(size))
+        if not isinstance(encoded, EncodedPacking):
+            raise TypeError(f"expected the packing answers from the worker, got {type(encoded).__name__}")
+        if encoded.report is None:
+            raise RuntimeError(f"the packing answers were not computed: {encoded.error}")
+        return encoded.report
+
     async def stop(self) -> None:
         process, self._process = self._process, None
         if process is None or process.returncode is not None:
@@ -131,6 +155,9 @@ class ToleranceTracker:
         self._wake = store.watch()
         self._computations: Counter[str] = Counter()
         """By kind, for the exporter's life: a worker started again starts counting at 0."""
+        self.flavors: Callable[[], Mapping[str, Demand]] | None = None
+        """The fleet's flavors, configured and discovered, as they are now (set by whoever wires
+        the exporter); None: no packing answers are computed."""
 
     def configure(
         self, settings: FailureToleranceSettings, multipliers: Multipliers, stale_after: float
@@ -175,7 +202,12 @@ class ToleranceTracker:
         hosts = self._hosts(time.time())
         multipliers, bound = self.multipliers, self.settings.max_host_failures
         built = await in_slices(hosts, changes.state_of)
-        request = changes.request_from(hosts, built, multipliers, bound)
+        packing = (
+            packing_settings(hosts, self.flavors(), self.settings.reserve_host_failures)
+            if self.flavors is not None
+            else None
+        )
+        request = changes.request_from(hosts, built, multipliers, bound, packing)
         if request is None:
             return
         report = await worker.compute(request)
@@ -189,6 +221,24 @@ class ToleranceTracker:
                 "tolerated": report.tolerated,
                 "seconds": f"{report.duration_seconds:.3f}",
                 "incremental": report.incremental,
+            },
+        )
+        if request.packing is not None:
+            await self._publish_packing(worker)
+
+    async def _publish_packing(self, worker: WorkerProcess) -> None:
+        try:
+            packing = await worker.packing()
+        except RuntimeError as error:  # the tolerance stands; the last answers stay shown
+            log.warning("packing answers not computed", extra={"error": str(error)})
+            return
+        self.store.publish_packing(packing)
+        log.debug(
+            "packing computed",
+            extra={
+                "stranded_solved": len(packing.solved),
+                "compaction": packing.compaction.hypervisors,
+                "seconds": f"{packing.duration_seconds:.3f}",
             },
         )
 

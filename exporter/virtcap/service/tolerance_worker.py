@@ -4,8 +4,10 @@ objects) never holds the exporter's interpreter lock while it serves a scrape or
 
 `main` (started as WORKER_COMMAND) reads requests on its standard input and answers on its
 standard output, one frame each way per computation: an 8-byte big-endian length, then a
-pickle. Requests and answers carry one pickle per hypervisor inside the frame, so that neither
-side holds its lock for the whole fleet's (un)pickling at once. Only the exporter that started it
+pickle. A request with packing settings gets a second answer once the packing answers are
+computed (fleet/packing.py), so that the tolerance is published without waiting for them.
+Requests and answers carry one pickle per hypervisor inside the frame, so that neither side holds
+its lock for the whole fleet's (un)pickling at once. Only the exporter that started it
 writes to it (a private pipe), so trusting its pickles is trusting ourselves. It keeps the
 simulation between requests (see FleetSimulation) and ends when its standard input closes.
 """
@@ -22,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import BinaryIO
 
+from virtcap.fleet.packing import PackingReport
 from virtcap.fleet.tolerance import FleetSimulation, HostEvacuation, SimulationRequest, ToleranceReport
 from virtcap.model.scheduler import HostState
 
@@ -50,6 +53,15 @@ class EncodedReport:
     error: str | None = None
     names: tuple[str, ...] = ()
     """Every hypervisor of the report, in order."""
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedPacking:
+    """The second answer to a request with packing settings."""
+
+    report: PackingReport | None
+    """None with an error: the packing failed, the tolerance stands (and the worker goes on)."""
+    error: str | None = None
 
 
 def encode_request(request: SimulationRequest) -> bytes:
@@ -138,8 +150,9 @@ def serve(requests: BinaryIO, answers: BinaryIO) -> None:
         encoded = pickle.loads(body)
         if not isinstance(encoded, EncodedRequest):
             raise TypeError(f"expected a request, got {type(encoded).__name__}")
+        request = decode_request(encoded)
         try:
-            answer = reports.encode(simulation.apply(decode_request(encoded)))
+            answer = reports.encode(simulation.apply(request))
         except Exception as error:  # told to the exporter, whose supervisor restarts us
             log.exception("failure tolerance not computed")
             answer = _frame(EncodedReport(None, {}, f"{type(error).__name__}: {error}"))
@@ -148,6 +161,20 @@ def serve(requests: BinaryIO, answers: BinaryIO) -> None:
             return
         answers.write(answer)
         answers.flush()
+        if request.packing is not None:
+            answers.write(_frame(pack(simulation, request)))
+            answers.flush()
+
+
+def pack(simulation: FleetSimulation, request: SimulationRequest) -> EncodedPacking:
+    """The packing answers, or why not: a failure there (a solver's) leaves the tolerance as
+    computed, and the next request computes the packing again from scratch."""
+    try:
+        return EncodedPacking(simulation.pack(request))
+    except Exception as error:
+        log.exception("packing not computed")
+        simulation.forget_packing()
+        return EncodedPacking(None, f"{type(error).__name__}: {error}")
 
 
 def yield_the_cpu() -> None:

@@ -101,6 +101,9 @@ async def serve(
     )
     # the running configuration's flavors (reloads replace it) and those discovered meanwhile
     cache.flavor_sources = lambda: fleet.catalog.sources(exporter.config.flavors)
+    assert exporter.tolerance is not None
+    # the packing answers are for the same flavors as the headroom
+    exporter.tolerance.flavors = lambda: fleet.catalog.demands(exporter.config.flavor_demands)
     runner = web.AppRunner(
         build_app(exporter),
         handle_signals=False,

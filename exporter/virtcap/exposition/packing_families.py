@@ -1,0 +1,64 @@
+"""The packing answers as metric families (exposition/packing_catalogue.py), from the report the
+failure-tolerance worker computed last (fleet/packing.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from prometheus_client.core import Metric
+
+from virtcap.exposition import packing_catalogue as entries
+from virtcap.exposition.metric_family import MetricFamily
+from virtcap.fleet.packing import PackingReport
+from virtcap.model.resources import display_order
+
+ZONE_KIND = "availability_zone"
+
+
+def packing_families(packing: PackingReport | None, shown: Collection[str]) -> list[Metric]:
+    """The fleet's answers, and each hypervisor's stranded capacity for the hypervisors in
+    `shown` (those whose data is shown: one that turned stale or was removed since the
+    computation is left out at once); no series before the first computation."""
+    stranded = entries.RESOURCE_STRANDED.gauge()
+    stranded_by = entries.RESOURCE_STRANDED_BY.gauge()
+    hypervisors = entries.COMPACTION_HYPERVISORS.gauge()
+    lower_bound = entries.COMPACTION_LOWER_BOUND.gauge()
+    freeable = entries.HYPERVISORS_FREEABLE.gauge()
+    groups = entries.GROUP_COMPACTION_HYPERVISORS.gauge()
+    sellable = entries.FLAVOR_SELLABLE.gauge()
+    zone_sellable = entries.GROUP_FLAVOR_SELLABLE.gauge()
+    timestamp = entries.PACKING_TIMESTAMP.gauge()
+    duration = entries.PACKING_DURATION.gauge()
+    if packing is not None:
+        for name, found in packing.stranded.items():
+            if name not in shown:
+                continue
+            for resource in display_order(found.amounts):
+                stranded.add_metric([name, resource.label, resource.unit], found.amounts[resource])
+                for cause in display_order(found.causes.get(resource, ())):
+                    stranded_by.add_metric([name, resource.label, cause.label], 1)
+        compaction = packing.compaction
+        hypervisors.add_metric([], compaction.hypervisors)
+        lower_bound.add_metric([], compaction.lower_bound)
+        freeable.add_metric([], compaction.freeable)
+        for (kind, group), summary in packing.groups.items():
+            groups.add_metric([kind, group], summary.hypervisors)
+        for flavor, count in packing.sellable.items():
+            sellable.add_metric([flavor], count)
+        for (zone, flavor), count in packing.sellable_by_zone.items():
+            zone_sellable.add_metric([ZONE_KIND, zone, flavor], count)
+        timestamp.add_metric([], packing.computed_at)
+        duration.add_metric([], packing.duration_seconds)
+    built: dict[MetricFamily, Metric] = {
+        entries.RESOURCE_STRANDED: stranded,
+        entries.RESOURCE_STRANDED_BY: stranded_by,
+        entries.COMPACTION_HYPERVISORS: hypervisors,
+        entries.COMPACTION_LOWER_BOUND: lower_bound,
+        entries.HYPERVISORS_FREEABLE: freeable,
+        entries.GROUP_COMPACTION_HYPERVISORS: groups,
+        entries.FLAVOR_SELLABLE: sellable,
+        entries.GROUP_FLAVOR_SELLABLE: zone_sellable,
+        entries.PACKING_TIMESTAMP: timestamp,
+        entries.PACKING_DURATION: duration,
+    }
+    return [built[family] for family in entries.PACKING_FAMILIES]

@@ -1,0 +1,257 @@
+"""The packing answers as the exporter computes them (fleet/packing.py): after the failure
+tolerance, in its worker, kept between computations so that a change costs the changed
+hypervisor's stranded problem; in /metrics, /api/v1/capacity and `virtcap audit`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from tests.support.claims_client import auth, call, write_config
+from tests.support.serving import Samples, running_server, series, value, wait_for
+from virtcap.demo import demo_config
+from virtcap.exposition.packing_catalogue import PACKING_FAMILIES
+from virtcap.exposition.report import fleet_document, render_tables
+from virtcap.fleet.packing import PackingReport
+from virtcap.fleet.snapshot import HypervisorSnapshot, PendingClaims
+from virtcap.fleet.tolerance import LocalSimulation, SimulatedHost, packing_settings
+from virtcap.model.host_fit import Demand
+from virtcap.model.packing.compaction import compaction
+from virtcap.model.packing.stranded import stranded_capacity
+from virtcap.model.resources import GIB, Resource
+from virtcap.model.scheduler import SPREAD
+from virtcap.service.flavors import with_discovered_flavors
+from virtcap.service.oneshot import audit_fleet_once
+
+IN_MAINTENANCE, DOWN = "compute-05", "compute-07"
+
+
+@pytest.fixture(scope="module")
+def audited() -> tuple[HypervisorSnapshot, ...]:
+    return tuple(asyncio.run(audit_fleet_once(demo_config(), cpu_window=0.0)))
+
+
+@pytest.fixture(scope="module")
+def flavors(audited: tuple[HypervisorSnapshot, ...]) -> dict[str, Demand]:
+    facts = [(s.name, s.facts) for s in audited if s.facts is not None]
+    return with_discovered_flavors(demo_config(), facts).flavor_demands
+
+
+def _hosts(snapshots: tuple[HypervisorSnapshot, ...]) -> list[SimulatedHost]:
+    return [SimulatedHost(s.name, s, up=True) for s in snapshots if s.up]
+
+
+def _packed(
+    simulation: LocalSimulation, hosts: list[SimulatedHost], flavors: dict[str, Demand]
+) -> PackingReport:
+    report = simulation.compute(hosts, SPREAD, 3, packing_settings(hosts, flavors, 1))
+    assert report is not None and report.packing is not None
+    return report.packing
+
+
+def test_the_demo_shows_stranded_capacity_and_a_compaction_below_its_size(
+    audited: tuple[HypervisorSnapshot, ...], flavors: dict[str, Demand]
+) -> None:
+    hosts = _hosts(audited)
+    packing = _packed(LocalSimulation(), hosts, flavors)
+    # every eligible hypervisor, as the model answers it alone
+    assert IN_MAINTENANCE not in packing.stranded and DOWN not in packing.stranded
+    assert set(packing.stranded) == {h.name for h in hosts} - {IN_MAINTENANCE}
+    for host in hosts:
+        if host.name in packing.stranded:
+            assert host.audit.capacity is not None
+            assert packing.stranded[host.name] == stranded_capacity(host.audit.capacity, flavors)
+    stranded = sum(amount > 0 for found in packing.stranded.values() for amount in found.amounts.values())
+    assert stranded >= 3
+    assert 0 < packing.compaction.lower_bound <= packing.compaction.hypervisors < packing.compaction.eligible
+    assert packing.compaction.freeable == packing.compaction.eligible - packing.compaction.hypervisors
+    # each configured group alone: its eligible members hold their own domains
+    zone = packing.groups["availability_zone", "az-2"]
+    assert zone.eligible == 3 and 1 <= zone.hypervisors <= 3
+    assert set(packing.sellable) == set(flavors)
+    assert {zone for zone, _flavor in packing.sellable_by_zone} == {"az-1", "az-2"}
+
+
+def test_one_changed_hypervisor_solves_its_stranded_problem_alone(
+    audited: tuple[HypervisorSnapshot, ...], flavors: dict[str, Demand]
+) -> None:
+    simulation = LocalSimulation()
+    hosts = _hosts(audited)
+    first = _packed(simulation, hosts, flavors)
+    assert set(first.solved) == set(first.stranded) and first.recomputed
+    # a claim of 8 GiB pending on compute-01: its state changes, no other's
+    changed = [
+        replace(host, audit=_with_claim(host.audit, 8 * GIB)) if host.name == "compute-01" else host
+        for host in hosts
+    ]
+    again = _packed(simulation, changed, flavors)
+    assert again.solved == ("compute-01",)
+    for name, found in first.stranded.items():
+        if name != "compute-01":
+            assert again.stranded[name] is found  # kept, not solved again
+    capacity = changed[0].audit.capacity
+    assert capacity is not None and again.stranded["compute-01"] == stranded_capacity(capacity, flavors)
+    # the fleet's compaction reads every hypervisor: computed again, as the model answers it
+    assert again.recomputed
+    states = simulation.simulation._states.values()
+    assert again.compaction.hypervisors == compaction(list(states)).hypervisors
+    # nothing changed: no request at all, the answers stay
+    assert simulation.compute(changed, SPREAD, 3, packing_settings(changed, flavors, 1)) is None
+    # other flavors: every hypervisor solved again, though the tolerance's states are the same
+    fewer = {name: demand for name, demand in flavors.items() if name != "m1.small"}
+    other = _packed(simulation, changed, fewer)
+    assert set(other.solved) == set(other.stranded)
+
+
+def test_a_hypervisor_down_or_in_maintenance_has_no_stranded_capacity(
+    audited: tuple[HypervisorSnapshot, ...], flavors: dict[str, Demand]
+) -> None:
+    simulation = LocalSimulation()
+    hosts = _hosts(audited)
+    assert "compute-02" in _packed(simulation, hosts, flavors).stranded
+    down = [replace(host, up=False) if host.name == "compute-02" else host for host in hosts]
+    packing = _packed(simulation, down, flavors)
+    assert "compute-02" not in packing.stranded and IN_MAINTENANCE not in packing.stranded
+    assert packing.solved == ()  # going down solves nothing: it is left out
+    assert packing.compaction.eligible == len(hosts) - 2
+
+
+def test_the_document_and_the_tables_carry_the_packing_answers(
+    audited: tuple[HypervisorSnapshot, ...], flavors: dict[str, Demand]
+) -> None:
+    hosts = _hosts(audited)
+    report = LocalSimulation().compute(hosts, SPREAD, 3, packing_settings(hosts, flavors, 1))
+    assert report is not None and report.packing is not None
+    packing = report.packing
+    document = fleet_document(audited, report)["packing"]
+    json.dumps(document)
+    assert set(document["stranded"]) == set(packing.stranded)
+    assert document["stranded"]["compute-03"]["vcpu"]["causes"] == ["memory"]
+    compacted = document["compaction"]
+    assert compacted["hypervisors"] == packing.compaction.hypervisors
+    assert compacted["freeable"] == packing.compaction.freeable
+    assert {(g["kind"], g["group"]) for g in compacted["groups"]} == set(packing.groups)
+    assert document["sellable"]["flavors"] == dict(packing.sellable)
+    assert document["sellable"]["reserve_host_failures"] == 1
+    zones = document["sellable"]["availability_zones"]
+    assert zones["az-2"]["m1.small"] == packing.sellable_by_zone["az-2", "m1.small"]
+    # without the tolerance there is no packing, and the document is as it was
+    assert "packing" not in fleet_document(audited)
+    tables = render_tables(audited, report)
+    assert "  compute-03: vcpu 99 (by memory)" in tables
+    assert f"compaction: {packing.compaction.hypervisors} of {packing.compaction.eligible} eligible" in tables
+    assert "  availability_zone az-2: " in tables
+    assert "sellable instances, keeping 1 hypervisor failure(s) in reserve:" in tables
+    assert "packing" not in render_tables(audited, replace(report, packing=None))
+
+
+def test_virtcap_audit_prints_the_packing_answers_unless_the_tolerance_is_off(tmp_path: Path) -> None:
+    shown = subprocess.run(
+        [sys.executable, "-m", "virtcap", "audit", "--demo", "--format", "json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    packing = json.loads(shown.stdout)["packing"]
+    assert packing["compaction"]["hypervisors"] < packing["compaction"]["eligible"]
+    assert any(packing["stranded"].values())
+    config = write_config(tmp_path, sections="scheduler: {failure_tolerance: {enabled: false}}")
+    off = subprocess.run(
+        [sys.executable, "-m", "virtcap", "audit", "--config", str(config), "--format", "json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert "packing" not in json.loads(off.stdout)
+
+
+def _packing_series(samples: Samples) -> set[str]:
+    names = {family.name for family in PACKING_FAMILIES}
+    return {name for name, _labels in samples if name in names}
+
+
+def test_the_running_demo_exposes_the_packing_families(tmp_path: Path) -> None:
+    with running_server(["--demo"], tmp_path) as server:
+        timestamp = "virtcap_packing_timestamp_seconds"
+        wait_for(lambda: value(server.samples(), timestamp) is not None, 60, what="the packing answers")
+        samples = server.samples()
+        computed = value(samples, "virtcap_failure_tolerance_timestamp_seconds")
+        packed = value(samples, timestamp)
+        assert computed is not None and packed is not None and packed >= computed  # after the tolerance
+        assert _packing_series(samples) == {family.name for family in PACKING_FAMILIES}
+        stranded = series(samples, "hypervisor_resource_stranded")
+        hypervisors = {dict(labels)["hypervisor"] for labels in stranded}
+        assert IN_MAINTENANCE not in hypervisors and DOWN not in hypervisors and len(hypervisors) == 9
+        memory = {"resource": "memory", "unit": "bytes"}
+        stranded_memory = value(samples, "hypervisor_resource_stranded", hypervisor="compute-02", **memory)
+        free = value(samples, "hypervisor_resource_free", hypervisor="compute-02", **memory)
+        assert stranded_memory is not None and free is not None and 0 < stranded_memory <= free
+        assert (
+            value(
+                samples,
+                "hypervisor_resource_stranded_by",
+                hypervisor="compute-02",
+                resource="memory",
+                cause="vcpu",
+            )
+            == 1
+        )
+        compacted = value(samples, "virtcap_fleet_compaction_hypervisors")
+        lower = value(samples, "virtcap_fleet_compaction_lower_bound")
+        freeable = value(samples, "virtcap_fleet_hypervisors_freeable")
+        assert lower is not None and compacted is not None and freeable is not None
+        assert 0 < lower <= compacted and compacted + freeable == 9 and freeable > 0
+        zone = value(
+            samples, "hypervisor_group_compaction_hypervisors", kind="availability_zone", group="az-1"
+        )
+        assert zone is not None and 1 <= zone <= 6
+        sold = series(samples, "hypervisor_group_flavor_sellable_instances")
+        assert {dict(labels)["kind"] for labels in sold} == {"availability_zone"}
+        assert value(samples, "virtcap_flavor_sellable_instances", flavor="m1.small") is not None
+
+        status, body = server.get("/api/v1/capacity")
+        assert status == 200
+        document = json.loads(body)["packing"]
+        assert document["compaction"]["hypervisors"] == compacted
+        assert set(document["stranded"]) == hypervisors
+
+
+def _stranded_hypervisors(samples: Samples) -> set[str]:
+    return {dict(labels)["hypervisor"] for labels in series(samples, "hypervisor_resource_stranded")}
+
+
+def test_maintenance_recomputes_the_packing_and_turning_the_tolerance_off_removes_it(tmp_path: Path) -> None:
+    config = write_config(tmp_path)
+    with running_server(["--config", str(config)], tmp_path) as server:
+        timestamp = "virtcap_packing_timestamp_seconds"
+        wait_for(lambda: value(server.samples(), timestamp) is not None, 60, what="the packing answers")
+        assert _stranded_hypervisors(server.samples()) == {"mixed", "big", "small"}
+
+        # in maintenance: the packing is computed again without its stranded series
+        status, held = call(server, "PUT", "/api/v1/hypervisors/big/maintenance", {"reason": "disks"}, auth())
+        assert status == 200, held
+        wait_for(
+            lambda: _stranded_hypervisors(server.samples()) == {"mixed", "small"},
+            60,
+            what="big's stranded series gone",
+        )
+        assert value(server.samples(), "virtcap_fleet_compaction_hypervisors") is not None
+
+        config.write_text(config.read_text() + "scheduler: {failure_tolerance: {enabled: false}}\n")
+        server.process.send_signal(signal.SIGHUP)
+        wait_for(lambda: value(server.samples(), timestamp) is None, 30, what="the packing turned off")
+        assert _packing_series(server.samples()) == set()
+
+
+def _with_claim(snapshot: HypervisorSnapshot, memory: int) -> HypervisorSnapshot:
+    request = {Resource.MEMORY: memory}
+    return snapshot.with_claims(PendingClaims(dict(request), (Demand(request),)))
