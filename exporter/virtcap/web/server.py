@@ -153,14 +153,20 @@ async def serve(
     await stopping.wait()
 
     log.info("shutting down")
+    await _shut_down(exporter, reloads, runner)
+    return 0
+
+
+async def _shut_down(exporter: Exporter, reloads: ConfigReloads | None, runner: web.AppRunner) -> None:
+    """Audits and background tasks first, so that nothing writes to the ledger or the planner while
+    they close; the server last, which lets answers in flight finish."""
     if reloads is not None:
         await reloads.stop()
-    await fleet.stop()
-    await supervisor.stop_all()
+    await exporter.fleet.stop()
+    await exporter.supervisor.stop_all()
     await exporter.planner.stop()
-    await claims.stop()
+    await exporter.claims.stop()
     await runner.cleanup()
-    return 0
 
 
 def _log_loop_error(_loop: asyncio.AbstractEventLoop, context: dict[str, object]) -> None:
