@@ -23,12 +23,20 @@ local alert = (import '../../mixin/lib/alerts.libsonnet').alert;
             $._config,
             'HypervisorFlavorSellableExhausted',
             'flavorSellable',
-            // The value: the instances that still fit, the failover reserve. Discovered flavors
-            // are left out as HypervisorFlavorHeadroomLow leaves them (flavorHeadroomDiscovered).
+            // The value: the instances that still fit, the failover reserve. Not while a shard's
+            // fleet tolerates fewer failures than its reserve: then nothing is sellable, and
+            // HypervisorFleetCannotTolerateHostFailure says why. Discovered flavors are left out as
+            // HypervisorFlavorHeadroomLow leaves them (flavorHeadroomDiscovered).
             (
               |||
                 flavor:hypervisor_schedulable_instances:sum > 0
                   and on (%(fleetLabel)s, flavor) flavor:virtcap_flavor_sellable_instances:sum == 0
+                  unless on (%(fleetLabel)s) (
+                    min by (%(fleetLabel)s) (
+                      virtcap_fleet_host_failures_tolerated{%(selector)s}
+                        - on (%(fleetLabel)s, job, instance) virtcap_failover_reserve_host_failures{%(selector)s}
+                    ) < 0
+                  )
               ||| + (
                 if $._config.flavorHeadroomDiscovered then '' else |||
                   unless on (%(fleetLabel)s, flavor) (

@@ -90,6 +90,16 @@ GROUP_FLAVOR_SELLABLE = MetricFamily(
     meaning="the same per availability zone, where failover happens",
     stability="experimental",
 )
+FAILOVER_RESERVE = MetricFamily(
+    "virtcap_failover_reserve_host_failures",
+    "gauge",
+    "The hypervisors lost together that the sellable instances keep room for "
+    f"(scheduler.failure_tolerance.reserve_host_failures), {_AS_OF}.",
+    (),
+    meaning="the failover reserve the sellable instances keep: with "
+    "`virtcap_fleet_host_failures_tolerated` below it, nothing is sellable until the fleet tolerates it again",
+    stability="experimental",
+)
 PACKING_TIMESTAMP = MetricFamily(
     "virtcap_packing_timestamp_seconds",
     "gauge",
@@ -118,6 +128,7 @@ PACKING_FAMILIES: tuple[MetricFamily, ...] = (
     GROUP_COMPACTION_HYPERVISORS,
     FLAVOR_SELLABLE,
     GROUP_FLAVOR_SELLABLE,
+    FAILOVER_RESERVE,
     PACKING_TIMESTAMP,
     PACKING_DURATION,
 )

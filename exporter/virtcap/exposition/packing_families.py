@@ -27,6 +27,7 @@ def packing_families(packing: PackingReport | None, shown: Collection[str]) -> l
     groups = entries.GROUP_COMPACTION_HYPERVISORS.gauge()
     sellable = entries.FLAVOR_SELLABLE.gauge()
     zone_sellable = entries.GROUP_FLAVOR_SELLABLE.gauge()
+    reserve = entries.FAILOVER_RESERVE.gauge()
     timestamp = entries.PACKING_TIMESTAMP.gauge()
     duration = entries.PACKING_DURATION.gauge()
     if packing is not None:
@@ -47,6 +48,7 @@ def packing_families(packing: PackingReport | None, shown: Collection[str]) -> l
             sellable.add_metric([flavor], count)
         for (zone, flavor), count in packing.sellable_by_zone.items():
             zone_sellable.add_metric([ZONE_KIND, zone, flavor], count)
+        reserve.add_metric([], packing.reserve_host_failures)
         timestamp.add_metric([], packing.computed_at)
         duration.add_metric([], packing.duration_seconds)
     built: dict[MetricFamily, Metric] = {
@@ -58,6 +60,7 @@ def packing_families(packing: PackingReport | None, shown: Collection[str]) -> l
         entries.GROUP_COMPACTION_HYPERVISORS: groups,
         entries.FLAVOR_SELLABLE: sellable,
         entries.GROUP_FLAVOR_SELLABLE: zone_sellable,
+        entries.FAILOVER_RESERVE: reserve,
         entries.PACKING_TIMESTAMP: timestamp,
         entries.PACKING_DURATION: duration,
     }
