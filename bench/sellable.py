@@ -14,8 +14,8 @@ from virtcap.demo.fleetgen import FLAVORS
 from virtcap.model.facts import NovaFlavor, NovaInstance
 from virtcap.model.host_fit import Demand
 from virtcap.model.nova import nova_request
-from virtcap.model.packing.sellable import request_hosts, sellable_count
-from virtcap.model.scheduler import SPREAD, CandidateMemo
+from virtcap.model.packing.sellable import sellable_count
+from virtcap.model.scheduler import SPREAD, CandidateMemo, request_hosts
 
 RESERVE = 1
 

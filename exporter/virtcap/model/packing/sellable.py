@@ -12,28 +12,24 @@ docs/packing.md ("Sellable headroom") gives the method and where it is exact.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
-
-import numpy as np
-import numpy.typing as npt
 
 from virtcap.model.host_fit import Demand
 from virtcap.model.resources import Resource
-from virtcap.model.scheduler.evacuations import ConsumedHost, EvacuationResult, evacuation_result
+from virtcap.model.scheduler.claims_request import claims_decide
+from virtcap.model.scheduler.consumed_host import ConsumedHost
+from virtcap.model.scheduler.evacuations import EvacuationResult, evacuation_result
 from virtcap.model.scheduler.failure_tolerance import tolerated_losses
-from virtcap.model.scheduler.filters import REQUEST_FILTERS, CandidateMemo, FilterRequest, first_rejection
-from virtcap.model.scheduler.fleet_index import FleetIndex
-from virtcap.model.scheduler.host_states import Guest, HostState, consume_in_turn
-from virtcap.model.scheduler.request import schedule
-from virtcap.model.scheduler.weighers import Multipliers, weight_of
+from virtcap.model.scheduler.filters import CandidateMemo
+from virtcap.model.scheduler.fleet_index import FleetIndex, RequestNumber
+from virtcap.model.scheduler.host_states import Guest, HostState, consume_in_turn, evacuation_order
+from virtcap.model.scheduler.request import request_hosts, schedule
+from virtcap.model.scheduler.weighers import Multipliers
 
 SOLD_PREFIX = "sellable-"
 """The names of the instances a computation places (guests of their hosts, so that a host's
 evacuation re-homes them too)."""
-
-FIRST_REQUEST = 64
-"""The instances the general path asks `schedule` for first (doubled until the request fails)."""
 
 
 def sellable_instances(
@@ -81,25 +77,18 @@ def sellable_count(
     *,
     memo: CandidateMemo | None = None,
 ) -> int:
-    """The most instances of the demand that one request places (`request_hosts`, as many as
-    fit, in order) such that the fleet, with the first k of them placed, still tolerates the
-    reserve (`keeps_tolerance`): k with k placed keeping it and k + 1 breaking it (or every
-    instance that fits, when all of them keep it; 0 when the fleet does not tolerate the reserve
-    as it is, or the reserve is larger than the fleet). Reserve 0: every instance that fits.
+    """The most instances of the demand that can be placed one by one (`request_hosts`: the
+    steps of one request for as many as fit, in order) such that afterwards the fleet still
+    tolerates the reserve: the largest k such that for every count up to k, the fleet with that
+    many placed keeps it (`keeps_tolerance`); every instance that fits when all of them keep
+    it, 0 when the fleet does not keep it as it is or the reserve is larger than the fleet.
+    Reserve 0: every instance that fits.
 
-    The search: every instance that fits is tried first (the usual answer on a fleet with room:
-    no), then galloping down from it (1, 2, 4... fewer) to a count that keeps the tolerance,
-    then a binary search between the two. Each tried count is computed from the fleet as given
-    (its own fleet index; Placement's answers shared through the memo, and a host with the same
-    instances placed is the same state object), so a count's answer does not depend on the
-    others tried. The answer always keeps the tolerance, and one more instance breaks it (or does
-    not fit). Where keeping it is monotone in k, it is also the largest k such that every count
-    up to k keeps it (placing them one by one and stopping at the first that breaks it): with
-    Nova's default weighers (spread) on every random fleet the tests tried. It is not monotone
-    in general: the greedy scheduler's evacuation can succeed with more instances placed and
-    fail with fewer (tests/model/test_sellable.py pins a two-host fleet, stacking, where one
-    instance breaks the reserve and two to four keep it); there the answer is such an edge,
-    above the one-by-one count (docs/packing.md)."""
+    Keeping the reserve is not monotone in the count (the greedy scheduler's evacuation can
+    succeed with more instances placed and fail with fewer), so every count is decided, in
+    increasing order, stopping at the first that breaks it: most by a certificate that costs a
+    few comparisons (`_ReserveWalk`: enough hosts pass for each domain an evacuation would move,
+    so that it cannot fail), the others by the evacuations themselves."""
     if reserve_host_failures < 0:
         raise ValueError(f"expected a reserve of at least 0 host failures, got {reserve_host_failures}")
     memo = memo if memo is not None else CandidateMemo()
@@ -110,38 +99,165 @@ def sellable_count(
     if reserve_host_failures == 0:
         return len(placed)
     after = _States(states, demand, placed, multipliers, memo)
-    known: dict[int, bool] = {}
-
-    def keeps(count: int) -> bool:
-        if count not in known:
-            known[count] = keeps_tolerance(after(count), reserve_host_failures, multipliers, memo=memo)
-        return known[count]
-
-    return _last_kept(len(placed), keeps)
-
-
-def _last_kept(most: int, keeps: Callable[[int], bool]) -> int:
-    """The search of `sellable_count` over 0..most: a k that keeps with k + 1 breaking (or
-    `most`), 0 when 0 breaks."""
-    if not keeps(0):
-        return 0
-    if keeps(most):
-        return most
-    kept, broken = 0, most
-    fewer = 1
-    while most - fewer > kept:
-        if keeps(most - fewer):
-            kept = most - fewer
-            break
-        broken = most - fewer
-        fewer *= 2
-    while broken - kept > 1:
-        middle = (kept + broken) // 2
-        if keeps(middle):
-            kept = middle
+    walk = _ReserveWalk(states, demand, reserve_host_failures, memo, None if after.by_claims else after)
+    fleet: FleetIndex | None = None
+    known: list[int] = []
+    for count in range(len(placed) + 1):
+        if count > 0:
+            walk.place(placed[count - 1])
+        if walk.certain():
+            continue
+        if fleet is None or not after.by_claims:
+            fleet, known = FleetIndex(after(count), memo), list(walk.counts)
         else:
-            broken = middle
-    return kept
+            # the fleet of the last count decided so, with the hosts that took instances since
+            for number, now in enumerate(walk.counts):
+                if now != known[number]:
+                    fleet.replace(after.host(walk.fleet.states[number], now))
+                    known[number] = now
+        tolerated = tolerated_losses(
+            fleet, reserve_host_failures, multipliers, _SingleEvacuations(fleet, multipliers)
+        )
+        fleet.prune()
+        if tolerated < reserve_host_failures:
+            return max(count - 1, 0)
+    return len(placed)
+
+
+class _ReserveWalk:
+    """The fleet as the instances of the request are placed one by one, followed for a cheap
+    certificate that it keeps the reserve (`certain`).
+
+    The certificate: an evacuation (of the j <= R hosts with the most allocated memory, their
+    domains largest first, as `tolerated_losses` evacuates them) places a domain whenever some
+    host passes its filters as the evacuation left it, and a host the evacuation has placed
+    nothing on is as the fleet has it. Before the i-th domain at most i - 1 hosts took one, so
+    when more than i - 1 hosts (the lost ones left out) pass for the i-th domain's request in
+    the fleet, one of them is untouched and takes it: whatever the weighers choose, the
+    evacuation places every domain when, for each request, the position of its last domain in
+    the evacuation order is at most the hosts that pass for it. Where the certificate does not
+    hold, the evacuations decide (the caller's `keeps_tolerance`).
+
+    The hosts that pass for each request met among the evacuated domains are counted once, then
+    kept up to date as each instance lands: a demand the claims alone decide is followed from its
+    claims (`ConsumedHost`, the test the evacuations use); for another, a host that took instances
+    is tested in the fleet with every instance placed (`final`): it passes for fewer requests
+    than with only some of them (consuming never lets a request pass that did not), so the
+    certificate stays sound, only weaker."""
+
+    def __init__(
+        self,
+        states: Sequence[HostState],
+        demand: Demand,
+        reserve: int,
+        memo: CandidateMemo,
+        final: _States | None,
+    ) -> None:
+        self.fleet = FleetIndex(states, memo)
+        self.demand = demand
+        self.reserve = reserve
+        self.final = FleetIndex(final(final.most), memo) if final is not None else None
+        fleet = self.fleet
+        self.memory = [_allocated_memory(state) for state in fleet.states]
+        self.sold_memory = demand.request.get(Resource.MEMORY, 0)
+        self.counts = [0] * len(fleet.states)
+        self.consumed: dict[int, ConsumedHost] = {}
+        self.sold: dict[str | None, Demand] = {}
+        """The instances as guests of a host of each zone (see `_States`), one demand per zone."""
+        self.requests: dict[RequestNumber, Demand] = {}
+        self.passing: dict[RequestNumber, set[int]] = {}
+        """Per request met among the evacuated domains, the hosts that pass for it now."""
+        self.top = sorted(range(len(fleet.states)), key=self._largest)[:reserve]
+        self.orders: dict[tuple[tuple[int, int], ...], dict[RequestNumber, int]] = {}
+
+    def _largest(self, number: int) -> tuple[int, str]:
+        """`tolerated_losses`'s order: the most allocated memory first, ties by name."""
+        return -self.memory[number], self.fleet.names[number]
+
+    def place(self, name: str) -> None:
+        """The next instance lands on the host."""
+        fleet = self.fleet
+        number = fleet.index[name]
+        self.counts[number] += 1
+        self.memory[number] += self.sold_memory
+        if self.final is None:
+            host = self.consumed.get(number)
+            if host is None:
+                host = self.consumed[number] = ConsumedHost(
+                    number, fleet.rooms(number), fleet.room_left(number)
+                )
+            key = fleet.key(self.demand)
+            host.add(self.demand, key, fleet.amounts(key, self.demand))
+        for key, hosts in self.passing.items():
+            if self._passes(number, key):
+                hosts.add(number)
+            else:
+                hosts.discard(number)
+        if number in self.top:
+            self.top.sort(key=self._largest)
+        elif self._largest(number) < self._largest(self.top[-1]):
+            self.top[-1] = number
+            self.top.sort(key=self._largest)
+
+    def _passes(self, number: int, key: RequestNumber) -> bool:
+        """Whether the host passes for the request as the instances placed so far left it."""
+        demand = self.requests[key]
+        passing = self.fleet.passing_hosts(key, demand)  # as the fleet is given
+        if self.counts[number] == 0:
+            return number in passing
+        if self.final is not None:
+            final = self.final
+            return final.passes(final.states[number], demand, final.key(demand))
+        return self.consumed[number].passes(self.fleet, demand, key)
+
+    def certain(self) -> bool:
+        """Whether the certificate shows every evacuation of the reserve placing every domain."""
+        for lost in range(1, self.reserve + 1):
+            gone = self.top[:lost]
+            for key, last in self._last_positions(gone).items():
+                hosts = self.passing[key]
+                if last > len(hosts) - sum(1 for number in gone if number in hosts):
+                    return False
+        return True
+
+    def _last_positions(self, gone: Sequence[int]) -> dict[RequestNumber, int]:
+        """Per request among the domains of the lost hosts, the position (from 1) of its last
+        domain in the evacuation order (`evacuation_order`, the instances placed among them)."""
+        identity = tuple((number, self.counts[number]) for number in gone)
+        found = self.orders.get(identity)
+        if found is not None:
+            return found
+        fleet = self.fleet
+        guests: list[Guest] = []
+        for number in gone:
+            state = fleet.states[number]
+            sold = self.sold.get(state.availability_zone)
+            if sold is None:
+                sold = self.sold[state.availability_zone] = replace(
+                    self.demand, availability_zone=state.availability_zone
+                )
+            guests.extend(state.guests)
+            guests.extend(
+                Guest(f"{SOLD_PREFIX}{index:06d}@{state.name}", sold) for index in range(self.counts[number])
+            )
+        found = {}
+        for position, guest in enumerate(evacuation_order(guests), start=1):
+            key = fleet.key(guest.demand)
+            found[key] = position
+            if key not in self.passing:
+                self.requests[key] = guest.demand
+                self.passing[key] = {
+                    number for number in range(len(fleet.states)) if self._passes(number, key)
+                }
+        if len(self.orders) > len(fleet.states):  # the top hosts change as instances land
+            self.orders.clear()
+        self.orders[identity] = found
+        return found
+
+
+def _allocated_memory(state: HostState) -> int:
+    memory = state.capacity.resources.get(Resource.MEMORY)
+    return memory.used if memory is not None else 0
 
 
 def keeps_tolerance(
@@ -202,13 +318,14 @@ class _States:
         self._multipliers = multipliers
         self._memo = memo
         self._built: dict[tuple[str, int], HostState] = {}
-        self._by_claims = _claims_decide(demand)
+        self.by_claims = claims_decide(demand)
+        self.most = len(placed)
 
     def __call__(self, count: int) -> list[HostState]:
         counts: dict[str, int] = {}
         for name in self._placed[:count]:
             counts[name] = counts.get(name, 0) + 1
-        if not self._by_claims:
+        if not self.by_claims:
             # the request's own states: its later instances consumed with the cells it refitted
             consumed = schedule(
                 self._states, self._demand, count, multipliers=self._multipliers, memo=self._memo
@@ -216,18 +333,17 @@ class _States:
             if not consumed.placed:
                 raise ValueError(f"expected {count} instances to fit, as the request placed them")
             return [self._with_guests(state, counts) for state in consumed.states]
-        result = []
-        for state in self._states:
-            number = counts.get(state.name, 0)
-            if number == 0:
-                result.append(state)
-                continue
-            built = self._built.get((state.name, number))
-            if built is None:
-                consumed_state = consume_in_turn(state, (self._demand,) * number)
-                built = self._built[state.name, number] = self._with_guests(consumed_state, counts)
-            result.append(built)
-        return result
+        return [self.host(state, counts.get(state.name, 0)) for state in self._states]
+
+    def host(self, state: HostState, number: int) -> HostState:
+        """A demand the claims decide: the host's state with `number` instances placed on it."""
+        if number == 0:
+            return state
+        built = self._built.get((state.name, number))
+        if built is None:
+            consumed_state = consume_in_turn(state, (self._demand,) * number)
+            built = self._built[state.name, number] = self._with_guests(consumed_state, {state.name: number})
+        return built
 
     def _with_guests(self, state: HostState, counts: Mapping[str, int]) -> HostState:
         """The state with the instances placed on it (`counts`) among its guests, each named
@@ -238,126 +354,3 @@ class _States:
         guest = replace(self._demand, availability_zone=state.availability_zone)
         new = tuple(Guest(f"{SOLD_PREFIX}{index:06d}@{state.name}", guest) for index in range(sold))
         return replace(state, guests=(*state.guests, *new))
-
-
-def _claims_decide(demand: Demand) -> bool:
-    """Whether the claims alone decide where the demand's instances fit (`FleetIndex.needs`): it
-    asks for no cells, devices nor vGPUs."""
-    return not demand.within.asks and demand.request.get(Resource.VGPU, 0) <= 0
-
-
-def request_hosts(
-    states: Sequence[HostState],
-    demand: Demand,
-    multipliers: Multipliers,
-    *,
-    memo: CandidateMemo | None = None,
-) -> tuple[str, ...]:
-    """Where the instances of one request for as many instances of the demand as fit land, in
-    order: `schedule`'s steps for a request of more instances than fit (its first k steps are a
-    request of k's: each step depends on those before only). A demand that asks for no cells,
-    devices nor vGPUs takes `_claims_request_hosts`, the same steps found faster; any other
-    asks `schedule` itself, for twice as many instances until the request fails."""
-    memo = memo if memo is not None else CandidateMemo()
-    if _claims_decide(demand):
-        return _claims_request_hosts(states, demand, multipliers, memo)
-    count = FIRST_REQUEST
-    while True:
-        result = schedule(states, demand, count, multipliers=multipliers, memo=memo)
-        if not result.placed:
-            return tuple(step.host for step in result.steps)
-        count *= 2
-
-
-FloatArray = npt.NDArray[np.float64]
-
-
-def _claims_request_hosts(
-    states: Sequence[HostState], demand: Demand, multipliers: Multipliers, memo: CandidateMemo
-) -> tuple[str, ...]:
-    """`schedule`'s steps for a demand whose fit the claims alone decide, one instance at a time
-    as `schedule` takes them, without weighing every host at every step.
-
-    As in `schedule`: the candidates are the hosts the request filters pass (asked once); the
-    instance filters (NUMA, PCI, no anti-affinity) pass every one of them, so every candidate is
-    weighed at each step, normalized over all of them (a full one too), and the best whose claim
-    succeeds (ties by name) takes the instance. Here the weighers' values live in arrays (index
-    order is name order: `argmax` keeps the first of equal weights), the weights are computed
-    with `weight_of`'s operations in its order (IEEE, the same bits), and only the chosen host's
-    weight changes unless its values held a weigher's largest, which then is found again and
-    every weight computed again. A host's claims, room left and values are those the
-    evacuations keep (`ConsumedHost`: the integers of its claims, the values to the bit)."""
-    fleet = FleetIndex(states, memo)
-    request = FilterRequest.of(demand, memo=memo)
-    candidates = [
-        number
-        for number, state in enumerate(fleet.states)
-        if first_rejection(state, request, REQUEST_FILTERS) is None
-    ]
-    if not candidates:
-        return ()
-    key = fleet.key(demand)
-    needs = fleet.needs(key, demand)
-    amounts = fleet.amounts(key, demand)
-    if needs is None:
-        raise ValueError("expected a demand whose claims alone decide its fit")
-    hosts = [ConsumedHost(number, fleet.rooms(number), fleet.room_left(number)) for number in candidates]
-    for host in hosts:
-        if not any(resource in host.left for resource, _ in needs):
-            raise ValueError(f"{fleet.names[host.number]}: the demand asks for no class with a limit")
-    values = np.array([fleet.clipped[number] for number in candidates], dtype=np.float64).reshape(-1, 3)
-    columns: tuple[FloatArray, FloatArray, FloatArray] = (
-        values[:, 0].copy(),
-        values[:, 1].copy(),
-        values[:, 2].copy(),
-    )
-    factors = (multipliers.ram, multipliers.cpu, multipliers.disk)
-    alone = len(candidates) == 1  # one host weighs 0 (`weigh`)
-    tops = [float(column.max()) for column in columns]
-    room = np.ones(len(candidates), dtype=bool)
-    weights = _weights(columns, tops, factors, room, alone=alone)
-    with_room = len(candidates)
-    placed: list[str] = []
-    while with_room > 0:
-        chosen = int(np.argmax(weights))
-        host = hosts[chosen]
-        host.add(demand, key, amounts)
-        placed.append(fleet.names[host.number])
-        clipped = host.clipped(fleet.level(host.number))
-        renormalize = False
-        for part, column in enumerate(columns):
-            before = float(column[chosen])
-            column[chosen] = clipped[part]
-            if before == tops[part] and clipped[part] < before:
-                tops[part] = float(column.max())
-                renormalize = renormalize or tops[part] != before
-        fits = all(need <= host.left.get(resource, need) for resource, need in needs)
-        if not fits:
-            room[chosen] = False
-            with_room -= 1
-        if renormalize:
-            weights = _weights(columns, tops, factors, room, alone=alone)
-        elif not fits:
-            weights[chosen] = -np.inf
-        elif not alone:
-            weights[chosen] = weight_of(clipped, tops, multipliers)
-    return tuple(placed)
-
-
-def _weights(
-    columns: tuple[FloatArray, FloatArray, FloatArray],
-    tops: Sequence[float],
-    factors: tuple[float, float, float],
-    room: npt.NDArray[np.bool_],
-    *,
-    alone: bool,
-) -> FloatArray:
-    """Every candidate's weight, as `weight_of` computes it (0 for one host alone), -inf where
-    its claim would fail."""
-    total: FloatArray = np.zeros(len(room), dtype=np.float64)
-    if not alone:
-        for column, top, factor in zip(columns, tops, factors, strict=True):
-            part = factor * (column / top) if top != 0.0 else factor * np.zeros(len(room), dtype=np.float64)
-            total = total + part
-    total[~room] = -np.inf
-    return total

@@ -77,7 +77,9 @@ The package, laid out as Nova's scheduler is:
   domains;
 - `filters`: `FILTERS`, every filter in the order above, and `Rejection`, the first refusal;
 - `weighers`: the RAM, CPU and disk weighers and their multipliers;
-- `request`: the request loop, `schedule`;
+- `request`: the request loop, `schedule` (and `request_hosts`, a request for as many instances
+  as fit), with its fast path for a demand the claims alone decide: `claims_request` (and
+  `consumed_host`, a host followed from its claims, shared with the evacuations);
 - `evacuations`: a failed host's domains scheduled on the others, `evacuation`, with its fast
   path's parts: `fleet_index` (the fleet's hosts per request), `best_host` (the best host without
   weighing every host) and `fleet_refusals` (the rejections of a domain that finds no host);
@@ -100,7 +102,7 @@ from virtcap.model.scheduler.filters import (
     Rejection,
 )
 from virtcap.model.scheduler.host_states import Guest, HostState, domain_demand, evacuation_order, host_state
-from virtcap.model.scheduler.request import ScheduleResult, Step, schedule
+from virtcap.model.scheduler.request import ScheduleResult, Step, general_schedule, request_hosts, schedule
 from virtcap.model.scheduler.weighers import SPREAD, WEIGHERS, Multipliers, Weighed, normalize, weigh
 
 __all__ = [
@@ -131,8 +133,10 @@ __all__ = [
     "evacuation_order",
     "fleet_tolerance",
     "fleet_tolerance_update",
+    "general_schedule",
     "host_state",
     "normalize",
+    "request_hosts",
     "schedule",
     "weigh",
 ]
