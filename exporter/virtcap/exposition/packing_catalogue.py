@@ -97,7 +97,8 @@ FAILOVER_RESERVE = MetricFamily(
     f"(scheduler.failure_tolerance.reserve_host_failures), {_AS_OF}.",
     (),
     meaning="the failover reserve the sellable instances keep: with "
-    "`virtcap_fleet_host_failures_tolerated` below it, nothing is sellable until the fleet tolerates it again",
+    "`virtcap_fleet_host_failures_tolerated` below it, nothing is sellable until the fleet "
+    "tolerates it again",
     stability="experimental",
 )
 PACKING_TIMESTAMP = MetricFamily(
