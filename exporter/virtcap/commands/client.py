@@ -85,6 +85,27 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ca-file", help="CA certificate to verify an HTTPS exporter with")
 
 
+def add_answer_source(parser: argparse.ArgumentParser, path: str) -> None:
+    """Where a dry run's answer comes from, and how it is shown: one audit of a fleet
+    (`--config`, `--demo`) or a running exporter (`--url`, its API's `path`, as `--user` with
+    `--ca-file`); `--format`."""
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument(
+        "--config",
+        metavar="FILE",
+        help="audit the fleet of this configuration once (default: the local qemu:///system)",
+    )
+    source.add_argument("--demo", action="store_true", help="audit the bundled demo fleet once")
+    source.add_argument("--url", help=f"ask a running exporter instead (POST {path})")
+    parser.add_argument(
+        "--user", help=f"with --url: basic auth user; the password is read from ${PASSWORD_VARIABLE}"
+    )
+    parser.add_argument("--ca-file", help="with --url: CA certificate to verify an HTTPS exporter with")
+    parser.add_argument(
+        "--format", choices=("table", "json"), default="table", help="output format (default: table)"
+    )
+
+
 def call_api(args: argparse.Namespace, method: str, url: str, body: dict[str, Any] | None = None) -> int:
     """Send the request with `add_server_arguments`' credentials and CA; print the JSON answer
     (to stderr when refused). Exit 0 on success, 1 when refused or unreachable."""

@@ -17,10 +17,10 @@ from pydantic import ValidationError
 
 from virtcap.commands.arguments import EXIT_USAGE, extra_spec_argument
 from virtcap.commands.client import (
-    PASSWORD_VARIABLE,
     Exporter,
     ExporterRefusedError,
     ExporterUnreachableError,
+    add_answer_source,
 )
 from virtcap.config import load_config
 from virtcap.contract.placements import PlacementAnswer, PlacementError, parse_placement_body
@@ -68,21 +68,7 @@ def add_parser(commands: Any) -> None:
         metavar="ZONE",
         help="only hypervisors of this availability zone (config groups)",
     )
-    source = place.add_mutually_exclusive_group()
-    source.add_argument(
-        "--config",
-        metavar="FILE",
-        help="audit the fleet of this configuration once (default: the local qemu:///system)",
-    )
-    source.add_argument("--demo", action="store_true", help="audit the bundled demo fleet once")
-    source.add_argument("--url", help="ask a running exporter instead (POST /api/v1/placements)")
-    place.add_argument(
-        "--user", help=f"with --url: basic auth user; the password is read from ${PASSWORD_VARIABLE}"
-    )
-    place.add_argument("--ca-file", help="with --url: CA certificate to verify an HTTPS exporter with")
-    place.add_argument(
-        "--format", choices=("table", "json"), default="table", help="output format (default: table)"
-    )
+    add_answer_source(place, "/api/v1/placements")
 
 
 def placement_body(args: argparse.Namespace) -> dict[str, Any]:

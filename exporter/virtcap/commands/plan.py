@@ -21,10 +21,10 @@ from pydantic import ValidationError
 from virtcap.commands.arguments import EXIT_USAGE
 from virtcap.commands.client import (
     EXIT_REFUSED,
-    PASSWORD_VARIABLE,
     Exporter,
     ExporterRefusedError,
     ExporterUnreachableError,
+    add_answer_source,
 )
 from virtcap.config import load_config
 from virtcap.contract.plans import ConsolidationAnswer, PlanError, parse_consolidation_body
@@ -77,21 +77,7 @@ def add_parser(commands: Any) -> None:
         metavar="HOST",
         help="a hypervisor neither emptied nor filled (repeat for more)",
     )
-    source = consolidate.add_mutually_exclusive_group()
-    source.add_argument(
-        "--config",
-        metavar="FILE",
-        help="audit the fleet of this configuration once (default: the local qemu:///system)",
-    )
-    source.add_argument("--demo", action="store_true", help="audit the bundled demo fleet once")
-    source.add_argument("--url", help=f"ask a running exporter instead (POST {CONSOLIDATION_PATH})")
-    consolidate.add_argument(
-        "--user", help=f"with --url: basic auth user; the password is read from ${PASSWORD_VARIABLE}"
-    )
-    consolidate.add_argument("--ca-file", help="with --url: CA certificate to verify an HTTPS exporter with")
-    consolidate.add_argument(
-        "--format", choices=("table", "json"), default="table", help="output format (default: table)"
-    )
+    add_answer_source(consolidate, CONSOLIDATION_PATH)
 
 
 def consolidation_body(args: argparse.Namespace) -> dict[str, Any]:
