@@ -178,6 +178,36 @@ def test_sellable_is_the_first_count_that_breaks_the_reserve_less_one(
     )
 
 
+SMALL = Demand({Resource.VCPU: 1, Resource.MEMORY: 2 * GIB, Resource.DISK: 10 * GIB})
+"""Many of it fit each host: the lost host's evacuation moves more domains than there are
+hosts, and the certificate's room test, not its count of untouched hosts, decides most counts."""
+
+DENSE = st.lists(
+    st.tuples(
+        st.sampled_from([(16, 64, 400), (8, 32, 200)]),
+        st.lists(st.sampled_from([(1, 2, 20), (2, 4, 40), (1, 2, 0), (4, 8, 10)]), max_size=10),
+        st.just(True),
+    ),
+    min_size=2,
+    max_size=5,
+)
+
+
+@settings(max_examples=30, deadline=None)
+@given(DENSE, st.sampled_from([1, 2]), MULTIPLIERS)
+def test_dense_fleets_sell_what_placing_one_by_one_keeps(
+    hosts: list[tuple[tuple[int, int, int], list[tuple[int, int, int]], bool]],
+    reserve: int,
+    multipliers: Multipliers,
+) -> None:
+    """Small instances on few hosts, each count placed through `schedule` and checked by the
+    reference tolerance: the answer is the last before the first that breaks the reserve."""
+    fleet = larger_fleet(hosts)
+    assert sellable_count(fleet, SMALL, multipliers, reserve) == first_break_less_one(
+        fleet, SMALL, reserve, multipliers
+    )
+
+
 def first_break_less_one(
     hosts: Sequence[HostState], demand: Demand, reserve: int, multipliers: Multipliers
 ) -> int:

@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 
 from virtcap.model.host_fit import Demand
-from virtcap.model.resources import Resource
+from virtcap.model.resources import Resource, placement_units
 from virtcap.model.scheduler.claims_request import claims_decide
 from virtcap.model.scheduler.consumed_host import ConsumedHost
 from virtcap.model.scheduler.evacuations import EvacuationResult, evacuation_result
@@ -168,7 +168,10 @@ class _ReserveWalk:
         self.passing: dict[RequestNumber, set[int]] = {}
         """Per request met among the evacuated domains, the hosts that pass for it now."""
         self.top = sorted(range(len(fleet.states)), key=self._largest)[:reserve]
-        self.orders: dict[tuple[tuple[int, int], ...], dict[RequestNumber, int]] = {}
+        self.orders: dict[
+            tuple[tuple[int, int], ...],
+            tuple[dict[RequestNumber, int], dict[RequestNumber, dict[Resource, int]]],
+        ] = {}
 
     def _largest(self, number: int) -> tuple[int, str]:
         """`tolerated_losses`'s order: the most allocated memory first, ties by name."""
@@ -214,15 +217,67 @@ class _ReserveWalk:
         """Whether the certificate shows every evacuation of the reserve placing every domain."""
         for lost in range(1, self.reserve + 1):
             gone = self.top[:lost]
-            for key, last in self._last_positions(gone).items():
+            lasts, before = self._last_positions(gone)
+            for key, last in lasts.items():
                 hosts = self.passing[key]
-                if last > len(hosts) - sum(1 for number in gone if number in hosts):
+                untouched = len(hosts) - sum(1 for number in gone if number in hosts)
+                if last > untouched and not self._room_enough(key, last, before[key], hosts, gone):
                     return False
         return True
 
-    def _last_positions(self, gone: Sequence[int]) -> dict[RequestNumber, int]:
+    def _room_enough(
+        self,
+        key: RequestNumber,
+        last: int,
+        before: Mapping[Resource, int],
+        hosts: set[int],
+        gone: Sequence[int],
+    ) -> bool:
+        """The certificate's second test, for a request the claims alone decide (`FleetIndex.needs`)
+        while the instances are followed from their claims: a host that passes for it stops
+        passing only once the domains placed on it claimed more of some class than its room
+        there less the request's need, in Placement's unit. The domains before the request's
+        last one claim `before` in all (each rounded up, so at least what they take), and
+        however they are shared out, the hosts they can close are at most, per class, the most
+        of the passing hosts whose closing amounts, smallest first, add up to that class's
+        claims, and at most one per domain. When hosts that pass outnumber those, one is left
+        for every domain of the request."""
+        if self.final is not None:
+            return False
+        fleet = self.fleet
+        needs = fleet.needs(key, self.requests[key])
+        if needs is None:
+            return False
+        available = [number for number in hosts if number not in gone]
+        closable = 0
+        for resource, need in needs:
+            claimed = before.get(resource, 0)
+            if claimed <= 0:
+                continue
+            closing = sorted(
+                room - need + 1
+                for number in available
+                if (room := self._left(number).get(resource)) is not None
+            )
+            for amount in closing:
+                claimed -= amount
+                if claimed < 0:
+                    break
+                closable += 1
+        return len(available) - min(last - 1, closable) >= 1
+
+    def _left(self, number: int) -> Mapping[Resource, int]:
+        """What is free on the host in Placement's unit, the instances placed on it claimed."""
+        host = self.consumed.get(number)
+        return host.left if host is not None else self.fleet.room_left(number)
+
+    def _last_positions(
+        self, gone: Sequence[int]
+    ) -> tuple[dict[RequestNumber, int], dict[RequestNumber, dict[Resource, int]]]:
         """Per request among the domains of the lost hosts, the position (from 1) of its last
-        domain in the evacuation order (`evacuation_order`, the instances placed among them)."""
+        domain in the evacuation order (`evacuation_order`, the instances placed among them),
+        and what the domains before that one claim per class, each rounded up to Placement's
+        unit."""
         identity = tuple((number, self.counts[number]) for number in gone)
         found = self.orders.get(identity)
         if found is not None:
@@ -240,10 +295,15 @@ class _ReserveWalk:
             guests.extend(
                 Guest(f"{SOLD_PREFIX}{index:06d}@{state.name}", sold) for index in range(self.counts[number])
             )
-        found = {}
+        lasts: dict[RequestNumber, int] = {}
+        before: dict[RequestNumber, dict[Resource, int]] = {}
+        claimed: dict[Resource, int] = {}
         for position, guest in enumerate(evacuation_order(guests), start=1):
             key = fleet.key(guest.demand)
-            found[key] = position
+            lasts[key] = position
+            before[key] = dict(claimed)
+            for resource, amount in fleet.amounts(key, guest.demand):
+                claimed[resource] = claimed.get(resource, 0) + placement_units(resource, amount)
             if key not in self.passing:
                 self.requests[key] = guest.demand
                 self.passing[key] = {
@@ -251,8 +311,8 @@ class _ReserveWalk:
                 }
         if len(self.orders) > len(fleet.states):  # the top hosts change as instances land
             self.orders.clear()
-        self.orders[identity] = found
-        return found
+        self.orders[identity] = lasts, before
+        return lasts, before
 
 
 def _allocated_memory(state: HostState) -> int:
