@@ -2,12 +2,15 @@
 
 1. In process, the worker's side (fleet/packing.py's FleetPacking) on the 1,000 x 50 fleet of
    bench/tolerance.py with the demo's flavor mix, in 2 availability zones and 20 racks: the first
-   computation (every hypervisor's stranded capacity, the compaction of the fleet and of each
-   group, the sellable instances per flavor and zone), then one hypervisor changed (its stranded
-   problem solved alone; the compaction and sellable instances computed again).
+   computation, then one hypervisor changed, by a claim (no compaction reads it) and by a domain
+   started on it. Each is timed as the worker publishes it: the update (every changed
+   hypervisor's stranded capacity, published with the tolerance), then each queued answer (the
+   fleet's compaction, each group's, each flavor's sellable instances in the fleet and in each
+   zone), one step at a time.
 2. Served: `virtcap serve` on the test-driver fleet of bench/serving.py, /metrics latency while the
-   worker computes the tolerance and then the packing (first computation, then after a claim),
-   and the worker's peak RSS (VmHWM of the child process).
+   worker computes the tolerance and then the packing (first computation, then after a claim:
+   when the stranded capacity was published, when every answer had caught up), and the worker's
+   peak RSS (VmHWM of the child process).
 """
 
 from __future__ import annotations
@@ -21,13 +24,26 @@ from harness import Table, cell, make_hosts, metric_value, percentile, print_tab
 from serving import FITTING, ROOMY, latencies_while, post_claim, tolerance_config
 from stranded import demo_flavors
 from tolerance import tolerance_fleet, tolerance_fleet_changed
-from virtcap.fleet.packing import FleetPacking, PackingReport, PackingSettings
-from virtcap.model.scheduler import SPREAD, HostState
+from virtcap.fleet.packing import FleetPacking, PackingSettings, Step
+from virtcap.model.host_fit import Demand
+from virtcap.model.resources import GIB, Resource
+from virtcap.model.scheduler import SPREAD, Guest, HostState
 
 ZONES = 2
 RACKS = 20
 PACKED = "virtcap_packing_timestamp_seconds"
 PACKING_DURATION = "virtcap_packing_duration_seconds"
+PENDING = "virtcap_packing_pending_answers"
+LARGE = Demand({Resource.VCPU: 4, Resource.MEMORY: 8 * GIB, Resource.DISK: 80 * GIB})
+"""What `tolerance_fleet_changed` claims."""
+PARTS = (
+    "stranded (the update)",
+    "fleet compaction",
+    "group compactions",
+    "fleet sellable",
+    "zone sellable",
+    "all caught up",
+)
 
 
 def zoned(states: list[HostState]) -> tuple[list[HostState], dict[str, tuple[tuple[str, str], ...]]]:
@@ -42,48 +58,65 @@ def zoned(states: list[HostState]) -> tuple[list[HostState], dict[str, tuple[tup
     return placed, groups
 
 
-def _summary(report: PackingReport) -> str:
-    stranded = sum(1 for found in report.stranded.values() if any(found.amounts.values()))
-    compaction = report.compaction
-    return (
-        f"{stranded:,} hypervisors with stranded capacity; compaction {compaction.hypervisors:,} "
-        f"(bound {compaction.lower_bound:,}) of {compaction.eligible:,}; "
-        f"{len(report.groups)} groups; m1.small sellable {report.sellable.get('m1.small', 0):,}"
-    )
+def _part(step: Step) -> str:
+    if step.answer == "compaction":
+        return PARTS[1] if step.group is None else PARTS[2]
+    return PARTS[3] if step.zone is None else PARTS[4]
+
+
+def catch_up(packing: FleetPacking, states: list[HostState], settings: PackingSettings) -> dict[str, float]:
+    """The update, then every queued step: the seconds each part took, the update's alone (what
+    is published at once) and the time until no answer is pending."""
+    spent = dict.fromkeys(PARTS, 0.0)
+    began = time.perf_counter()
+    packing.update(states, settings, SPREAD)
+    spent[PARTS[0]] = time.perf_counter() - began
+    for step in packing.queued:
+        started = time.perf_counter()
+        packing.step()
+        spent[_part(step)] += time.perf_counter() - started
+    spent[PARTS[5]] = time.perf_counter() - began
+    return spent
+
+
+def with_domain_started(state: HostState) -> HostState:
+    """The hypervisor with one domain more, running (an m1.large): the compaction reads it."""
+    claimed = tolerance_fleet_changed(state)
+    return replace(claimed, guests=(*claimed.guests, Guest("bench-started", LARGE)))
 
 
 def packing_in_process(runs: int, hypervisors: int, domains: int) -> None:
     states, groups = zoned(tolerance_fleet(hypervisors, domains))
     settings = PackingSettings(demo_flavors(), groups, reserve_host_failures=1)
-    first: list[float] = []
-    changed: list[float] = []
-    report = again = None
+    changes = (
+        ("first computation", None),
+        ("a claim on one hypervisor", tolerance_fleet_changed),
+        ("a domain started on one hypervisor", with_domain_started),
+    )
+    figures: dict[str, dict[str, list[float]]] = {label: {part: [] for part in PARTS} for label, _ in changes}
+    steps: dict[str, int] = {}
     for run in range(runs):
-        packing = FleetPacking()
-        began = time.perf_counter()
-        report = packing.apply(states, settings, SPREAD)
-        first.append(time.perf_counter() - began)
-        index = run * 37 % len(states)
-        one = [tolerance_fleet_changed(state) if i == index else state for i, state in enumerate(states)]
-        began = time.perf_counter()
-        again = packing.apply(one, settings, SPREAD)
-        changed.append(time.perf_counter() - began)
-    assert report is not None and again is not None
+        packing, fleet = FleetPacking(), states
+        for label, change in changes:
+            if change is not None:
+                index = (run * 37 + len(steps)) % len(fleet)
+                fleet = [change(state) if i == index else state for i, state in enumerate(fleet)]
+            for part, seconds in catch_up(packing, fleet, settings).items():
+                figures[label][part].append(seconds)
+            report = packing.report()
+            steps[label] = len(report.solved)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     rows: Table = [
-        ("first computation", cell(first, " s", 1), f"{len(report.solved):,}", _summary(report)),
-        (
-            "one hypervisor changed",
-            cell(changed, " s", 1),
-            f"{len(again.solved):,}",
-            "compaction and sellable computed again" if again.recomputed else "kept",
-        ),
-        ("peak RSS (this process, the fleet and the answers)", f"{peak:,.0f} MiB", "", ""),
+        (label, f"{steps[label]:,}", *(cell(found[part], " s", 2) for part in PARTS))
+        for label, found in figures.items()
     ]
+    blank = [""] * len(PARTS)
+    rows.append(("peak RSS (this process, the fleet and the answers)", f"{peak:,.0f} MiB", *blank))
     print_table(
         f"Packing answers in process (the worker's side), {hypervisors:,} hypervisors x {domains} "
-        f"domains, {ZONES} zones, {RACKS} racks, the demo's flavors, reserve 1",
-        ("computation", "time", "stranded problems solved", "answers"),
+        f"domains, {ZONES} zones, {RACKS} racks, the demo's flavors, reserve 1: the seconds each "
+        "part took, in the order the worker publishes them",
+        ("change", "stranded problems solved", *PARTS),
         rows,
     )
 

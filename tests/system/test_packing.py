@@ -5,12 +5,15 @@ hypervisor's stranded problem; in /metrics, /api/v1/capacity and `virtcap audit`
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
+import pickle
 import signal
 import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -21,7 +24,13 @@ from virtcap.exposition.packing_catalogue import PACKING_FAMILIES
 from virtcap.exposition.report import fleet_document, render_tables
 from virtcap.fleet.packing import PackingReport
 from virtcap.fleet.snapshot import HypervisorSnapshot, PendingClaims
-from virtcap.fleet.tolerance import LocalSimulation, SimulatedHost, packing_settings
+from virtcap.fleet.tolerance import (
+    FleetChanges,
+    LocalSimulation,
+    SimulatedHost,
+    packing_settings,
+    scheduler_host,
+)
 from virtcap.model.host_fit import Demand
 from virtcap.model.packing.compaction import compaction
 from virtcap.model.packing.stranded import stranded_capacity
@@ -29,6 +38,13 @@ from virtcap.model.resources import GIB, Resource
 from virtcap.model.scheduler import SPREAD
 from virtcap.service.flavors import with_discovered_flavors
 from virtcap.service.oneshot import audit_fleet_once
+from virtcap.service.tolerance_worker import (
+    HEADER,
+    WORKER_COMMAND,
+    EncodedPacking,
+    PackingDecoder,
+    encode_request,
+)
 
 IN_MAINTENANCE, DOWN = "compute-05", "compute-07"
 
@@ -70,6 +86,7 @@ def test_the_demo_shows_stranded_capacity_and_a_compaction_below_its_size(
             assert packing.stranded[host.name] == stranded_capacity(host.audit.capacity, flavors)
     stranded = sum(amount > 0 for found in packing.stranded.values() for amount in found.amounts.values())
     assert stranded >= 3
+    assert packing.compaction is not None and packing.pending == 0
     assert 0 < packing.compaction.lower_bound <= packing.compaction.hypervisors < packing.compaction.eligible
     assert packing.compaction.freeable == packing.compaction.eligible - packing.compaction.hypervisors
     # each configured group alone: its eligible members hold their own domains
@@ -85,7 +102,7 @@ def test_one_changed_hypervisor_solves_its_stranded_problem_alone(
     simulation = LocalSimulation()
     hosts = _hosts(audited)
     first = _packed(simulation, hosts, flavors)
-    assert set(first.solved) == set(first.stranded) and first.recomputed
+    assert set(first.solved) == set(first.stranded) and first.pending == 0
     # a claim of 8 GiB pending on compute-01: its state changes, no other's
     changed = [
         replace(host, audit=_with_claim(host.audit, 8 * GIB)) if host.name == "compute-01" else host
@@ -98,16 +115,78 @@ def test_one_changed_hypervisor_solves_its_stranded_problem_alone(
             assert again.stranded[name] is found  # kept, not solved again
     capacity = changed[0].audit.capacity
     assert capacity is not None and again.stranded["compute-01"] == stranded_capacity(capacity, flavors)
-    # the fleet's compaction reads every hypervisor: computed again, as the model answers it
-    assert again.recomputed
-    states = simulation.simulation._states.values()
-    assert again.compaction.hypervisors == compaction(list(states)).hypervisors
+    # the compaction leaves pending claims out: kept, and what the model answers for the new states
+    assert again.compaction is not None and again.compaction == first.compaction
+    states = [scheduler_host(host) for host in changed]
+    assert again.compaction.hypervisors == compaction(states).hypervisors
     # nothing changed: no request at all, the answers stay
     assert simulation.compute(changed, SPREAD, 3, packing_settings(changed, flavors, 1)) is None
     # other flavors: every hypervisor solved again, though the tolerance's states are the same
     fewer = {name: demand for name, demand in flavors.items() if name != "m1.small"}
     other = _packed(simulation, changed, fewer)
     assert set(other.solved) == set(other.stranded)
+
+
+def _answers_until_caught_up(stream: IO[bytes]) -> list[object]:
+    """The worker's frames, up to packing answers with none pending after those of the second
+    request (its update solved compute-01's stranded capacity alone)."""
+    answers: list[object] = []
+    updated = False
+    while True:
+        (size,) = HEADER.unpack(stream.read(HEADER.size))
+        answer = pickle.loads(stream.read(size))
+        answers.append(answer)
+        if isinstance(answer, EncodedPacking):
+            assert answer.report is not None, answer.error
+            updated = updated or answer.report.solved == ("compute-01",)
+            if updated and answer.report.pending == 0:
+                return answers
+
+
+def test_the_worker_sends_the_packing_answers_as_it_computes_them(
+    audited: tuple[HypervisorSnapshot, ...], flavors: dict[str, Demand]
+) -> None:
+    """Each request gets its report, then its stranded capacity at once; the compactions and
+    sellable counts follow one frame each, computed beside the requests, and once none is
+    pending they are what the model answers for the last request's states."""
+    hosts = _hosts(audited)
+    changed = [
+        replace(host, audit=_with_claim(host.audit, 8 * GIB)) if host.name == "compute-01" else host
+        for host in hosts
+    ]
+    changes = FleetChanges()
+    requests = [
+        changes.request(fleet, SPREAD, 3, packing_settings(fleet, flavors, 1)) for fleet in (hosts, changed)
+    ]
+    with subprocess.Popen(WORKER_COMMAND, stdin=subprocess.PIPE, stdout=subprocess.PIPE) as worker:
+        assert worker.stdin is not None and worker.stdout is not None
+        for request in requests:
+            assert request is not None
+            worker.stdin.write(encode_request(request))
+        worker.stdin.flush()
+        answers = _answers_until_caught_up(worker.stdout)
+        worker.stdin.close()  # its input's end: it leaves
+    assert worker.returncode == 0
+    kinds = [type(answer).__name__ for answer in answers]
+    assert kinds[0] == "EncodedReport" and kinds.count("EncodedReport") == 2
+    decoder = PackingDecoder()
+    reports = [
+        decoder.complete(answer, {name: pickle.loads(data) for name, data in answer.stranded.items()})
+        for answer in answers
+        if isinstance(answer, EncodedPacking)
+    ]
+    first = reports[0]
+    assert first.compaction is None and first.pending > 0  # the stranded capacity, at once
+    assert set(first.solved) == set(first.stranded)
+    # one frame per step: the answers pending go down by one from frame to frame, but where an
+    # update queued some again
+    for before, after in itertools.pairwise(reports):
+        assert after.pending == before.pending - 1 or after.solved == ("compute-01",)
+    expected = _packed(LocalSimulation(), changed, flavors)
+    last = reports[-1]
+    assert last.stranded == expected.stranded
+    assert (last.compaction, last.groups) == (expected.compaction, expected.groups)
+    assert (last.sellable, last.sellable_by_zone) == (expected.sellable, expected.sellable_by_zone)
 
 
 def test_a_hypervisor_down_or_in_maintenance_has_no_stranded_capacity(
@@ -120,6 +199,7 @@ def test_a_hypervisor_down_or_in_maintenance_has_no_stranded_capacity(
     packing = _packed(simulation, down, flavors)
     assert "compute-02" not in packing.stranded and IN_MAINTENANCE not in packing.stranded
     assert packing.solved == ()  # going down solves nothing: it is left out
+    assert packing.compaction is not None
     assert packing.compaction.eligible == len(hosts) - 2
 
 
@@ -130,6 +210,7 @@ def test_the_document_and_the_tables_carry_the_packing_answers(
     report = LocalSimulation().compute(hosts, SPREAD, 3, packing_settings(hosts, flavors, 1))
     assert report is not None and report.packing is not None
     packing = report.packing
+    assert packing.compaction is not None
     document = fleet_document(audited, report)["packing"]
     json.dumps(document)
     assert set(document["stranded"]) == set(packing.stranded)
@@ -174,6 +255,10 @@ def test_virtcap_audit_prints_the_packing_answers_unless_the_tolerance_is_off(tm
     assert "packing" not in json.loads(off.stdout)
 
 
+PENDING = "virtcap_packing_pending_answers"
+"""0 once every packing answer is computed for the audits as they are."""
+
+
 def _packing_series(samples: Samples) -> set[str]:
     names = {family.name for family in PACKING_FAMILIES}
     return {name for name, _labels in samples if name in names}
@@ -182,7 +267,7 @@ def _packing_series(samples: Samples) -> set[str]:
 def test_the_running_demo_exposes_the_packing_families(tmp_path: Path) -> None:
     with running_server(["--demo"], tmp_path) as server:
         timestamp = "virtcap_packing_timestamp_seconds"
-        wait_for(lambda: value(server.samples(), timestamp) is not None, 60, what="the packing answers")
+        wait_for(lambda: value(server.samples(), PENDING) == 0, 60, what="every packing answer")
         samples = server.samples()
         computed = value(samples, "virtcap_failure_tolerance_timestamp_seconds")
         packed = value(samples, timestamp)
@@ -233,7 +318,7 @@ def test_maintenance_recomputes_the_packing_and_turning_the_tolerance_off_remove
     config = write_config(tmp_path)
     with running_server(["--config", str(config)], tmp_path) as server:
         timestamp = "virtcap_packing_timestamp_seconds"
-        wait_for(lambda: value(server.samples(), timestamp) is not None, 60, what="the packing answers")
+        wait_for(lambda: value(server.samples(), PENDING) == 0, 60, what="every packing answer")
         assert _stranded_hypervisors(server.samples()) == {"mixed", "big", "small"}
 
         # in maintenance: the packing is computed again without its stranded series

@@ -249,7 +249,7 @@ def test_three_shards_serve_every_hypervisor_exactly_once(tmp_path: Path) -> Non
         # the failure tolerance, computed after the first audits, and the packing answers after it
         for server in (*shards, whole):
             wait_for(lambda: series(server.samples(), "hypervisor_evacuation_feasible"), 20)  # noqa: B023
-            wait_for(lambda: series(server.samples(), "virtcap_packing_timestamp_seconds"), 30)  # noqa: B023
+            wait_for(lambda: value(server.samples(), "virtcap_packing_pending_answers") == 0, 30)  # noqa: B023
         everything = whole.samples()
         served = [shard.samples() for shard in shards]
         for ordinal, (shard, samples) in enumerate(zip(shards, served, strict=True)):

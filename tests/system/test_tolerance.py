@@ -311,8 +311,8 @@ def test_a_worker_that_dies_is_started_again_and_computes_the_fleet_again(tmp_pa
         computations = "virtcap_failure_tolerance_computations_total"
         wait_for(lambda: value(server.samples(), computations, kind="full") == 1, 30, what="a computation")
         # and the packing answers that follow it: the worker is then idle, waiting for a request
-        packed = "virtcap_packing_timestamp_seconds"
-        wait_for(lambda: value(server.samples(), packed) is not None, 30, what="the packing answers")
+        pending = "virtcap_packing_pending_answers"
+        wait_for(lambda: value(server.samples(), pending) == 0, 30, what="every packing answer")
         (worker,) = _children(server.process.pid)
         os.kill(worker, signal.SIGKILL)
         # the next computation finds it dead: a claim asks for one

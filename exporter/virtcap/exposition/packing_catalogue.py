@@ -104,19 +104,32 @@ FAILOVER_RESERVE = MetricFamily(
 PACKING_TIMESTAMP = MetricFamily(
     "virtcap_packing_timestamp_seconds",
     "gauge",
-    "When the packing answers shown were computed in the background, from the audits as they were then.",
+    "When a packing answer shown was last computed in the background, from the audits as they were "
+    "then (virtcap_packing_pending_answers says how many are still to compute again).",
     (),
     "seconds",
-    meaning="when the last packing computation ended (Unix time)",
+    meaning="when a packing answer was last computed (Unix time)",
     stability="experimental",
 )
 PACKING_DURATION = MetricFamily(
     "virtcap_packing_duration_seconds",
     "gauge",
-    "How long the last packing computation took, in the background worker of the failure tolerance.",
+    "How long the packing answers last took to catch up with a change of the hypervisors, in the "
+    "background worker of the failure tolerance.",
     (),
     "seconds",
-    meaning="how long the last packing computation took (only what changed is computed again)",
+    meaning="how long the packing answers last took to catch up with a change (only what changed is "
+    "computed again; each hypervisor's stranded capacity at once, the fleet's answers one after the other)",
+    stability="experimental",
+)
+PACKING_PENDING = MetricFamily(
+    "virtcap_packing_pending_answers",
+    "gauge",
+    "The packing answers (a compaction, a flavor's sellable instances in the fleet or a zone) still to "
+    "compute again since the hypervisors last changed; 0 when every answer shown is as of the last change.",
+    (),
+    meaning="the packing answers still to compute again: while above 0, some compactions or sellable "
+    "instances shown are older than the last change (stranded capacity never is)",
     stability="experimental",
 )
 
@@ -132,6 +145,7 @@ PACKING_FAMILIES: tuple[MetricFamily, ...] = (
     FAILOVER_RESERVE,
     PACKING_TIMESTAMP,
     PACKING_DURATION,
+    PACKING_PENDING,
 )
 """Computed after the failure tolerance, by its worker: absent while it is off or before the
 first packing computation."""

@@ -30,6 +30,7 @@ def packing_families(packing: PackingReport | None, shown: Collection[str]) -> l
     reserve = entries.FAILOVER_RESERVE.gauge()
     timestamp = entries.PACKING_TIMESTAMP.gauge()
     duration = entries.PACKING_DURATION.gauge()
+    pending = entries.PACKING_PENDING.gauge()
     if packing is not None:
         for name, found in packing.stranded.items():
             if name not in shown:
@@ -39,9 +40,10 @@ def packing_families(packing: PackingReport | None, shown: Collection[str]) -> l
                 for cause in display_order(found.causes.get(resource, ())):
                     stranded_by.add_metric([name, resource.label, cause.label], 1)
         compaction = packing.compaction
-        hypervisors.add_metric([], compaction.hypervisors)
-        lower_bound.add_metric([], compaction.lower_bound)
-        freeable.add_metric([], compaction.freeable)
+        if compaction is not None:
+            hypervisors.add_metric([], compaction.hypervisors)
+            lower_bound.add_metric([], compaction.lower_bound)
+            freeable.add_metric([], compaction.freeable)
         for (kind, group), summary in packing.groups.items():
             groups.add_metric([kind, group], summary.hypervisors)
         for flavor, count in packing.sellable.items():
@@ -50,7 +52,9 @@ def packing_families(packing: PackingReport | None, shown: Collection[str]) -> l
             zone_sellable.add_metric([ZONE_KIND, zone, flavor], count)
         reserve.add_metric([], packing.reserve_host_failures)
         timestamp.add_metric([], packing.computed_at)
-        duration.add_metric([], packing.duration_seconds)
+        if packing.duration_seconds is not None:
+            duration.add_metric([], packing.duration_seconds)
+        pending.add_metric([], packing.pending)
     built: dict[MetricFamily, Metric] = {
         entries.RESOURCE_STRANDED: stranded,
         entries.RESOURCE_STRANDED_BY: stranded_by,
@@ -63,5 +67,6 @@ def packing_families(packing: PackingReport | None, shown: Collection[str]) -> l
         entries.FAILOVER_RESERVE: reserve,
         entries.PACKING_TIMESTAMP: timestamp,
         entries.PACKING_DURATION: duration,
+        entries.PACKING_PENDING: pending,
     }
     return [built[family] for family in entries.PACKING_FAMILIES]

@@ -22,7 +22,7 @@ def packing_document(packing: PackingReport | None) -> dict[str, Any] | None:
     return {
         "stranded": {name: _stranded_document(found) for name, found in packing.stranded.items()},
         "compaction": {
-            **_compaction_document(packing.compaction),
+            **(_compaction_document(packing.compaction) if packing.compaction is not None else {}),
             "groups": [
                 {"kind": kind, "group": group, **_compaction_document(summary)}
                 for (kind, group), summary in packing.groups.items()
@@ -35,6 +35,7 @@ def packing_document(packing: PackingReport | None) -> dict[str, Any] | None:
         },
         "computed_at": format_utc(packing.computed_at),
         "duration_seconds": packing.duration_seconds,
+        "pending": packing.pending,
     }
 
 
@@ -68,7 +69,9 @@ def packing_text(packing: PackingReport) -> str:
     ]
     lines.extend(stranded or ["  none"])
     compaction = packing.compaction
-    lines.append(f"compaction: {_compaction_text(compaction)}")
+    lines.append(
+        f"compaction: {_compaction_text(compaction) if compaction is not None else 'not computed yet'}"
+    )
     lines.extend(
         f"  {kind} {group}: {_compaction_text(summary)}" for (kind, group), summary in packing.groups.items()
     )

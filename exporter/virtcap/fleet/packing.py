@@ -2,26 +2,38 @@
 compaction of the fleet and of each configured group, and the sellable instances of each flavor
 under the failover reserve (model/packing/, docs/packing.md).
 
-Computed by the failure-tolerance worker (service/tolerance_worker.py) right after the tolerance,
-from the same hypervisor states, and kept there between requests: a hypervisor whose state did not
-change keeps its stranded capacity (its problems are not solved again), a group none of whose
-members changed keeps its compaction, a zone none of whose members changed keeps its sellable
-instances. The fleet's compaction and sellable instances read every hypervisor: any change
-computes them again. What crosses back to the exporter is a `PackingReport`, summaries only (not
-the compaction's assignment of every domain).
+Computed in the failure-tolerance worker (service/tolerance_worker.py) from the states of its
+last request, and kept there between requests. The answers do not cost alike, so they are not
+computed alike:
+
+- a hypervisor's stranded capacity reads that hypervisor alone and costs milliseconds: it is
+  solved again, for the hypervisors whose state changed, as soon as the states arrive
+  (`update`), and published with the tolerance;
+- the compactions and the sellable instances read a whole fleet, group or zone and cost seconds:
+  each is a `Step`, queued when something it reads changed and computed later, one at a time
+  (`step`, by another thread of the worker), on the states as they are then, in the order they
+  were queued. A step already queued keeps its place when another change comes, so that every
+  answer is brought up to date however often the fleet changes, and the next tolerance request
+  and its stranded capacity never wait for a step.
+
+What a compaction reads is the eligible hypervisors emptied of their domains, and the domains:
+a pending claim, which the compaction leaves out, does not queue it. What crosses back to the
+exporter is a `PackingReport`, summaries only (not the compaction's assignment of every domain).
 """
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from virtcap.model.host_fit import Demand
-from virtcap.model.packing.compaction import Compaction, compaction
-from virtcap.model.packing.sellable import sellable_by_zone, sellable_instances
+from virtcap.model.packing.compaction import Compaction, compaction, emptied
+from virtcap.model.packing.sellable import sellable_by_zone, sellable_count
 from virtcap.model.packing.stranded import StrandedCache, StrandedCapacity, eligible, stranded_capacity
 from virtcap.model.scheduler import HostState, Multipliers
+from virtcap.model.scheduler.filters import CandidateMemo
 
 FLEET_COMPACTION_SECONDS = 10.0
 """The solver's time limit for the fleet's compaction (past it, the best packing found and the
@@ -71,12 +83,26 @@ class CompactionSummary:
 
 
 @dataclass(frozen=True, slots=True)
+class Step:
+    """One answer that reads a whole fleet, group or zone, computed on its own.
+
+    `answer` "compaction": of the fleet (`group` None) or of one configured group; "sellable":
+    one flavor's instances, in the fleet (`zone` None) or asked for in one availability zone."""
+
+    answer: str
+    flavor: str = ""
+    group: Group | None = None
+    zone: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class PackingReport:
-    """The packing answers, as of the hypervisor states taken at `computed_at`."""
+    """The packing answers, each as of the last time it was computed (`computed_at` is the latest)."""
 
     stranded: Mapping[str, StrandedCapacity]
     """Per eligible hypervisor (up, fresh, not in maintenance), in the fleet's order."""
-    compaction: CompactionSummary
+    compaction: CompactionSummary | None
+    """None until first computed."""
     groups: Mapping[Group, CompactionSummary]
     """Per configured (kind, group), the compaction of its members alone, sorted."""
     sellable: Mapping[str, int]
@@ -85,72 +111,233 @@ class PackingReport:
     """Per (availability zone, flavor), the same within the zone (failover stays in it)."""
     reserve_host_failures: int
     computed_at: float
-    duration_seconds: float
+    """When an answer shown was last computed (Unix time)."""
+    duration_seconds: float | None
+    """How long the answers last took to catch up with the states, from the change that started it
+    to no step left; None before they first did."""
+    pending: int = 0
+    """The answers (steps) still to compute again since the states changed: 0 when every answer
+    shown is as of the states last received."""
     solved: tuple[str, ...] = field(default=(), compare=False)
-    """The hypervisors whose stranded capacity this computation solved (the others' was kept)."""
-    recomputed: bool = field(default=True, compare=False)
-    """Whether the compaction and sellable instances were computed again (not kept)."""
+    """The hypervisors whose stranded capacity the last update solved (the others' was kept)."""
 
 
 class FleetPacking:
     """The packing answers, kept between requests: the side that computes (the worker process).
-    One thread at a time."""
+    One thread updates, another may compute the steps: each method holds the lock while it reads
+    or changes what is kept, and a step computes without it."""
 
     def __init__(self) -> None:
+        self._lock = threading.Condition()
+        self._clear()
+
+    def _clear(self) -> None:
         self._states: dict[str, HostState] = {}
         self._settings: PackingSettings | None = None
         self._multipliers: Multipliers | None = None
         self._stranded: dict[str, StrandedCapacity] = {}
+        self._solved: tuple[str, ...] = ()
         self._cache = StrandedCache()
-        self._fleet: CompactionSummary | None = None
-        self._groups: dict[Group, tuple[tuple[str, ...], CompactionSummary]] = {}
-        """Per group, its members when computed and their compaction."""
-        self._sellable: Mapping[str, int] = {}
-        self._zones: dict[str, tuple[tuple[str, ...], dict[str, int]]] = {}
-        """Per availability zone, its members when computed and each flavor's sellable instances."""
+        self._compactions: dict[Group | None, CompactionSummary] = {}
+        """Per configured group, and for the fleet (None), the last compaction."""
+        self._sellable: dict[tuple[str | None, str], int] = {}
+        """Per (availability zone or None for the fleet, flavor), the last sellable count."""
+        self._queue: dict[Step, None] = {}
+        """The steps to compute, in the order they were first queued (a dict: ordered, unique)."""
+        self._running: Step | None = None
+        """The step being computed (by `step`, without the lock)."""
+        self._computed_at = 0.0
+        self._catching_up_since: float | None = None
+        self._caught_up_seconds: float | None = None
+
+    @property
+    def pending(self) -> int:
+        """The steps queued or being computed."""
+        with self._lock:
+            return self._pending()
+
+    def _pending(self) -> int:
+        return len(self._queue) + (self._running is not None)
+
+    @property
+    def queued(self) -> tuple[Step, ...]:
+        """The steps to compute, in the order `step` computes them."""
+        with self._lock:
+            return tuple(self._queue)
+
+    def wait_queued(self, timeout: float | None = None) -> bool:
+        """Wait until a step is queued (at most `timeout` s); whether one is."""
+        with self._lock:
+            return self._lock.wait_for(lambda: bool(self._queue), timeout)
+
+    def reset(self) -> None:
+        """Forget everything (after a failure): the next update computes every answer again."""
+        with self._lock:
+            self._clear()
+
+    def update(
+        self, states: Sequence[HostState], settings: PackingSettings, multipliers: Multipliers
+    ) -> None:
+        """The fleet's states as they are now (in order): each changed hypervisor's stranded
+        capacity solved again at once, and the steps whose input changed queued. A state is the
+        same as before when it is the same object: the worker keeps the ones no request changed."""
+        with self._lock:
+            known, before = self._states, self._settings
+            current = {state.name: state for state in states}
+            changed = {name for name, state in current.items() if known.get(name) is not state}
+            changed |= set(known) - set(current)
+            flavors_same = before is not None and before.flavors == settings.flavors
+            self._solved = self._stranded_of(states, settings, changed if flavors_same else None)
+            reshaped = {
+                name
+                for name in changed
+                if name not in known
+                or name not in current
+                or _compacted(known[name]) != _compacted(current[name])
+            }
+            sold_same = (
+                before is not None
+                and self._multipliers == multipliers
+                and before.reserve_host_failures == settings.reserve_host_failures
+            )
+            # the fleet's answers first, then the groups' and zones'
+            if reshaped or self._unanswered(Step("compaction"), None in self._compactions):
+                self._queue_step(Step("compaction"))
+            for flavor, demand in settings.flavors.items():
+                again = not sold_same or before is None or before.flavors.get(flavor) != demand
+                step = Step("sellable", flavor=flavor)
+                if again or changed or self._unanswered(step, (None, flavor) in self._sellable):
+                    self._queue_step(step)
+            groups = _members(states, settings)
+            old_groups = _members(list(known.values()), before) if before is not None else {}
+            for group, names in groups.items():
+                step = Step("compaction", group=group)
+                unanswered = self._unanswered(step, group in self._compactions)
+                if unanswered or old_groups.get(group) != names or reshaped & set(names):
+                    self._queue_step(step)
+            zones, old_zones = _zones(states), _zones(list(known.values()))
+            for zone, names in zones.items():
+                moved = old_zones.get(zone) != names or bool(changed & set(names))
+                for flavor, demand in settings.flavors.items():
+                    again = not sold_same or before is None or before.flavors.get(flavor) != demand
+                    step = Step("sellable", flavor=flavor, zone=zone)
+                    if again or moved or self._unanswered(step, (zone, flavor) in self._sellable):
+                        self._queue_step(step)
+            self._forget(groups, zones, settings.flavors)
+            self._states, self._settings, self._multipliers = current, settings, multipliers
+            self._computed_at = time.time()
+            if self._queue and self._catching_up_since is None:
+                self._catching_up_since = time.monotonic()
+            self._caught_up()
+            self._lock.notify_all()
+
+    def step(self) -> bool:
+        """Compute the oldest queued step on the states as they are; False when none was queued.
+        The lock is not held while it computes: an update may come meanwhile, and queue the same
+        step again if it changed what the step reads."""
+        with self._lock:
+            if not self._queue:
+                return False
+            settings, multipliers = self._settings, self._multipliers
+            assert settings is not None and multipliers is not None
+            step = next(iter(self._queue))
+            del self._queue[step]
+            self._running = step
+            states = list(self._states.values())
+        try:
+            if step.answer == "compaction":
+                found = self._compacted_summary(step.group, states, settings)
+                with self._lock:
+                    if step.group is None or step.group in _members(list(self._states.values()), settings):
+                        self._compactions[step.group] = found
+            else:
+                count = self._sold(step, states, settings, multipliers)
+                with self._lock:
+                    current = self._settings
+                    if current is not None and step.flavor in current.flavors:
+                        self._sellable[step.zone, step.flavor] = count
+        finally:
+            with self._lock:
+                self._running = None
+                self._computed_at = time.time()
+                self._caught_up()
+        return True
 
     def apply(
         self, states: Sequence[HostState], settings: PackingSettings, multipliers: Multipliers
     ) -> PackingReport:
-        """The answers for these states (the fleet's, in order). A state is the same as before when
-        it is the same object: the worker keeps the ones no request changed."""
-        started = time.monotonic()
-        known = self._states
-        changed = {state.name for state in states if known.get(state.name) is not state}
-        changed |= set(known) - {state.name for state in states}
-        flavors_same = self._settings is not None and self._settings.flavors == settings.flavors
-        sold_same = (
-            flavors_same
-            and self._multipliers == multipliers
-            and self._settings is not None
-            and self._settings.reserve_host_failures == settings.reserve_host_failures
-        )
-        solved = self._stranded_of(states, settings, changed if flavors_same else None)
-        recomputed = bool(changed) or self._fleet is None or not sold_same
-        groups_same = self._settings is not None and self._settings.groups == settings.groups
-        if changed or self._fleet is None or not groups_same:
-            self._compact(states, settings, changed)
-        if recomputed:
-            self._sell(states, settings, multipliers, changed if sold_same else None)
-        self._states = {state.name: state for state in states}
-        self._settings, self._multipliers = settings, multipliers
-        assert self._fleet is not None
+        """`update`, then every step: the answers all as of these states (a one-shot audit's)."""
+        self.update(states, settings, multipliers)
+        while self.step():
+            pass
+        return self.report()
+
+    def report(self) -> PackingReport:
+        with self._lock:
+            return self._report()
+
+    def _report(self) -> PackingReport:
+        settings = self._settings
+        assert settings is not None
+        groups = {group: found for group, found in self._compactions.items() if group is not None}
         return PackingReport(
             stranded=dict(self._stranded),
-            compaction=self._fleet,
-            groups={group: summary for group, (_members, summary) in sorted(self._groups.items())},
-            sellable=dict(self._sellable),
-            sellable_by_zone={
-                (zone, flavor): count
-                for zone, (_members, counts) in sorted(self._zones.items())
-                for flavor, count in counts.items()
+            compaction=self._compactions.get(None),
+            groups=dict(sorted(groups.items())),
+            sellable={
+                flavor: self._sellable[None, flavor]
+                for flavor in settings.flavors
+                if (None, flavor) in self._sellable
             },
+            sellable_by_zone=dict(
+                sorted(
+                    ((zone, flavor), count)
+                    for (zone, flavor), count in self._sellable.items()
+                    if zone is not None
+                )
+            ),
             reserve_host_failures=settings.reserve_host_failures,
-            computed_at=time.time(),
-            duration_seconds=time.monotonic() - started,
-            solved=solved,
-            recomputed=recomputed,
+            computed_at=self._computed_at,
+            duration_seconds=self._caught_up_seconds,
+            pending=self._pending(),
+            solved=self._solved,
         )
+
+    def _unanswered(self, step: Step, answered: bool) -> bool:
+        """Neither answered nor being computed (a first answer is queued once)."""
+        return not answered and step != self._running
+
+    def _queue_step(self, step: Step) -> None:
+        self._queue.setdefault(step, None)
+
+    def _caught_up(self) -> None:
+        if not self._queue and self._running is None and self._catching_up_since is not None:
+            self._caught_up_seconds = time.monotonic() - self._catching_up_since
+            self._catching_up_since = None
+
+    def _forget(
+        self,
+        groups: Mapping[Group, tuple[str, ...]],
+        zones: Mapping[str, tuple[str, ...]],
+        flavors: Iterable[str],
+    ) -> None:
+        """The answers (and queued steps) of groups, zones and flavors that are gone."""
+        names = set(flavors)
+        self._compactions = {
+            group: found for group, found in self._compactions.items() if group is None or group in groups
+        }
+        self._sellable = {
+            (zone, flavor): count
+            for (zone, flavor), count in self._sellable.items()
+            if flavor in names and (zone is None or zone in zones)
+        }
+        self._queue = {
+            step: None
+            for step in self._queue
+            if (step.group is None or step.group in groups)
+            and (step.zone is None or step.zone in zones)
+            and (step.answer == "compaction" or step.flavor in names)
+        }
 
     def _stranded_of(
         self, states: Sequence[HostState], settings: PackingSettings, changed: set[str] | None
@@ -170,49 +357,47 @@ class FleetPacking:
             self._stranded[state.name] = found
         return tuple(solved)
 
-    def _compact(self, states: Sequence[HostState], settings: PackingSettings, changed: set[str]) -> None:
-        if changed or self._fleet is None:
-            self._fleet = CompactionSummary.of(
+    @staticmethod
+    def _compacted_summary(
+        group: Group | None, states: Sequence[HostState], settings: PackingSettings
+    ) -> CompactionSummary:
+        if group is None:
+            return CompactionSummary.of(
                 compaction(states, time_limit_seconds=settings.fleet_time_limit_seconds)
             )
-        members: dict[Group, list[HostState]] = {}
-        for state in states:
-            for group in settings.groups.get(state.name, ()):
-                members.setdefault(group, []).append(state)
-        kept = self._groups
-        self._groups = {}
-        for group, hosts in members.items():
-            names = tuple(state.name for state in hosts)
-            previous = kept.get(group)
-            if previous is not None and previous[0] == names and not changed.intersection(names):
-                self._groups[group] = previous
-                continue
-            found = compaction(hosts, time_limit_seconds=settings.group_time_limit_seconds)
-            self._groups[group] = (names, CompactionSummary.of(found))
+        members = [state for state in states if group in settings.groups.get(state.name, ())]
+        return CompactionSummary.of(compaction(members, time_limit_seconds=settings.group_time_limit_seconds))
 
-    def _sell(
-        self,
-        states: Sequence[HostState],
-        settings: PackingSettings,
-        multipliers: Multipliers,
-        changed: set[str] | None,
-    ) -> None:
-        """The fleet's sellable instances, and each zone's where a member changed (every zone
-        when `changed` is None: other flavors, weighers or reserve)."""
+    @staticmethod
+    def _sold(
+        step: Step, states: Sequence[HostState], settings: PackingSettings, multipliers: Multipliers
+    ) -> int:
+        demand = settings.flavors[step.flavor]
         reserve = settings.reserve_host_failures
-        self._sellable = sellable_instances(states, settings.flavors, multipliers, reserve)
-        members: dict[str, list[HostState]] = {}
-        for state in states:
-            if state.availability_zone is not None:
-                members.setdefault(state.availability_zone, []).append(state)
-        kept = self._zones
-        self._zones = {}
-        for zone, hosts in members.items():
-            names = tuple(state.name for state in hosts)
-            previous = kept.get(zone)
-            unchanged = changed is not None and not changed.intersection(names)
-            if previous is not None and unchanged and previous[0] == names:
-                self._zones[zone] = previous
-                continue
-            found = sellable_by_zone(hosts, settings.flavors, multipliers, reserve)
-            self._zones[zone] = (names, {flavor: found[zone, flavor] for flavor in settings.flavors})
+        if step.zone is None:
+            return sellable_count(states, demand, multipliers, reserve, memo=CandidateMemo())
+        members = [state for state in states if state.availability_zone == step.zone]
+        counts = sellable_by_zone(members, {step.flavor: demand}, multipliers, reserve)
+        return counts[step.zone, step.flavor]
+
+
+def _compacted(state: HostState) -> tuple[object, ...]:
+    """What a compaction reads of a hypervisor: whether a domain may go to it, its inventories and
+    cells with nothing on them, and its domains (not its pending claims)."""
+    return (state.refused_by_compute, state.guests, emptied(state))
+
+
+def _members(states: Sequence[HostState], settings: PackingSettings) -> dict[Group, tuple[str, ...]]:
+    members: dict[Group, list[str]] = {}
+    for state in states:
+        for group in settings.groups.get(state.name, ()):
+            members.setdefault(group, []).append(state.name)
+    return {group: tuple(names) for group, names in members.items()}
+
+
+def _zones(states: Sequence[HostState]) -> dict[str, tuple[str, ...]]:
+    zones: dict[str, list[str]] = {}
+    for state in states:
+        if state.availability_zone is not None:
+            zones.setdefault(state.availability_zone, []).append(state.name)
+    return {zone: tuple(names) for zone, names in zones.items()}

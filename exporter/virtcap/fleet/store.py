@@ -45,6 +45,8 @@ class SnapshotStore:
         self._never_audited: set[str] = set()
         self.tolerance: ToleranceReport | None = None
         """The fleet's failure tolerance as last computed (None until the first computation)."""
+        self.packing: PackingReport | None = None
+        """The packing answers last published (shown with the tolerance, see `publish_packing`)."""
         self._watchers: list[asyncio.Event] = []
 
     def track(self, names: list[str]) -> None:
@@ -88,15 +90,19 @@ class SnapshotStore:
             self._bump()
 
     def publish_tolerance(self, report: ToleranceReport | None) -> None:
-        """A new report keeps the packing answers last published until the next come."""
-        previous = self.tolerance
-        if report is not None and report.packing is None and previous is not None:
-            report = replace(report, packing=previous.packing)
+        """A new report shows the packing answers last published until the next come; None (the
+        failure tolerance turned off) takes them away too."""
+        if report is None:
+            self.packing = None
+        elif report.packing is None:
+            report = replace(report, packing=self.packing)
         self.tolerance = report
         self._bump()
 
     def publish_packing(self, packing: PackingReport) -> None:
-        """The packing answers computed after the tolerance last published (shown with it)."""
+        """The packing answers as the worker last sent them, shown with the tolerance (they may
+        come just before the report they follow is published)."""
+        self.packing = packing
         if self.tolerance is not None:
             self.tolerance = replace(self.tolerance, packing=packing)
             self._bump()

@@ -282,16 +282,34 @@ class FleetSimulation:
             incremental=incremental,
         )
 
+    def update_packing(self, request: SimulationRequest) -> PackingReport | None:
+        """The packing answers brought to the states of the request last applied, as far as they
+        are at once (each changed hypervisor's stranded capacity; the rest queued, see
+        `packing_step`); None without its settings."""
+        if request.packing is None:
+            return None
+        self._packing.update(list(self._states.values()), request.packing, request.multipliers)
+        return self._packing.report()
+
+    def wait_for_packing_step(self, timeout: float | None = None) -> bool:
+        """Wait until a packing answer is queued to compute again (`packing_step`); whether one is."""
+        return self._packing.wait_queued(timeout)
+
+    def packing_step(self) -> PackingReport | None:
+        """The answers once the oldest queued one is computed again; None: none was queued. May
+        run in another thread than `apply` and `update_packing`."""
+        return self._packing.report() if self._packing.step() else None
+
     def pack(self, request: SimulationRequest) -> PackingReport | None:
-        """The packing answers for the states of the request last applied (None without its
-        settings)."""
+        """Every packing answer for the states of the request last applied (None without its
+        settings): `update_packing`, then every step, in one go."""
         if request.packing is None:
             return None
         return self._packing.apply(list(self._states.values()), request.packing, request.multipliers)
 
     def forget_packing(self) -> None:
         """After a failed packing computation: the next one starts from scratch."""
-        self._packing = FleetPacking()
+        self._packing.reset()
 
 
 class LocalSimulation:

@@ -6,9 +6,9 @@ store is the loop's), what changed is found there half a millisecond at a time, 
 the scheduling runs in a worker process
 (service/tolerance_worker.py), one computation at a time, whose report is published to the
 store, which re-renders /metrics. The packing answers (fleet/packing.py: stranded capacity,
-compaction, sellable instances) follow each report from the same worker, and are published
-when they come. A worker that dies or fails is started again by the
-supervisor, and computes the whole fleet.
+compaction, sellable instances) come from the same worker, after each report and then after
+each answer it computes again while no request waits, and are published as they come. A
+worker that dies or fails is started again by the supervisor, and computes the whole fleet.
 
 A burst of audits is waited for and computed once; after a computation of d seconds the next
 waits at least d, so that a large fleet spends at most about half of one core on it. The first
@@ -46,6 +46,7 @@ from virtcap.service.tolerance_worker import (
     WORKER_COMMAND,
     EncodedPacking,
     EncodedReport,
+    PackingDecoder,
     ReportDecoder,
     pickle_one,
     request_frame,
@@ -81,44 +82,70 @@ async def in_slices(items: Sequence[_T], work: Callable[[_T], _R]) -> list[_R]:
 
 
 class WorkerProcess:
-    """The worker, started on first use; each computation a request written and a report read."""
+    """The worker, started on first use; each computation a request written and a report read.
 
-    def __init__(self) -> None:
+    Its answers are read as they come, by a task of its own (`_read_answers`): the tolerance
+    reports go to the computation that waits for them, the packing answers, which the worker
+    sends after a request and then after each step it computes, are handed to `on_packing`. A
+    worker that exits or answers garbage fails the computation that waits, or the next one."""
+
+    def __init__(self, on_packing: Callable[[PackingReport], None] | None = None) -> None:
         self._process: asyncio.subprocess.Process | None = None
+        self._reader: asyncio.Task[None] | None = None
         self._reports = ReportDecoder()
+        self._packing = PackingDecoder()
+        self._on_packing = on_packing
+        self._answers: asyncio.Queue[EncodedReport | BaseException] = asyncio.Queue()
 
     async def compute(self, request: SimulationRequest) -> ToleranceReport:
         process = await self._started()
-        assert process.stdin is not None and process.stdout is not None
+        assert process.stdin is not None
         pickled = await in_slices(list(request.changed.items()), lambda item: (item[0], pickle_one(item[1])))
         process.stdin.write(request_frame(request, dict(pickled)))
         await process.stdin.drain()
-        header = await process.stdout.readexactly(HEADER.size)
-        (size,) = HEADER.unpack(header)
-        body = await process.stdout.readexactly(size)
-        encoded = pickle.loads(body)  # one bytes object per evacuation sent: quick
-        if not isinstance(encoded, EncodedReport):
-            raise TypeError(f"expected a report from the worker, got {type(encoded).__name__}")
+        encoded = await self._answers.get()
+        if isinstance(encoded, BaseException):
+            self._answers.put_nowait(encoded)  # and to any computation after this one
+            raise RuntimeError(f"the failure-tolerance worker stopped answering: {encoded}") from encoded
         loaded = await in_slices(
             list(encoded.evacuations.items()), lambda item: (item[0], pickle.loads(item[1]))
         )
         return self._reports.complete(encoded, dict(loaded))
 
-    async def packing(self) -> PackingReport:
-        """The packing answers that follow the report of a request with packing settings.
-        Raises RuntimeError where the worker could not compute them (it goes on)."""
-        process = await self._started()
+    async def _read_answers(self, process: asyncio.subprocess.Process) -> None:
         assert process.stdout is not None
-        (size,) = HEADER.unpack(await process.stdout.readexactly(HEADER.size))
-        encoded = pickle.loads(await process.stdout.readexactly(size))
-        if not isinstance(encoded, EncodedPacking):
-            raise TypeError(f"expected the packing answers from the worker, got {type(encoded).__name__}")
-        if encoded.report is None:
-            raise RuntimeError(f"the packing answers were not computed: {encoded.error}")
-        return encoded.report
+        try:
+            while True:
+                (size,) = HEADER.unpack(await process.stdout.readexactly(HEADER.size))
+                encoded = pickle.loads(await process.stdout.readexactly(size))  # bytes per host inside
+                if isinstance(encoded, EncodedReport):
+                    self._answers.put_nowait(encoded)
+                elif isinstance(encoded, EncodedPacking):
+                    await self._take_packing(encoded)
+                else:
+                    raise TypeError(f"expected an answer from the worker, got {type(encoded).__name__}")
+        except (asyncio.IncompleteReadError, TypeError, pickle.UnpicklingError) as error:
+            self._answers.put_nowait(error)
+
+    async def _take_packing(self, encoded: EncodedPacking) -> None:
+        loaded = await in_slices(
+            list(encoded.stranded.items()), lambda item: (item[0], pickle.loads(item[1]))
+        )
+        try:
+            packing = self._packing.complete(encoded, dict(loaded))
+        except RuntimeError as error:  # the tolerance stands; the last answers stay shown
+            log.warning("packing answers not computed", extra={"error": str(error)})
+            return
+        if self._on_packing is not None:
+            self._on_packing(packing)
 
     async def stop(self) -> None:
         process, self._process = self._process, None
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reader
         if process is None or process.returncode is not None:
             return
         process.kill()
@@ -135,6 +162,7 @@ class WorkerProcess:
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
             )
+            self._reader = asyncio.create_task(self._read_answers(self._process), name="tolerance-answers")
         return self._process
 
 
@@ -176,16 +204,14 @@ class ToleranceTracker:
     async def _run(self) -> None:
         """One worker and what it was last told, for this run of the task: a restart (after the
         worker died or failed) starts both afresh, and the whole fleet is computed again."""
-        changes, worker = FleetChanges(), WorkerProcess()
+        changes, worker = FleetChanges(), WorkerProcess(self._publish_packing)
         try:
             await self.store.all_audited.wait()
             while True:
                 self._wake.clear()
                 gap = 0.0
                 if self.settings.enabled:
-                    started = time.monotonic()
-                    await self._compute_once(changes, worker)
-                    gap = time.monotonic() - started
+                    gap = await self._compute_once(changes, worker)
                 elif self.store.tolerance is not None:
                     self.store.publish_tolerance(None)
                     changes = FleetChanges()
@@ -198,7 +224,8 @@ class ToleranceTracker:
         finally:
             await worker.stop()
 
-    async def _compute_once(self, changes: FleetChanges, worker: WorkerProcess) -> None:
+    async def _compute_once(self, changes: FleetChanges, worker: WorkerProcess) -> float:
+        """Computes what changed; returns how long the worker took (0 when nothing changed)."""
         hosts = self._hosts(time.time())
         multipliers, bound = self.multipliers, self.settings.max_host_failures
         built = await in_slices(hosts, changes.state_of)
@@ -209,7 +236,7 @@ class ToleranceTracker:
         )
         request = changes.request_from(hosts, built, multipliers, bound, packing)
         if request is None:
-            return
+            return 0.0
         report = await worker.compute(request)
         self._computations["incremental" if report.incremental else "full"] += 1
         report = replace(report, computations=dict(self._computations))
@@ -223,22 +250,16 @@ class ToleranceTracker:
                 "incremental": report.incremental,
             },
         )
-        if request.packing is not None:
-            await self._publish_packing(worker)
+        return report.duration_seconds
 
-    async def _publish_packing(self, worker: WorkerProcess) -> None:
-        try:
-            packing = await worker.packing()
-        except RuntimeError as error:  # the tolerance stands; the last answers stay shown
-            log.warning("packing answers not computed", extra={"error": str(error)})
-            return
+    def _publish_packing(self, packing: PackingReport) -> None:
         self.store.publish_packing(packing)
         log.debug(
-            "packing computed",
+            "packing answers published",
             extra={
                 "stranded_solved": len(packing.solved),
-                "compaction": packing.compaction.hypervisors,
-                "seconds": f"{packing.duration_seconds:.3f}",
+                "pending": packing.pending,
+                "compaction": packing.compaction.hypervisors if packing.compaction is not None else None,
             },
         )
 

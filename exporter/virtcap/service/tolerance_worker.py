@@ -3,9 +3,12 @@ computation of tens of seconds (and the garbage collections of its millions of s
 objects) never holds the exporter's interpreter lock while it serves a scrape or reads an audit.
 
 `main` (started as WORKER_COMMAND) reads requests on its standard input and answers on its
-standard output, one frame each way per computation: an 8-byte big-endian length, then a
-pickle. A request with packing settings gets a second answer once the packing answers are
-computed (fleet/packing.py), so that the tolerance is published without waiting for them.
+standard output, frames each way: an 8-byte big-endian length, then a pickle. Each request gets
+its tolerance report; one with packing settings then gets the packing answers as far as they are
+at once (each changed hypervisor's stranded capacity). The packing answers that read the whole
+fleet (fleet/packing.py's steps) are computed by a thread of their own, one frame after each, so
+that a request never waits for them: while a step runs, a request shares the interpreter with it
+(about half as fast), rather than waiting for its end.
 Requests and answers carry one pickle per hypervisor inside the frame, so that neither side holds
 its lock for the whole fleet's (un)pickling at once. Only the exporter that started it
 writes to it (a private pipe), so trusting its pickles is trusting ourselves. It keeps the
@@ -15,17 +18,20 @@ simulation between requests (see FleetSimulation) and ends when its standard inp
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import pickle
 import struct
 import sys
-from collections.abc import Mapping
-from dataclasses import dataclass, replace
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import BinaryIO
 
 from virtcap.fleet.packing import PackingReport
 from virtcap.fleet.tolerance import FleetSimulation, HostEvacuation, SimulationRequest, ToleranceReport
+from virtcap.model.packing.stranded import StrandedCapacity
 from virtcap.model.scheduler import HostState
 
 log = logging.getLogger(__name__)
@@ -57,11 +63,57 @@ class EncodedReport:
 
 @dataclass(frozen=True, slots=True)
 class EncodedPacking:
-    """The second answer to a request with packing settings."""
+    """The packing answers after a request with packing settings, or after a step."""
 
     report: PackingReport | None
-    """None with an error: the packing failed, the tolerance stands (and the worker goes on)."""
+    """With `stranded` empty (it travels in `stranded`); None with an error: the packing
+    failed, the tolerance stands (and the worker goes on)."""
+    stranded: Mapping[str, bytes] = field(default_factory=dict)
+    """One pickle per hypervisor whose stranded capacity differs from the one sent before."""
+    names: tuple[str, ...] = ()
+    """Every hypervisor of the report's stranded capacity, in order."""
     error: str | None = None
+
+
+class PackingEncoder:
+    """The worker's side of the packing answers: a hypervisor's stranded capacity is sent only
+    when it differs from the one sent before (a step changes none, an update the changed
+    hypervisors' only), so that the exporter unpickles only what changed."""
+
+    def __init__(self) -> None:
+        self._sent: dict[str, bytes] = {}
+
+    def encode(self, report: PackingReport) -> bytes:
+        pickled = {name: pickle_one(found) for name, found in report.stranded.items()}
+        changed = {name: data for name, data in pickled.items() if self._sent.get(name) != data}
+        self._sent = pickled
+        return _frame(EncodedPacking(replace(report, stranded={}), changed, tuple(pickled)))
+
+    def failed(self, error: Exception) -> bytes:
+        self._sent = {}  # the next answers start from scratch, and are sent whole
+        return _frame(EncodedPacking(None, error=f"{type(error).__name__}: {error}"))
+
+
+class PackingDecoder:
+    """The exporter's side: the stranded capacity of the last answers, completed by each new one."""
+
+    def __init__(self) -> None:
+        self._stranded: dict[str, StrandedCapacity] = {}
+
+    def complete(self, encoded: EncodedPacking, loaded: Mapping[str, StrandedCapacity]) -> PackingReport:
+        """The answers, given the stranded capacity they sent unpickled."""
+        if encoded.report is None:
+            self._stranded = {}
+            raise RuntimeError(f"the packing answers were not computed: {encoded.error}")
+        known = self._stranded
+        known.update(loaded)
+        missing = [name for name in encoded.names if name not in known]
+        if missing:
+            raise RuntimeError(
+                f"the failure-tolerance worker sent no stranded capacity of {', '.join(missing[:5])}"
+            )
+        self._stranded = {name: known[name] for name in encoded.names}
+        return replace(encoded.report, stranded=dict(self._stranded))
 
 
 def encode_request(request: SimulationRequest) -> bytes:
@@ -141,8 +193,46 @@ def _read_frame(stream: BinaryIO) -> bytes | None:
     return body
 
 
+class AnswerWriter:
+    """The answers' pipe, shared by the thread that answers requests and the one that computes
+    packing steps: one frame at a time."""
+
+    def __init__(self, answers: BinaryIO) -> None:
+        self._answers = answers
+        self._lock = threading.Lock()
+        self._packing = PackingEncoder()
+
+    def send(self, frame: bytes) -> None:
+        with self._lock:
+            self._answers.write(frame)
+            self._answers.flush()
+
+    def send_packing(self, simulation: FleetSimulation, compute: Callable[[], PackingReport | None]) -> None:
+        """The packing answers `compute` returns (None: nothing to send), or why not: a failure
+        there (a solver's) leaves the tolerance as computed, and the next request computes the
+        packing again from scratch."""
+        try:
+            report = compute()
+        except Exception as error:
+            log.exception("packing not computed")
+            simulation.forget_packing()
+            with self._lock:
+                frame = self._packing.failed(error)
+            self.send(frame)
+            return
+        if report is None:
+            return
+        with self._lock:  # encoded in the order sent: each frame is the difference to the one before
+            self._answers.write(self._packing.encode(report))
+            self._answers.flush()
+
+
 def serve(requests: BinaryIO, answers: BinaryIO) -> None:
-    simulation, reports = FleetSimulation(), ReportEncoder()
+    simulation, reports, writer = FleetSimulation(), ReportEncoder(), AnswerWriter(answers)
+    steps = threading.Thread(
+        target=compute_steps, args=(simulation, writer), name="packing-steps", daemon=True
+    )
+    steps.start()
     while True:
         body = _read_frame(requests)
         if body is None:
@@ -155,26 +245,20 @@ def serve(requests: BinaryIO, answers: BinaryIO) -> None:
             answer = reports.encode(simulation.apply(request))
         except Exception as error:  # told to the exporter, whose supervisor restarts us
             log.exception("failure tolerance not computed")
-            answer = _frame(EncodedReport(None, {}, f"{type(error).__name__}: {error}"))
-            answers.write(answer)
-            answers.flush()
+            writer.send(_frame(EncodedReport(None, {}, f"{type(error).__name__}: {error}")))
             return
-        answers.write(answer)
-        answers.flush()
+        writer.send(answer)
         if request.packing is not None:
-            answers.write(_frame(pack(simulation, request)))
-            answers.flush()
+            writer.send_packing(simulation, functools.partial(simulation.update_packing, request))
 
 
-def pack(simulation: FleetSimulation, request: SimulationRequest) -> EncodedPacking:
-    """The packing answers, or why not: a failure there (a solver's) leaves the tolerance as
-    computed, and the next request computes the packing again from scratch."""
-    try:
-        return EncodedPacking(simulation.pack(request))
-    except Exception as error:
-        log.exception("packing not computed")
-        simulation.forget_packing()
-        return EncodedPacking(None, f"{type(error).__name__}: {error}")
+def compute_steps(simulation: FleetSimulation, writer: AnswerWriter) -> None:
+    """The packing steps, one after the other while any is queued, each answer sent (the thread
+    of `serve`'s, until the process ends: the exporter gone, its pipe broken)."""
+    with contextlib.suppress(BrokenPipeError, ValueError):  # ValueError: the pipe closed at exit
+        while True:
+            simulation.wait_for_packing_step()
+            writer.send_packing(simulation, simulation.packing_step)
 
 
 def yield_the_cpu() -> None:

@@ -12,6 +12,7 @@ docs/packing.md ("Sellable headroom") gives the method and where it is exact.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 
@@ -168,6 +169,7 @@ class _ReserveWalk:
         self.passing: dict[RequestNumber, set[int]] = {}
         """Per request met among the evacuated domains, the hosts that pass for it now."""
         self.top = sorted(range(len(fleet.states)), key=self._largest)[:reserve]
+        self._rooms = _RoomsByClass(fleet)
         self.orders: dict[
             tuple[tuple[int, int], ...],
             tuple[dict[RequestNumber, int], dict[RequestNumber, dict[Resource, int]]],
@@ -191,6 +193,7 @@ class _ReserveWalk:
                 )
             key = fleet.key(self.demand)
             host.add(self.demand, key, fleet.amounts(key, self.demand))
+            self._rooms.moved(number, host.left)
         for key, hosts in self.passing.items():
             if self._passes(number, key):
                 hosts.add(number)
@@ -244,32 +247,20 @@ class _ReserveWalk:
         for every domain of the request."""
         if self.final is not None:
             return False
-        fleet = self.fleet
-        needs = fleet.needs(key, self.requests[key])
+        needs = self.fleet.needs(key, self.requests[key])
         if needs is None:
             return False
-        available = [number for number in hosts if number not in gone]
+        available = len(hosts) - sum(1 for number in gone if number in hosts)
         closable = 0
         for resource, need in needs:
             claimed = before.get(resource, 0)
-            if claimed <= 0:
-                continue
-            closing = sorted(
-                room - need + 1
-                for number in available
-                if (room := self._left(number).get(resource)) is not None
-            )
-            for amount in closing:
-                claimed -= amount
-                if claimed < 0:
-                    break
-                closable += 1
-        return len(available) - min(last - 1, closable) >= 1
-
-    def _left(self, number: int) -> Mapping[Resource, int]:
-        """What is free on the host in Placement's unit, the instances placed on it claimed."""
-        host = self.consumed.get(number)
-        return host.left if host is not None else self.fleet.room_left(number)
+            if claimed > 0:
+                closable += self._rooms.closable(
+                    resource, need, claimed, hosts, gone, most=available - closable
+                )
+                if closable >= available:
+                    return False
+        return available - min(last - 1, closable) >= 1
 
     def _last_positions(
         self, gone: Sequence[int]
@@ -313,6 +304,62 @@ class _ReserveWalk:
             self.orders.clear()
         self.orders[identity] = lasts, before
         return lasts, before
+
+
+class _RoomsByClass:
+    """Per class, every host's room (what is free in Placement's unit, the instances placed on it
+    claimed) in increasing order, kept up to date as instances land: the certificate's room test
+    walks the smallest rooms first, and would otherwise sort the fleet at every count."""
+
+    def __init__(self, fleet: FleetIndex) -> None:
+        self._fleet = fleet
+        self._rooms: dict[int, Mapping[Resource, int]] = {}
+        self._sorted: dict[Resource, list[tuple[int, int]]] = {}
+
+    def _ordered(self, resource: Resource) -> list[tuple[int, int]]:
+        found = self._sorted.get(resource)
+        if found is None:
+            found = self._sorted[resource] = sorted(
+                (room, number)
+                for number in range(len(self._fleet.states))
+                if (room := self._room(number).get(resource)) is not None
+            )
+        return found
+
+    def _room(self, number: int) -> Mapping[Resource, int]:
+        found = self._rooms.get(number)
+        return found if found is not None else self._fleet.room_left(number)
+
+    def moved(self, number: int, rooms: Mapping[Resource, int]) -> None:
+        """The host's rooms are now `rooms` (an instance landed on it)."""
+        before = self._room(number)
+        for resource, ordered in self._sorted.items():
+            old, new = before.get(resource), rooms.get(resource)
+            if old == new:
+                continue
+            if old is not None:
+                del ordered[bisect.bisect_left(ordered, (old, number))]
+            if new is not None:
+                bisect.insort(ordered, (new, number))
+        self._rooms[number] = dict(rooms)
+
+    def closable(
+        self, resource: Resource, need: int, claimed: int, hosts: set[int], gone: Sequence[int], *, most: int
+    ) -> int:
+        """How many of `hosts` (but those `gone`) claims of `claimed` in the class could close
+        for a request that needs `need` of it: the most whose closing amounts (room - need + 1),
+        smallest first, add up to the claims; counting stops at `most`."""
+        closed = 0
+        for room, number in self._ordered(resource):
+            if number not in hosts or number in gone:
+                continue
+            claimed -= room - need + 1
+            if claimed < 0:
+                break
+            closed += 1
+            if closed >= most:
+                break
+        return closed
 
 
 def _allocated_memory(state: HostState) -> int:
