@@ -108,7 +108,8 @@ def _plan_of(answer: dict[str, Any]) -> ConsolidationPlan:
             for move in answer["moves"]
         ),
         unmovable=tuple(
-            Unmovable(item["domain"], item["from"], item["reason"]) for item in answer["unmovable"]
+            Unmovable(item["domain"], item["name"], item["from"], item["reason"])
+            for item in answer["unmovable"]
         ),
         complete=answer["complete"],
     )
@@ -148,7 +149,7 @@ def test_the_demo_plan_empties_hypervisors_and_names_what_cannot_move(demo: Serv
         "hypervisors_before", "hypervisors_after", "emptied", "moves", "unmovable", "complete"
     }  # fmt: skip
     assert set(answer["moves"][0]) == {"domain", "name", "from", "to", "resources"}
-    assert set(answer["unmovable"][0]) == {"domain", "from", "reason"}
+    assert set(answer["unmovable"][0]) == {"domain", "name", "from", "reason"}
     # keeping one hypervisor free empties one fewer; no moves at all empties none
     status, kept = call(demo, "POST", PLAN, {"keep_free": 1})
     assert len(kept["emptied"]) == len(answer["emptied"]) - 1
@@ -170,7 +171,7 @@ def test_the_table_shows_before_after_the_emptied_moves_and_the_unmovable() -> N
         assert move["name"] in text
     assert "Unmovable" in text
     for item in answer["unmovable"]:
-        assert item["domain"] in text
+        assert item["name"] in text
 
 
 def test_the_command_line_asks_a_running_exporter(demo: Server) -> None:
