@@ -36,6 +36,7 @@ def fleet_compaction(runs: int, hypervisors: int, domains: int, time_limit_secon
         ("compaction (hypervisors)", f"{result.hypervisors:,}", ""),
         ("lower bound", f"{result.lower_bound:,}", ""),
         ("gap", f"{result.hypervisors - result.lower_bound} ({proven})", ""),
+        ("stopped by", "the time limit" if result.time_limited else "the optimum or the node limit", ""),
         ("repaired / unplaced domains", f"{len(result.repaired)} / {len(result.unplaced)}", ""),
         ("solver (shapes, types, programs)", cell(solver, " s"), ""),
         ("validation (domain by domain)", cell(validation, " s"), ""),

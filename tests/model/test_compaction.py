@@ -235,3 +235,37 @@ def test_with_numa_cells_the_answer_is_feasible_and_bounded(seed: int) -> None:
 def test_the_answer_is_deterministic() -> None:
     hosts = random_fleet(7)
     assert compaction(hosts) == compaction(hosts)
+
+
+CROWDED_SIZES = (*SIZES, (12, 24, 300), (6, 20, 150))
+CROWDED_DOMAIN_SIZES = (*DOMAIN_SIZES, (3, 5, 30), (5, 7, 50), (2, 9, 15))
+
+
+def crowded_fleet(seed: int, hypervisors: int = 40, most: int = 6) -> list[HostState]:
+    """Hypervisors of six sizes, each with up to `most` domains of nine: a program whose search
+    takes thousands of nodes (seed 0: about 5,500, some 8 s on 2 CPUs)."""
+    rng = random.Random(seed)
+    hosts = []
+    for index in range(hypervisors):
+        cpus, memory, disk = rng.choice(CROWDED_SIZES)
+        hypervisor = state(f"h{index}", cpus=cpus, memory_gib=memory, disk_gib=disk)
+        current, guests = hypervisor, []
+        for number in range(rng.randint(0, most)):
+            wanted = demand(*rng.choice(CROWDED_DOMAIN_SIZES))
+            if first_rejection(current, FilterRequest.of(wanted)) is None:
+                current = current.consume(wanted)
+                guests.append(Guest(f"h{index}-d{number}", wanted))
+        hosts.append(replace(hypervisor, guests=tuple(guests)))
+    return hosts
+
+
+def test_the_node_limit_not_the_time_limit_ends_the_search() -> None:
+    """Where the node limit stops the search, the answer is the same whatever the time budget
+    above what those nodes take (about 1 s here): a slower machine gives the same answer."""
+    hosts = crowded_fleet(0)
+    short = compaction(hosts, time_limit_seconds=5.0, max_nodes=200)
+    long = compaction(hosts, time_limit_seconds=120.0, max_nodes=200)
+    assert not short.time_limited and not long.time_limited
+    assert not short.optimal  # the node limit stopped it before it proved its packing optimal
+    assert short == long
+    assert not short.unplaced and replay(hosts, short.assignment)

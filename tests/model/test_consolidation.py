@@ -116,12 +116,12 @@ def test_a_domain_with_no_room_elsewhere_is_unmovable_with_the_schedulers_reason
     ]
     plan = checked(states, SPREAD)
     assert plan.hypervisors_after == 2
-    assert [u.domain for u in plan.unmovable] == ["uuid-huge-d0"]
+    assert [(u.domain, u.name) for u in plan.unmovable] == [("uuid-huge-d0", "huge-d0")]
     (unmovable,) = plan.unmovable
     assert unmovable.source == "huge"
     assert "Placement" in unmovable.reason
     assert plan.as_json()["unmovable"] == [
-        {"domain": "uuid-huge-d0", "from": "huge", "reason": unmovable.reason}
+        {"domain": "uuid-huge-d0", "name": "huge-d0", "from": "huge", "reason": unmovable.reason}
     ]
 
 

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,10 @@ from tests.support.migrations import replay_plan
 from tests.support.serving import Server, running_server, wait_for
 from virtcap.contract.plans import ConsolidationBody, PlanError
 from virtcap.demo import demo_config
+from virtcap.fleet.packing import FleetPacking, PackingSettings
 from virtcap.fleet.scheduling import FleetEntry, host_states
+from virtcap.fleet.tolerance import ToleranceReport
+from virtcap.model.packing.compaction import compaction
 from virtcap.model.packing.consolidation import ConsolidationPlan, Move, Unmovable
 from virtcap.model.resources import Resource, resource_by_label
 from virtcap.model.scheduler import HostState
@@ -32,6 +36,7 @@ from virtcap.service.consolidation import (
     ConsolidationPlanner,
     PlannerBusyError,
     PlannerFailedError,
+    compaction_target,
     plan_answer,
 )
 from virtcap.service.oneshot import audit_fleet_once
@@ -108,7 +113,8 @@ def _plan_of(answer: dict[str, Any]) -> ConsolidationPlan:
             for move in answer["moves"]
         ),
         unmovable=tuple(
-            Unmovable(item["domain"], item["from"], item["reason"]) for item in answer["unmovable"]
+            Unmovable(item["domain"], item["name"], item["from"], item["reason"])
+            for item in answer["unmovable"]
         ),
         complete=answer["complete"],
     )
@@ -148,7 +154,7 @@ def test_the_demo_plan_empties_hypervisors_and_names_what_cannot_move(demo: Serv
         "hypervisors_before", "hypervisors_after", "emptied", "moves", "unmovable", "complete"
     }  # fmt: skip
     assert set(answer["moves"][0]) == {"domain", "name", "from", "to", "resources"}
-    assert set(answer["unmovable"][0]) == {"domain", "from", "reason"}
+    assert set(answer["unmovable"][0]) == {"domain", "name", "from", "reason"}
     # keeping one hypervisor free empties one fewer; no moves at all empties none
     status, kept = call(demo, "POST", PLAN, {"keep_free": 1})
     assert len(kept["emptied"]) == len(answer["emptied"]) - 1
@@ -170,7 +176,7 @@ def test_the_table_shows_before_after_the_emptied_moves_and_the_unmovable() -> N
         assert move["name"] in text
     assert "Unmovable" in text
     for item in answer["unmovable"]:
-        assert item["domain"] in text
+        assert item["name"] in text
 
 
 def test_the_command_line_asks_a_running_exporter(demo: Server) -> None:
@@ -297,6 +303,55 @@ def test_one_plan_at_a_time_the_second_is_told_when_to_ask_again(demo_states: li
     assert isinstance(second, PlannerBusyError) and second.retry_after >= 1
     assert isinstance(first, str) and first == third
     assert json.loads(first) == json.loads(plan_answer(demo_states, multipliers, body, 30.0).as_json())
+
+
+@pytest.mark.parametrize("options", [{}, {"keep_free": 1}, {"max_moves": 30}])
+def test_the_compactions_target_only_stops_the_search_sooner(
+    demo_states: list[HostState], options: dict[str, Any]
+) -> None:
+    """The fleet's compaction bound as the target: the same plan as without it."""
+    multipliers = demo_config().multipliers
+    body = ConsolidationBody.model_validate(options)
+    bound = compaction(demo_states).lower_bound
+    without = plan_answer(demo_states, multipliers, body, 30.0)
+    assert plan_answer(demo_states, multipliers, body, 30.0, target=bound) == without
+    assert without.hypervisors_after >= bound
+
+
+def test_the_exporters_compaction_is_the_target_only_on_the_audits_it_read(
+    demo_states: list[HostState],
+) -> None:
+    fleet = _demo_fleet()
+    newest = max(entry.good.taken_at for entry in fleet if entry.good is not None)
+    settings = PackingSettings(flavors={}, groups={}, reserve_host_failures=1)
+    packing = FleetPacking().apply(demo_states, settings, demo_config().multipliers)
+    report = ToleranceReport(
+        evacuations={},
+        tolerated=0,
+        bound=1,
+        computed_at=newest + 2.0,
+        duration_seconds=1.0,  # began after the newest audit
+        incremental=False,
+        packing=replace(packing, computed_at=newest + 3.0),
+    )
+    body = ConsolidationBody()
+    assert packing.compaction is not None
+    assert compaction_target(report, fleet, body) == packing.compaction.lower_bound
+    assert compaction_target(None, fleet, body) is None
+    assert compaction_target(replace(report, packing=None), fleet, body) is None
+    # another scope than the fleet's
+    assert compaction_target(report, fleet, ConsolidationBody(availability_zone="az-1")) is None
+    assert compaction_target(report, fleet, ConsolidationBody(exclude_hosts=["compute-04"])) is None
+    # an audit taken after the computation began, the packing kept from an earlier report, a
+    # hypervisor it counted no longer audited
+    assert compaction_target(replace(report, duration_seconds=3.0), fleet, body) is None
+    kept = replace(report, packing=replace(packing, computed_at=newest + 1.0))
+    assert compaction_target(kept, fleet, body) is None
+    gone = next(name for name in packing.stranded)
+    assert compaction_target(report, [e for e in fleet if e.name != gone], body) is None
+    # answers still pending: the compaction may be older than the report's states
+    behind = replace(report, packing=replace(packing, computed_at=newest + 3.0, pending=1))
+    assert compaction_target(behind, fleet, body) is None
 
 
 def test_a_worker_past_its_time_limit_is_killed_and_the_next_plan_starts_another() -> None:

@@ -93,6 +93,7 @@ class UnmovableDomain(BaseModel):
     model_config = ConfigDict(populate_by_name=True)
 
     domain: str = Field(description="The domain's UUID (its name where the UUID is not known).")
+    name: str = Field(description="The domain's name.")
     source: str = Field(alias="from", description="Its hypervisor, which the plan keeps.")
     reason: str = Field(
         description="Why no hypervisor the plan keeps took it: how many hypervisors each filter "

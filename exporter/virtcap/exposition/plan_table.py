@@ -36,7 +36,7 @@ def render_consolidation_plan(answer: ConsolidationAnswer) -> str:
         lines.extend(_table(("#", "domain", "from", "to", "allocated"), rows))
     if answer.unmovable:
         lines.append("Unmovable (their hypervisors are kept):")
-        refused = [(domain.domain, domain.source, domain.reason) for domain in answer.unmovable]
+        refused = [(domain.name, domain.source, domain.reason) for domain in answer.unmovable]
         lines.extend(_table(("domain", "from", "reason"), refused))
     return "\n".join(lines) + "\n"
 

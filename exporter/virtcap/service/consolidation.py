@@ -11,7 +11,9 @@ loop a slice at a time (as the failure tolerance's are) and travel as one pickle
 answer comes back as its JSON text. One plan at a time: a request made while one is computed is
 answered 503 with Retry-After (no queue to grow). A plan is bounded by the planner's time limit
 (what it found by then is the plan, `complete: false`), and its worker is killed if it has not
-answered PLAN_GRACE_SECONDS after that.
+answered PLAN_GRACE_SECONDS after that. Where the exporter's last fleet compaction was computed on
+the same hypervisors and audits, its proven lower bound is the plan's `target`: the search stops
+once the hypervisors left reach it (no plan gets below it, so the plan is the same, found sooner).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from virtcap.config import Config
 from virtcap.contract.plans import ConsolidationAnswer, ConsolidationBody, PlanError
 from virtcap.fleet.claim_records import Claim
 from virtcap.fleet.scheduling import FleetEntry, host_states
+from virtcap.fleet.tolerance import ToleranceReport
 from virtcap.model.packing.consolidation import ConsolidationOptionError, consolidation_plan
 from virtcap.model.scheduler import HostState, Multipliers
 from virtcap.service.oneshot import audit_fleet_once
@@ -72,12 +75,42 @@ def check_plan_options(body: ConsolidationBody, config: Config) -> None:
         raise PlanError(f"keep_free: at most the {len(scope)} hypervisor(s) of {where}, got {body.keep_free}")
 
 
+def compaction_target(
+    report: ToleranceReport | None, fleet: Sequence[FleetEntry], body: ConsolidationBody
+) -> int | None:
+    """The plan's target from the exporter's last fleet compaction (`report.packing`): its proven
+    lower bound, where the plan's scope is the fleet (no zone, nothing excluded) and the
+    compaction read the audits the plan reads: every packing answer caught up with the states of
+    this report (none pending), taken before it began, every hypervisor it counted still there
+    and no audit newer. None otherwise
+    (unsure: no target, the same plan found a little later)."""
+    if body.availability_zone is not None or body.exclude_hosts or report is None:
+        return None
+    packing = report.packing
+    if packing is None or packing.compaction is None or packing.computed_at < report.computed_at:
+        return None  # none yet, or kept from an earlier report: its states are older still
+    if packing.pending:
+        return None  # some answers, maybe the compaction, are older than the report's states
+    began = report.computed_at - report.duration_seconds
+    audited = {entry.name for entry in fleet if entry.good is not None}
+    if not set(packing.stranded) <= audited:
+        return None  # a hypervisor it counted is gone: its domains no longer need room
+    if any(entry.good is not None and entry.good.taken_at >= began for entry in fleet):
+        return None
+    return packing.compaction.lower_bound
+
+
 def plan_answer(
-    states: Sequence[HostState], multipliers: Multipliers, body: ConsolidationBody, time_limit_seconds: float
+    states: Sequence[HostState],
+    multipliers: Multipliers,
+    body: ConsolidationBody,
+    time_limit_seconds: float,
+    target: int | None = None,
 ) -> ConsolidationAnswer:
     """The plan on the audited hypervisors' states, the body checked against the configuration
     first (check_plan_options). A hypervisor excluded or a zone asked for that has no audited
-    state is no error: it was configured, and is down or not audited yet."""
+    state is no error: it was configured, and is down or not audited yet. `target`: the fleet's
+    compaction bound (compaction_target), used only where the plan's scope is the fleet."""
     audited = {state.name for state in states}
     zone = body.availability_zone
     in_scope = [state for state in states if zone is None or state.availability_zone == zone]
@@ -94,6 +127,7 @@ def plan_answer(
             keep_free=min(body.keep_free, len(in_scope)),
             availability_zone=zone,
             exclude=frozenset(body.exclude_hosts) & audited,
+            target=target if zone is None and not body.exclude_hosts else None,
             time_limit_seconds=time_limit_seconds,
         )
     except ConsolidationOptionError as error:
@@ -129,12 +163,16 @@ def _lower_priority() -> None:
 
 
 def _plan_in_worker(
-    pickled: Sequence[bytes], multipliers: Multipliers, body: ConsolidationBody, time_limit_seconds: float
+    pickled: Sequence[bytes],
+    multipliers: Multipliers,
+    body: ConsolidationBody,
+    time_limit_seconds: float,
+    target: int | None,
 ) -> tuple[bool, str]:
     """In the worker process: (True, the answer's JSON) or (False, why the options do not fit)."""
     states = [pickle.loads(one) for one in pickled]
     try:
-        return True, plan_answer(states, multipliers, body, time_limit_seconds).as_json()
+        return True, plan_answer(states, multipliers, body, time_limit_seconds, target).as_json()
     except PlanError as error:
         return False, str(error)
 
@@ -162,10 +200,12 @@ class ConsolidationPlanner:
         claims: Iterable[Claim],
         multipliers: Multipliers,
         body: ConsolidationBody,
+        target: int | None = None,
     ) -> str:
-        """The answer's JSON on the fleet with its pending claims. Raises PlanError (options the
-        fleet's states refuse), PlannerBusyError or PlannerFailedError. On the event loop; the
-        body checked against the configuration first (check_plan_options)."""
+        """The answer's JSON on the fleet with its pending claims (`target`: compaction_target's).
+        Raises PlanError (options the fleet's states refuse), PlannerBusyError or
+        PlannerFailedError. On the event loop; the body checked against the configuration first
+        (check_plan_options)."""
         if self._stopped:
             raise PlannerFailedError("the exporter is stopping")
         if self.busy():
@@ -188,6 +228,7 @@ class ConsolidationPlanner:
                 multipliers,
                 body,
                 self.time_limit_seconds,
+                target,
             )
             self._running = future
         except BrokenProcessPool:

@@ -12,7 +12,12 @@ from aiohttp import web
 
 from virtcap.contract.plans import PlanError, parse_consolidation_body
 from virtcap.fleet.scheduling import fleet_entries
-from virtcap.service.consolidation import PlannerBusyError, PlannerFailedError, check_plan_options
+from virtcap.service.consolidation import (
+    PlannerBusyError,
+    PlannerFailedError,
+    check_plan_options,
+    compaction_target,
+)
 from virtcap.web.body import json_error, parse_json, read_body
 from virtcap.web.exporter import EXPORTER
 
@@ -35,8 +40,9 @@ async def consolidation(request: web.Request) -> web.Response:
     # taken on the event loop (the store and ledger are the loop's), planned in the worker
     fleet = fleet_entries(exporter.store, time.time(), config.audit.staleness_bound)
     claims = list(exporter.claims.claims.values())
+    target = compaction_target(exporter.store.tolerance, fleet, body)
     try:
-        text = await exporter.planner.plan(fleet, claims, config.multipliers, body)
+        text = await exporter.planner.plan(fleet, claims, config.multipliers, body, target)
     except PlanError as error:
         raise json_error(web.HTTPBadRequest, str(error)) from None
     except PlannerBusyError as error:

@@ -73,14 +73,16 @@ class Move:
 @dataclass(frozen=True, slots=True)
 class Unmovable:
     """A domain that kept its hypervisor from being emptied: no hypervisor the plan keeps took
-    it when its hypervisor was tried, and the scheduler's reason."""
+    it when its hypervisor was tried, and the scheduler's reason. The domain by its UUID (its
+    name where the UUID is not known) and by its name, as a move names it."""
 
     domain: str
+    name: str
     source: str
     reason: str
 
     def as_json(self) -> dict[str, object]:
-        return {"domain": self.domain, "from": self.source, "reason": self.reason}
+        return {"domain": self.domain, "name": self.name, "from": self.source, "reason": self.reason}
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,7 +340,8 @@ class _Search:
             if unplaced:
                 guests = {guest.name: guest for guest in state.guests}
                 unmovable.extend(
-                    Unmovable(_identity(guests[lost.guest]), state.name, _reason(lost)) for lost in unplaced
+                    Unmovable(_identity(guests[lost.guest]), lost.guest, state.name, _reason(lost))
+                    for lost in unplaced
                 )
                 continue
             steps.append((state.name, _moves(fleet, (number,), rehomed)))

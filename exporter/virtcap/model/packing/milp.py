@@ -2,6 +2,9 @@
 
 One place talks to the solver, so that the models read as models and the solver's options that
 make an answer reproducible are set once: one thread, a fixed seed, a time limit, no output.
+Single-threaded with a fixed seed, a HiGHS release takes the same steps on any machine; only its time limit
+depends on the machine's speed, which is why a model that must give the same answer everywhere
+also passes `max_nodes` (a work limit) and keeps the time limit as a safety net.
 """
 
 from __future__ import annotations
@@ -64,6 +67,8 @@ class Solution:
     """A proven lower bound on the optimum (minimization); -inf when nothing was proven."""
     optimal: bool
     """The solver proved `values` optimal (to its integrality tolerance, with a zero gap asked)."""
+    time_limited: bool = False
+    """The time limit stopped the solver: where it stopped depends on the machine's speed."""
 
 
 def solve(
@@ -125,4 +130,5 @@ def solve(
         dual_bound = objective if optimal and objective is not None else -INFINITY
     else:
         dual_bound = info.mip_dual_bound if math.isfinite(info.mip_dual_bound) else -INFINITY
-    return Solution(values, objective, dual_bound, optimal)
+    time_limited = status == highspy.HighsModelStatus.kTimeLimit
+    return Solution(values, objective, dual_bound, optimal, time_limited)
