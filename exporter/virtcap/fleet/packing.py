@@ -35,11 +35,12 @@ from virtcap.model.packing.stranded import StrandedCache, StrandedCapacity, elig
 from virtcap.model.scheduler import HostState, Multipliers
 from virtcap.model.scheduler.filters import CandidateMemo
 
-FLEET_COMPACTION_SECONDS = 10.0
-"""The solver's time limit for the fleet's compaction (past it, the best packing found and the
-proven bound are shown, `optimal` false)."""
-GROUP_COMPACTION_SECONDS = 2.0
-"""The solver's time limit for one group's compaction."""
+FLEET_COMPACTION_SECONDS = 60.0
+"""The solvers' time limit for the fleet's compaction, a safety net: their node limits end them
+first, at the same point on any machine (`compaction`); past it, the best packing found and the
+proven bound are shown, `optimal` false. A step of its own: it holds up no other answer."""
+GROUP_COMPACTION_SECONDS = 15.0
+"""The same for one group's compaction."""
 
 Group = tuple[str, str]
 """(kind, group), as the configuration names them: ("availability_zone", "az-1"), ("rack", "r2")."""
