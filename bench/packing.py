@@ -16,7 +16,6 @@
 from __future__ import annotations
 
 import resource
-import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -134,16 +133,23 @@ def _worker_peak_mib(exporter_pid: int) -> float | None:
     return None
 
 
-def _after_claim(port: int, before: float | None, started: float, found: dict[str, float]) -> None:
+class AfterClaim:
     """When the packing answers first changed after the claim (the stranded capacity, published
-    with the tolerance), and when none was pending any more."""
-    while "caught up" not in found:
-        now = time.monotonic() - started
-        if "published" not in found and metric_value(port, PACKED) != before:
-            found["published"] = now
-        if "published" in found and metric_value(port, PENDING) == 0:
-            found["caught up"] = time.monotonic() - started
-        time.sleep(0.1)
+    with the tolerance), and when none was pending any more: asked between the measured scrapes
+    (`latencies_while`'s `busy`), so that no scrape of its own runs beside them."""
+
+    def __init__(self, port: int, before: float | None) -> None:
+        self.port, self.before = port, before
+        self.started = time.monotonic()
+        self.found: dict[str, float] = {}
+
+    def busy(self) -> bool:
+        now = time.monotonic() - self.started
+        if "published" not in self.found and metric_value(self.port, PACKED) != self.before:
+            self.found["published"] = now
+        if "published" in self.found and metric_value(self.port, PENDING) == 0:
+            self.found["caught up"] = now
+        return "caught up" not in self.found
 
 
 def packing_while_scraped(scratch: Path, runs: int, hypervisors: int, domains: int) -> None:
@@ -161,17 +167,12 @@ def packing_while_scraped(scratch: Path, runs: int, hypervisors: int, domains: i
             _latencies(first, measured)
             idle = figures.setdefault("nothing to compute (for comparison)", {})
             _latencies(idle, latencies_while(port, lambda: True, IDLE_SECONDS))
-            before = metric_value(port, PACKED)
-            found: dict[str, float] = {}
-            started = time.monotonic()
+            claimed = AfterClaim(port, metric_value(port, PACKED))
             post_claim(port, next(iter(uris)))
-            watcher = threading.Thread(target=_after_claim, args=(port, before, started, found))
-            watcher.start()
-            measured = latencies_while(port, watcher.is_alive, 3600)
-            watcher.join()
+            measured = latencies_while(port, claimed.busy, 3600)
             again = figures.setdefault("after a claim on one hypervisor", {})
-            again.setdefault("published", []).append(found["published"])
-            again.setdefault("caught up", []).append(found["caught up"])
+            again.setdefault("published", []).append(claimed.found["published"])
+            again.setdefault("caught up", []).append(claimed.found["caught up"])
             _latencies(again, measured)
             peak = _worker_peak_mib(child.pid)
             if peak is not None:

@@ -117,7 +117,11 @@ def sellable_count(
                     fleet.replace(after.host(walk.fleet.states[number], now))
                     known[number] = now
         tolerated = tolerated_losses(
-            fleet, reserve_host_failures, multipliers, _SingleEvacuations(fleet, multipliers)
+            fleet,
+            reserve_host_failures,
+            multipliers,
+            _SingleEvacuations(fleet, multipliers),
+            largest=walk.top,  # the walk keeps them as instances land
         )
         fleet.prune()
         if tolerated < reserve_host_failures:

@@ -51,17 +51,27 @@ def _allocated_memory(state: HostState) -> int:
 
 
 def tolerated_losses(
-    fleet: FleetIndex, bound: int, multipliers: Multipliers, single: Mapping[str, EvacuationResult]
+    fleet: FleetIndex,
+    bound: int,
+    multipliers: Multipliers,
+    single: Mapping[str, EvacuationResult],
+    *,
+    largest: Sequence[int] | None = None,
 ) -> int:
-    largest = sorted(
-        range(len(fleet.states)), key=lambda n: (-_allocated_memory(fleet.states[n]), fleet.states[n].name)
-    )
+    """How many hosts the fleet can lose together, up to `bound`: for each j, the j hosts with
+    the most allocated memory (ties by name) all evacuated at once. `largest`: those hosts in
+    that order, at least `bound` of them, where the caller keeps them (else the fleet is sorted)."""
+    if largest is None:
+        largest = sorted(
+            range(len(fleet.states)),
+            key=lambda n: (-_allocated_memory(fleet.states[n]), fleet.states[n].name),
+        )
     tolerated = 0
     for lost in range(1, min(bound, len(largest)) + 1):
         if lost == 1:
             feasible = single[fleet.states[largest[0]].name].feasible
         else:
-            feasible = not evacuate(fleet, largest[:lost], multipliers)[1]
+            feasible = not evacuate(fleet, list(largest[:lost]), multipliers)[1]
         if not feasible:
             break
         tolerated = lost
