@@ -34,7 +34,7 @@ RACKS = 20
 PACKED = "virtcap_packing_timestamp_seconds"
 PACKING_DURATION = "virtcap_packing_duration_seconds"
 PENDING = "virtcap_packing_pending_answers"
-IDLE_SECONDS = 20.0
+IDLE_SECONDS = 60.0
 """How long /metrics is measured with nothing computing, for comparison."""
 LARGE = Demand({Resource.VCPU: 4, Resource.MEMORY: 8 * GIB, Resource.DISK: 80 * GIB})
 """What `tolerance_fleet_changed` claims."""

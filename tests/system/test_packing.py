@@ -169,6 +169,11 @@ def test_the_worker_sends_the_packing_answers_as_it_computes_them(
     assert worker.returncode == 0
     kinds = [type(answer).__name__ for answer in answers]
     assert kinds[0] == "EncodedReport" and kinds.count("EncodedReport") == 2
+    packed = [answer for answer in answers if isinstance(answer, EncodedPacking)]
+    # each hypervisor's stranded capacity travels once, then only where it was solved again
+    assert set(packed[0].stranded) == set(packed[0].names)
+    assert all(set(answer.stranded) <= {"compute-01"} for answer in packed[1:])
+    assert any(answer.stranded for answer in packed[1:])
     decoder = PackingDecoder()
     reports = [
         decoder.complete(answer, {name: pickle.loads(data) for name, data in answer.stranded.items()})

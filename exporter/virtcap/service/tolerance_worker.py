@@ -77,17 +77,18 @@ class EncodedPacking:
 
 class PackingEncoder:
     """The worker's side of the packing answers: a hypervisor's stranded capacity is sent only
-    when it differs from the one sent before (a step changes none, an update the changed
-    hypervisors' only), so that the exporter unpickles only what changed."""
+    when it is another object than the one sent before (FleetPacking keeps a hypervisor's
+    until it solves it again: a step changes none, an update the changed hypervisors' only), so
+    that neither side pickles nor unpickles the others'."""
 
     def __init__(self) -> None:
-        self._sent: dict[str, bytes] = {}
+        self._sent: dict[str, StrandedCapacity] = {}
 
     def encode(self, report: PackingReport) -> bytes:
-        pickled = {name: pickle_one(found) for name, found in report.stranded.items()}
-        changed = {name: data for name, data in pickled.items() if self._sent.get(name) != data}
-        self._sent = pickled
-        return _frame(EncodedPacking(replace(report, stranded={}), changed, tuple(pickled)))
+        sent, now = self._sent, report.stranded
+        changed = {name: pickle_one(found) for name, found in now.items() if sent.get(name) is not found}
+        self._sent = dict(now)
+        return _frame(EncodedPacking(replace(report, stranded={}), changed, tuple(now)))
 
     def failed(self, error: Exception) -> bytes:
         self._sent = {}  # the next answers start from scratch, and are sent whole
