@@ -409,6 +409,9 @@ def test_serving_captures_exposes_what_serving_the_hosts_does(
                 return len(series(server.samples(), "hypervisor_evacuation_feasible")) == up
 
             wait_for(every_evacuation_computed, 30, what="every hypervisor's evacuation")
+            # and the packing answers that follow it, every one computed
+            pending = "virtcap_packing_pending_answers"
+            wait_for(lambda: value(server.samples(), pending) == 0, 60, what="every packing answer")
             samples = server.samples()
             page = server.get("/")[1].decode()
         return samples, page
