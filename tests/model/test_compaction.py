@@ -341,3 +341,11 @@ def test_a_domain_of_no_zone_on_a_hypervisor_in_a_zone_may_leave_it() -> None:
     assert len(zone_parts(hosts)) == 1
     result = compaction(hosts)
     assert (result.kept, result.optimal) == (("b",), True)
+
+
+def test_zones_no_domain_is_held_to_are_no_part_of_the_program() -> None:
+    """Hypervisors in zones, their domains in none: no filter reads the zones, so the answer is
+    the one without them (the same types, the same program)."""
+    hosts = crowded_fleet(1)
+    apart = [replace(h, availability_zone=f"az{index % 2 + 1}") for index, h in enumerate(hosts)]
+    assert compaction(apart, max_nodes=200) == compaction(hosts, max_nodes=200)

@@ -159,9 +159,10 @@ def _has_limited_class(state: HostState, demand: Demand) -> bool:
     )
 
 
-def type_key(state: HostState) -> Hashable:
-    """What makes two empty hypervisors interchangeable for a packing: their zone and
-    inventories, cells, devices and vGPUs (not their names, nor what they measured)."""
+def type_key(state: HostState, *, zoned: bool = True) -> Hashable:
+    """What makes two empty hypervisors interchangeable for a packing: their zone (unless no
+    domain is `zoned`: then no filter reads it) and inventories, cells, devices and vGPUs (not
+    their names, nor what they measured)."""
     capacity = state.capacity
     inventories = tuple(
         (
@@ -178,7 +179,7 @@ def type_key(state: HostState) -> Hashable:
         for resource, rc in sorted(capacity.resources.items(), key=lambda item: item[0].placement_class)
     )
     return (
-        state.availability_zone,
+        state.availability_zone if zoned else None,
         inventories,
         repr(capacity.within),
         repr(capacity.vgpus),
@@ -349,9 +350,10 @@ def _ceil(value: float) -> int:
 
 
 def _types(states: list[HostState], shapes: Sequence[Shape], fullest: Mapping[str, int]) -> list[HostType]:
+    zoned = any(shape.demand.availability_zone is not None for shape in shapes)
     grouped: dict[Hashable, list[HostState]] = {}
     for state in sorted(states, key=lambda state: fullest[state.name]):
-        grouped.setdefault(type_key(state), []).append(state)
+        grouped.setdefault(type_key(state, zoned=zoned), []).append(state)
     return [_host_type(group, shapes) for group in grouped.values()]
 
 
