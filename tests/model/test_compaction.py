@@ -14,7 +14,7 @@ from tests.support.factories import GIB, host
 from tests.support.fleets import FLAT, state
 from tests.support.hosts import numa_cell, with_cells
 from virtcap.model.host_fit import Demand, within_host
-from virtcap.model.packing.compaction import compaction
+from virtcap.model.packing.compaction import compaction, eligible, zone_parts
 from virtcap.model.packing.shapes import DomainRef, domain_shapes
 from virtcap.model.resources import Resource
 from virtcap.model.scheduler import Guest, HostState, host_state
@@ -269,3 +269,83 @@ def test_the_node_limit_not_the_time_limit_ends_the_search() -> None:
     assert not short.optimal  # the node limit stopped it before it proved its packing optimal
     assert short == long
     assert not short.unplaced and replay(hosts, short.assignment)
+
+
+# Zones: when no domain can leave its zone, each zone is solved alone and the answers added up.
+
+
+def in_zones(hosts: Sequence[HostState], count: int = 2) -> list[HostState]:
+    """The hypervisors dealt round `count` zones, each domain held to its hypervisor's zone (as
+    `host_state` builds them)."""
+    zoned = []
+    for index, hypervisor in enumerate(hosts):
+        zone = f"az{index % count + 1}"
+        guests = tuple(
+            replace(guest, demand=replace(guest.demand, availability_zone=zone))
+            for guest in hypervisor.guests
+        )
+        zoned.append(replace(hypervisor, availability_zone=zone, guests=guests))
+    return zoned
+
+
+def nowhere() -> HostState:
+    """An empty hypervisor in no zone: it takes none of the zones' domains, but its presence makes
+    the fleet one program again."""
+    return state("nowhere", cpus=1, memory_gib=1)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_fleet_in_zones_solved_zone_by_zone_is_the_whole_programs_answer(seed: int) -> None:
+    hosts = in_zones(random_fleet(seed))
+    whole_fleet = [*hosts, nowhere()]
+    assert len(zone_parts(eligible(whole_fleet))) == 1
+    result, whole = compaction(hosts), compaction(whole_fleet)
+    best = brute_force(hosts)
+    assert (result.hypervisors, result.optimal) == (whole.hypervisors, whole.optimal) == (best, True)
+    assert result.lower_bound == best and result.eligible == whole.eligible - 1
+    assert not result.unplaced and replay(hosts, result.assignment)
+
+
+def test_each_zone_is_a_compaction_of_its_own() -> None:
+    """Two zones of crowded hypervisors, each program stopped by its node limit: the fleet's answer
+    is the zones' put together, each zone's kept hypervisors holding exactly its domains."""
+    hosts = in_zones(crowded_fleet(0))
+    result = compaction(hosts, time_limit_seconds=120.0, max_nodes=200)
+    parts = zone_parts(eligible(hosts))
+    answers = [compaction(part, time_limit_seconds=60.0, max_nodes=200) for part in parts]
+    assert len(parts) == 2 and not result.time_limited
+    assert result.hypervisors == sum(answer.hypervisors for answer in answers) == len(result.kept)
+    assert result.lower_bound == sum(answer.lower_bound for answer in answers)
+    assert result.optimal == all(answer.optimal for answer in answers)
+    assert result.shapes == sum(answer.shapes for answer in answers)
+    assert result.eligible == len(hosts)
+    assert result.kept == tuple(h.name for h in hosts if any(h.name in answer.kept for answer in answers))
+    for part, answer in zip(parts, answers, strict=True):
+        names = {h.name for h in part}
+        held = {domain: target for domain, target in result.assignment.items() if target in names}
+        assert held == answer.assignment
+        assert {domain.hypervisor for domain in held} <= names
+    assert len(result.assignment) == sum(len(h.guests) for h in hosts)
+    assert not result.unplaced and replay(hosts, result.assignment)
+
+
+def test_a_domain_of_no_zone_on_a_hypervisor_in_a_zone_may_leave_it() -> None:
+    """Every hypervisor is in a zone, but a domain held to none may go to the other zone: the
+    fleet is not split."""
+    hosts = [
+        holding(replace(state("a", cpus=8, memory_gib=16), availability_zone="az1"), demand(1, 2)),
+        holding(
+            replace(state("b", cpus=8, memory_gib=16), availability_zone="az2"), demand(1, 2, zone="az2")
+        ),
+    ]
+    assert len(zone_parts(hosts)) == 1
+    result = compaction(hosts)
+    assert (result.kept, result.optimal) == (("b",), True)
+
+
+def test_zones_no_domain_is_held_to_are_no_part_of_the_program() -> None:
+    """Hypervisors in zones, their domains in none: no filter reads the zones, so the answer is
+    the one without them (the same types, the same program)."""
+    hosts = crowded_fleet(1)
+    apart = [replace(h, availability_zone=f"az{index % 2 + 1}") for index, h in enumerate(hosts)]
+    assert compaction(apart, max_nodes=200) == compaction(hosts, max_nodes=200)

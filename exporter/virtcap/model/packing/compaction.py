@@ -24,7 +24,8 @@ The method (docs/packing.md, "Compaction"):
 
 A domain no eligible hypervisor takes even empty stays where it is (`stuck`): its hypervisor is
 kept, with it consumed first. Pending claims are not domains: the emptied hypervisors leave them
-out.
+out. When every eligible hypervisor is in an availability zone and every domain is held to its
+own, no domain can leave its zone: each zone is solved alone and the answers added up.
 """
 
 from __future__ import annotations
@@ -158,9 +159,10 @@ def _has_limited_class(state: HostState, demand: Demand) -> bool:
     )
 
 
-def type_key(state: HostState) -> Hashable:
-    """What makes two empty hypervisors interchangeable for a packing: their zone and
-    inventories, cells, devices and vGPUs (not their names, nor what they measured)."""
+def type_key(state: HostState, *, zoned: bool = True) -> Hashable:
+    """What makes two empty hypervisors interchangeable for a packing: their zone (unless no
+    domain is `zoned`: then no filter reads it) and inventories, cells, devices and vGPUs (not
+    their names, nor what they measured)."""
     capacity = state.capacity
     inventories = tuple(
         (
@@ -177,7 +179,7 @@ def type_key(state: HostState) -> Hashable:
         for resource, rc in sorted(capacity.resources.items(), key=lambda item: item[0].placement_class)
     )
     return (
-        state.availability_zone,
+        state.availability_zone if zoned else None,
         inventories,
         repr(capacity.within),
         repr(capacity.vgpus),
@@ -216,10 +218,63 @@ def compaction(
 ) -> Compaction:
     """The fewest of the eligible `states` that hold every counted domain of theirs (any subset
     of a fleet: a group's hypervisors give the group's compaction). Each program stops after
-    `max_nodes` nodes; `time_limit_seconds` bounds them all together, the safety net."""
-    began = time.perf_counter()
-    deadline = began + time_limit_seconds
+    `max_nodes` nodes; `time_limit_seconds` bounds them all together, the safety net. Where no
+    domain can leave its availability zone, each zone is solved alone (`zone_parts`)."""
     hosts = eligible(states)
+    parts = zone_parts(hosts)
+    if len(parts) <= 1:
+        return _compaction(hosts, time.perf_counter() + time_limit_seconds, max_nodes)
+    return _by_zone(hosts, parts, time_limit_seconds, max_nodes)
+
+
+def zone_parts(hosts: Sequence[HostState]) -> list[list[HostState]]:
+    """The eligible hypervisors zone by zone, in the order the zones come in, when no domain can
+    leave its zone: every hypervisor is in one and each of its domains is held to it (as
+    `host_state` builds them). Else one part: a domain of no zone may go to any zone, and a
+    hypervisor of no zone takes such domains from any zone."""
+    parts: dict[str, list[HostState]] = {}
+    for state in hosts:
+        zone = state.availability_zone
+        if zone is None or any(guest.demand.availability_zone != zone for guest in state.guests):
+            return [list(hosts)]
+        parts.setdefault(zone, []).append(state)
+    return list(parts.values())
+
+
+def _by_zone(
+    hosts: Sequence[HostState], parts: Sequence[list[HostState]], time_limit_seconds: float, max_nodes: int
+) -> Compaction:
+    """The zones' compactions added up: apart, their packings add up to the fleet's, and so do
+    their lower bounds. Each zone's programs get their own node limits, and a share of the time
+    left by its hypervisors."""
+    deadline = time.perf_counter() + time_limit_seconds
+    answers: list[Compaction] = []
+    waiting = len(hosts)
+    for part in parts:
+        share = _left(deadline) * len(part) / waiting
+        answers.append(_compaction(part, time.perf_counter() + share, max_nodes))
+        waiting -= len(part)
+    used = {name for answer in answers for name in answer.kept}
+    return Compaction(
+        hypervisors=sum(answer.hypervisors for answer in answers),
+        lower_bound=sum(answer.lower_bound for answer in answers),
+        optimal=all(answer.optimal for answer in answers),
+        assignment={member: name for answer in answers for member, name in answer.assignment.items()},
+        kept=tuple(state.name for state in hosts if state.name in used),
+        eligible=len(hosts),
+        shapes=sum(answer.shapes for answer in answers),
+        repaired=tuple(member for answer in answers for member in answer.repaired),
+        unplaced=tuple(member for answer in answers for member in answer.unplaced),
+        stuck=tuple(member for answer in answers for member in answer.stuck),
+        time_limited=any(answer.time_limited for answer in answers),
+        solver_seconds=sum(answer.solver_seconds for answer in answers),
+        validation_seconds=sum(answer.validation_seconds for answer in answers),
+    )
+
+
+def _compaction(hosts: Sequence[HostState], deadline: float, max_nodes: int) -> Compaction:
+    """The compaction of these eligible hypervisors as one program."""
+    began = time.perf_counter()
     shapes = domain_shapes(hosts)
     base = {state.name: emptied(state) for state in hosts}
     guests = {DomainRef(state.name, guest.name): guest.demand for state in hosts for guest in state.guests}
@@ -295,9 +350,10 @@ def _ceil(value: float) -> int:
 
 
 def _types(states: list[HostState], shapes: Sequence[Shape], fullest: Mapping[str, int]) -> list[HostType]:
+    zoned = any(shape.demand.availability_zone is not None for shape in shapes)
     grouped: dict[Hashable, list[HostState]] = {}
     for state in sorted(states, key=lambda state: fullest[state.name]):
-        grouped.setdefault(type_key(state), []).append(state)
+        grouped.setdefault(type_key(state, zoned=zoned), []).append(state)
     return [_host_type(group, shapes) for group in grouped.values()]
 
 
@@ -666,4 +722,4 @@ def _largest_first(demand: Demand, member: DomainRef) -> tuple[int, int, int, Do
     )
 
 
-__all__ = ["Compaction", "compaction", "eligible", "emptied", "in_a_row"]
+__all__ = ["Compaction", "compaction", "eligible", "emptied", "in_a_row", "zone_parts"]
