@@ -49,14 +49,18 @@ PARTS = (
 
 
 def zoned(states: list[HostState]) -> tuple[list[HostState], dict[str, tuple[tuple[str, str], ...]]]:
-    """The fleet split in ZONES availability zones and RACKS racks, in order."""
+    """The fleet split in ZONES availability zones and RACKS racks, in order; each domain held to
+    its hypervisor's zone, as the exporter's states hold them (fleet/tolerance.py's scheduler_host)."""
     groups: dict[str, tuple[tuple[str, str], ...]] = {}
     placed = []
     for index, state in enumerate(states):
         zone = f"az-{index * ZONES // len(states) + 1}"
         rack = f"r{index * RACKS // len(states) + 1:02d}"
         groups[state.name] = (("availability_zone", zone), ("rack", rack))
-        placed.append(replace(state, availability_zone=zone))
+        guests = tuple(
+            replace(guest, demand=replace(guest.demand, availability_zone=zone)) for guest in state.guests
+        )
+        placed.append(replace(state, availability_zone=zone, guests=guests))
     return placed, groups
 
 
