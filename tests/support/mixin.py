@@ -53,6 +53,7 @@ FOR_KEYS = (
     "claimsDatabaseDown",
     "strandedCapacity",
     "flavorSellable",
+    "runway",
 )
 
 
