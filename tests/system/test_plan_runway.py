@@ -25,7 +25,9 @@ from tests.support.prometheus import running_prometheus
 from tests.support.serving import free_port
 
 STEP = 60.0
-"""The sample spacing, and the command's step for a 3-day window (its floor of a minute)."""
+"""The sample spacing."""
+COMMAND_STEP = 130.0
+"""The command's step for a 3-day window: 2,000 samples per series at most, in whole seconds."""
 DAYS = 3
 LOOKBACK = 300.0
 """Prometheus's default lookback: a step instant reads the latest sample at most this old."""
@@ -119,7 +121,7 @@ def expected_fit(
         if index >= 0 and step_time - times[index] <= LOOKBACK:
             instants.append(step_time)
             read.append(numbers[index])
-        step_time += STEP
+        step_time += COMMAND_STEP
     x = np.array(instants) - instants[-1]
     y = np.array(read)
     slope, level = np.polyfit(x, y, 1)
@@ -150,7 +152,7 @@ def plan_runway(*arguments: str) -> subprocess.CompletedProcess[str]:
 def check_answer(answer: dict[str, Any], expected_sums: dict[Key, list[float]], times: list[float]) -> None:
     rows = {(r["fleet"], r["kind"], r["group"], r["flavor"]): r for r in answer["runways"]}
     assert set(rows) == set(expected_sums)
-    assert answer["step_seconds"] == STEP and answer["window_seconds"] == DAYS * 86400
+    assert answer["step_seconds"] == COMMAND_STEP and answer["window_seconds"] == DAYS * 86400
     start, end = (_epoch(answer[key]) for key in ("start", "end"))
     assert end - start == DAYS * 86400
     for key, numbers in expected_sums.items():
