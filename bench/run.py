@@ -77,6 +77,7 @@ from hostile import hostile_fleet
 from hung import hung_hypervisor
 from numa import numa_fit
 from packing import packing
+from runway import runway
 from scale import scrape_at_scale
 from scrape import scrape_comparison
 from sellable import sellable
@@ -124,6 +125,7 @@ def main() -> int:
             "stranded",
             "consolidation",
             "packing",
+            "runway",
         ),
         help="run one measurement only",
     )
@@ -165,6 +167,7 @@ def main() -> int:
             "stranded": lambda: stranded_capacity_at_scale(runs, 200 if args.quick else 1000, 50),
             "consolidation": lambda: consolidation(runs, 200 if args.quick else 1000, 50),
             "packing": lambda: packing(scratch, runs, 200 if args.quick else 1000, 50),
+            "runway": lambda: runway(scratch, runs, 100 if args.quick else 1000),
         }
         for name, measure in measurements.items():
             if args.only in (None, name):

@@ -5,6 +5,7 @@
 // (`once`: the two replicas of an HA pair), as the rules do.
 local g = import '../mixin/lib/grafana.libsonnet';
 local joins = import '../mixin/lib/joins.libsonnet';
+local durations = import '../mixin/lib/durations.libsonnet';
 
 function(config) config {
   // a recording rule's series: its aggregation kept only the fleet label of the target's labels
@@ -30,6 +31,18 @@ function(config) config {
   // at most one per hypervisor (taken `once`)
   members: self.once('hypervisor_group_info{%(s)s, kind="$kind", group="$group"}' % self, ['kind', 'group']),
   inGroup(series):: '%s * %s group_left () %s' % [series, joins.onHypervisor(config), self.members],
+
+  // The runway of a recorded sum of schedulable instances (`runway`: its runway rule, `sum`: the
+  // sum), as a table column: where the trend is flat or rising the rule has no series, and the
+  // sum times NaN stands in for it so that the flavor still has its row ("not falling").
+  runwayOrNotFalling(runway, sum, labels):: '%s or on (%s) %s * NaN' % [runway, std.join(', ', [config.fleetLabel] + labels), sum],
+  runwayColumn(name, display='time remaining'):: g.column(
+    name,
+    's',
+    g.freeSteps(durations.seconds(config.runwayWarning), 2 * durations.seconds(config.runwayWarning)),
+    display,
+    g.nanText('not falling'),
+  ),
 
   // Table columns that say nothing on a dashboard of one fleet.
   hidden:: { Time: true, job: true, instance: true, __name__: true, [config.fleetLabel]: true },

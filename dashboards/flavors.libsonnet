@@ -36,6 +36,24 @@ local flavorsDashboard(config) =
         ],
       ),
       g.table(
+        'Time remaining, fleet-wide',
+        'Per flavor: the instances that fit fleet-wide now, their trend per day over the last %(w)s (the least-squares slope, PromQL\'s deriv), and the runway, how long until none fits at that trend (fleet_flavor:hypervisor_schedulable_instances:runway_seconds); "not falling" where the trend is flat or rising. Red below %(warning)s (HypervisorFlavorRunwayShort, for the configured flavors). `virtcap plan runway` gives it over a longer window, with a band.' % { w: config.runwayWindow, warning: config.runwayWarning },
+        'short',
+        [
+          t('flavor:hypervisor_schedulable_instances:sum{%(f)s, flavor=~"$flavor"}' % c, instant=true, format='table'),
+          t('deriv(flavor:hypervisor_schedulable_instances:sum{%(f)s, flavor=~"$flavor"}[%(runwayWindow)s]) * 86400' % c, instant=true, format='table'),
+          t(c.runwayOrNotFalling('fleet_flavor:hypervisor_schedulable_instances:runway_seconds{%(f)s, flavor=~"$flavor"}' % c, 'flavor:hypervisor_schedulable_instances:sum{%(f)s, flavor=~"$flavor"}' % c, ['flavor']), instant=true, format='table'),
+        ],
+        overrides=[
+          g.column('Value #A', 'short', display='fit now'),
+          g.column('Value #B', 'short', display='trend per day'),
+          c.runwayColumn('Value #C'),
+        ],
+        sortBy='time remaining',
+        organize={ excludeByName: c.hidden },
+        width=12,
+      ),
+      g.table(
         'Per availability zone: fit and sellable',
         'Per availability zone and flavor: the instances that fit on its members in service (group_flavor:hypervisor_schedulable_instances:sum) and those that can be sold keeping the zone able to re-home its domains after the reserved host failures, failover staying in the zone (group_flavor:hypervisor_group_flavor_sellable_instances:sum).',
         'short',
@@ -48,6 +66,21 @@ local flavorsDashboard(config) =
           g.column('Value #B', 'short', g.freeSteps(1, 2), 'sellable'),
           g.column('group', 'short', display='availability zone'),
         ],
+        organize={ excludeByName: c.hidden { kind: true } },
+        width=12,
+      ),
+      g.table(
+        'Time remaining per availability zone',
+        'Per availability zone and flavor: how long until no more instance fits on its members in service at the trend of the last %(w)s (group_flavor:hypervisor_schedulable_instances:runway_seconds, also recorded per rack); "not falling" where the trend is flat or rising. A zone runs out before the fleet does: an instance never leaves its zone.' % { w: config.runwayWindow },
+        's',
+        [
+          t(c.runwayOrNotFalling('group_flavor:hypervisor_schedulable_instances:runway_seconds{%(f)s, kind="availability_zone", flavor=~"$flavor"}' % c, 'group_flavor:hypervisor_schedulable_instances:sum{%(f)s, kind="availability_zone", flavor=~"$flavor"}' % c, ['kind', 'group', 'flavor']), instant=true, format='table'),
+        ],
+        overrides=[
+          c.runwayColumn('Value'),
+          g.column('group', 'short', display='availability zone'),
+        ],
+        sortBy='time remaining',
         organize={ excludeByName: c.hidden { kind: true } },
         width=12,
       ),

@@ -136,6 +136,15 @@ local fleetDashboard(config) =
         [t('ALERTS{%(f)s, alertname=~"Hypervisor.*|Virtcap.*"}' % c, instant=true, format='table')],
         organize={ excludeByName: c.hidden { Value: true } },
       ),
+      g.table(
+        'Time remaining per flavor',
+        'Per flavor, how long until no more instance fits in the fleet at the trend of the last %(w)s (fleet_flavor:hypervisor_schedulable_instances:runway_seconds: the instances that fit now over how fast they have been falling), shortest first; "not falling" where the trend is flat or rising. Red below %(warning)s: HypervisorFlavorRunwayShort. The flavor headroom dashboard has it per availability zone; `virtcap plan runway` over a longer window, with a band.' % { w: config.runwayWindow, warning: config.runwayWarning },
+        's',
+        [t(c.runwayOrNotFalling('fleet_flavor:hypervisor_schedulable_instances:runway_seconds{%(f)s}' % c, 'flavor:hypervisor_schedulable_instances:sum{%(f)s}' % c, ['flavor']), instant=true, format='table')],
+        overrides=[c.runwayColumn('Value')],
+        sortBy='time remaining',
+        organize={ excludeByName: c.hidden },
+      ),
       g.row('Failure tolerance'),
       g.stat(
         'Host failures tolerated',

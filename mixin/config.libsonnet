@@ -56,6 +56,11 @@
     // HypervisorStrandedCapacityHigh: more than this share of the fleet's free memory or vCPUs
     // stranded (free, but no packing of the fleet's flavors can use it).
     strandedShareWarning: 0.5,
+    // Runway: the seconds until no more instance of a flavor fits (fleet-wide and per group of the
+    // exclusive kinds), at the least-squares trend of the recorded sums over this window; and
+    // HypervisorFlavorRunwayShort below this runway. Prometheus durations both.
+    runwayWindow: '7d',
+    runwayWarning: '14d',
 
     // How long each condition must hold before the alert fires.
     'for': {
@@ -81,6 +86,7 @@
       claimsDatabaseDown: '5m',
       strandedCapacity: '1h',
       flavorSellable: '30m',
+      runway: '1h',
     },
     severity: {
       overcommitted: 'warning',
@@ -105,6 +111,7 @@
       claimsDatabaseDown: 'warning',
       strandedCapacity: 'warning',
       flavorSellable: 'warning',
+      runway: 'warning',
     },
     // Each alert's runbook_url is this, '#', and the alert's name in lower case (its section).
     runbookURL: 'https://github.com/virtcap/virtcap/blob/main/docs/runbook.md',

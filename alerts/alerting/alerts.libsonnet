@@ -6,4 +6,5 @@
 + (import 'contention.libsonnet')
 + (import 'storage.libsonnet')
 + (import 'packing.libsonnet')
++ (import 'runway.libsonnet')
 + (import 'exporter.libsonnet')

@@ -9,6 +9,7 @@
 // (_config.groupResources), and what a hypervisor has many of, flavors, are grouped only for the
 // kinds whose groups never overlap (_config.exclusiveGroupKinds).
 local joins = import '../../mixin/lib/joins.libsonnet';
+local runway = import '../../mixin/lib/runway.libsonnet';
 
 {
   prometheusRules+:: {
@@ -80,6 +81,13 @@ local joins = import '../../mixin/lib/joins.libsonnet';
             labels: { kind: kind },
           }
           for kind in c.exclusiveGroupKinds
+        ] + [
+          {
+            // seconds until none fits in the group, at the trend of _config.runwayWindow (every
+            // exclusive kind's groups at once: the sums carry their kind)
+            record: 'group_flavor:hypervisor_schedulable_instances:runway_seconds',
+            expr: runway.seconds(c, 'group_flavor:hypervisor_schedulable_instances:sum'),
+          },
         ] + [
           {
             record: 'group:hypervisor_%s:%s' % [name, aggregation],

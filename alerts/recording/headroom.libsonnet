@@ -1,4 +1,5 @@
 local joins = import '../../mixin/lib/joins.libsonnet';
+local runway = import '../../mixin/lib/runway.libsonnet';
 
 // What the next instance can still get, per fleet: instances of each flavor, hugepages of each
 // size, passthrough devices of each PCI alias, VGPUs of each mediated device type; on the
@@ -14,6 +15,11 @@ local joins = import '../../mixin/lib/joins.libsonnet';
           {
             record: 'flavor:hypervisor_schedulable_instances:sum',
             expr: 'sum by (%s, flavor) %s' % [$._config.fleetLabel, joins.inService($._config, joins.onceFree($._config, 'hypervisor_schedulable_instances{%(selector)s}' % $._config, ['flavor']))],
+          },
+          {
+            // seconds until none fits, fleet-wide, at the trend of _config.runwayWindow
+            record: 'fleet_flavor:hypervisor_schedulable_instances:runway_seconds',
+            expr: runway.seconds($._config, 'flavor:hypervisor_schedulable_instances:sum'),
           },
           {
             // Nova's free hugepages (total - reserved - used) of each size, all cells of the fleet

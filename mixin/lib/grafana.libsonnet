@@ -160,6 +160,13 @@
     options: { [value]: { text: texts[value], index: i } for i in std.range(0, std.length(texts) - 1) for value in [std.objectFields(texts)[i]] },
   }],
 
+  // A value mapping of NaN to a text: the runway panels' "not falling" (a query's fallback, where
+  // a series would otherwise be missing from the table).
+  nanText(text, color='green'):: [{
+    type: 'special',
+    options: { match: 'nan', result: { text: text, color: color, index: 0 } },
+  }],
+
   // A stat override: one query's value (by its refId) in a fixed colour, not the thresholds'.
   fixedColor(refId, color):: {
     matcher: { id: 'byFrameRefID', options: refId },

@@ -184,7 +184,7 @@ def test_alerts_follow_the_mixin_conventions() -> None:
     anchors = _github_anchors(RUNBOOK.read_text())
     runbook_path = "/" + RUNBOOK.relative_to(ROOT).as_posix()
     rules = alert_rules()
-    assert len(rules) == 22
+    assert len(rules) == 23
     for rule in rules:
         name = rule["alert"]
         # CamelCase words, or an acronym before one, as kubernetes-mixin's KubeCPUOvercommit
@@ -413,3 +413,20 @@ def test_a_host_in_maintenance_through_the_api_leaves_fleet_capacity_and_the_ale
             assert status == 200 and released["in_maintenance"] is False, released
             wait_for(lambda: state() == in_service, AUDIT_INTERVAL, interval=0.25, what="compute-04 back")
             assert time.monotonic() - started < AUDIT_INTERVAL
+
+
+def test_the_runway_window_and_warning_are_configurable() -> None:
+    """runwayWindow is the trend's range in both runway rules, runwayWarning (a Prometheus
+    duration, compound ones too) the alert's threshold in seconds; a threshold that is not a
+    duration fails the rendering rather than alerting on a wrong number."""
+    config = {"runwayWindow": "30d", "runwayWarning": "1w2d12h"}
+    runways = [r for r in rules_of(jsonnet(RULES_SOURCE, config)) if r["record"].endswith(":runway_seconds")]
+    assert len(runways) == 2 and all("[30d])" in r["expr"] for r in runways)
+    (runway,) = [
+        r for r in rules_of(jsonnet(ALERTS_SOURCE, config)) if r["alert"] == "HypervisorFlavorRunwayShort"
+    ]
+    assert f"runway_seconds < {9 * 86400 + 12 * 3600}\n" in runway["expr"]
+    assert "the last 30d" in runway["annotations"]["description"]
+    command = ["jsonnet", "-S", str(ALERTS_SOURCE), "--tla-code", 'config={"runwayWarning": "two weeks"}']
+    failed = subprocess.run(command, capture_output=True, text=True, check=False)
+    assert failed.returncode != 0 and "two weeks" in failed.stderr

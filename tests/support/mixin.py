@@ -53,6 +53,7 @@ FOR_KEYS = (
     "claimsDatabaseDown",
     "strandedCapacity",
     "flavorSellable",
+    "runway",
 )
 
 
@@ -167,7 +168,7 @@ def vector_selectors(expression: str) -> list[str]:
     consumed: set[int] = set()
     for match in _NAME.finditer(text):
         rest = text[match.end() :].lstrip()
-        if rest.startswith("(") or match[0] in _KEYWORDS:
+        if rest.startswith("(") or match[0].lower() in _KEYWORDS:
             continue
         held = re.match(r"\0(\d+)\0", rest)
         if held is None:

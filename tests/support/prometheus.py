@@ -37,7 +37,11 @@ class Prometheus:
 
 
 @contextmanager
-def running_prometheus(config: str, directory: Path, port: int | None = None) -> Iterator[Prometheus]:
+def running_prometheus(
+    config: str, directory: Path, port: int | None = None, flags: tuple[str, ...] = ()
+) -> Iterator[Prometheus]:
+    """A Prometheus on `directory / 'data'` (a backfilled history is read from there); `flags` are
+    more of its command-line flags."""
     binary = shutil.which("prometheus")
     if binary is None:
         pytest.fail("the Debian package prometheus is needed (`make test` installs it)")
@@ -54,6 +58,7 @@ def running_prometheus(config: str, directory: Path, port: int | None = None) ->
                 f"--storage.tsdb.path={directory / 'data'}",
                 f"--web.listen-address=127.0.0.1:{port}",
                 "--web.enable-lifecycle",
+                *flags,
             ],
             stdout=output,
             stderr=subprocess.STDOUT,

@@ -18,6 +18,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from virtcap.commands import plan_runway
 from virtcap.commands.arguments import EXIT_USAGE
 from virtcap.commands.client import (
     EXIT_REFUSED,
@@ -78,6 +79,7 @@ def add_parser(commands: Any) -> None:
         help="a hypervisor neither emptied nor filled (repeat for more)",
     )
     add_answer_source(consolidate, CONSOLIDATION_PATH)
+    plan_runway.add_parser(plans)
 
 
 def consolidation_body(args: argparse.Namespace) -> dict[str, Any]:
@@ -116,6 +118,8 @@ def _flag_part(part: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.plan == "runway":
+        return plan_runway.run(args)
     if args.plan != "consolidate":  # argparse allows only the plans above
         raise AssertionError(args.plan)
     try:
