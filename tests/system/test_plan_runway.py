@@ -28,6 +28,8 @@ STEP = 60.0
 """The sample spacing."""
 COMMAND_STEP = 130.0
 """The command's step for a 3-day window: 2,000 samples per series at most, in whole seconds."""
+RAW_COMMAND_STEP = 1296.0
+"""The same from the raw series: 200 samples at most (Prometheus sums them again at each step)."""
 DAYS = 3
 LOOKBACK = 300.0
 """Prometheus's default lookback: a step instant reads the latest sample at most this old."""
@@ -110,7 +112,7 @@ def sums(values: dict[tuple[str, str, str], list[float]]) -> dict[Key, list[floa
 
 
 def expected_fit(
-    times: list[float], numbers: list[float], start: float, end: float
+    times: list[float], numbers: list[float], start: float, end: float, step: float
 ) -> dict[str, float | None]:
     """The independent answer: at each step instant of the command's range the latest sample at
     most LOOKBACK old (as Prometheus reads it), fitted by numpy.polyfit."""
@@ -121,7 +123,7 @@ def expected_fit(
         if index >= 0 and step_time - times[index] <= LOOKBACK:
             instants.append(step_time)
             read.append(numbers[index])
-        step_time += COMMAND_STEP
+        step_time += step
     x = np.array(instants) - instants[-1]
     y = np.array(read)
     slope, level = np.polyfit(x, y, 1)
@@ -149,14 +151,16 @@ def plan_runway(*arguments: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(command, capture_output=True, text=True, check=False, timeout=120)
 
 
-def check_answer(answer: dict[str, Any], expected_sums: dict[Key, list[float]], times: list[float]) -> None:
+def check_answer(
+    answer: dict[str, Any], expected_sums: dict[Key, list[float]], times: list[float], step: float
+) -> None:
     rows = {(r["fleet"], r["kind"], r["group"], r["flavor"]): r for r in answer["runways"]}
     assert set(rows) == set(expected_sums)
-    assert answer["step_seconds"] == COMMAND_STEP and answer["window_seconds"] == DAYS * 86400
+    assert answer["step_seconds"] == step and answer["window_seconds"] == DAYS * 86400
     start, end = (_epoch(answer[key]) for key in ("start", "end"))
     assert end - start == DAYS * 86400
     for key, numbers in expected_sums.items():
-        expected = expected_fit(times, numbers, start, end)
+        expected = expected_fit(times, numbers, start, end, step)
         row = rows[key]
         assert row["points"] == expected["points"], key
         for field, value in expected.items():
@@ -191,7 +195,7 @@ def test_the_runway_from_the_raw_series(tmp_path: Path, synthetic: Any) -> None:
         assert result.returncode == 0, result.stderr
         answer = json.loads(result.stdout)
         assert answer["source"] == "raw_series"
-        check_answer(answer, sums(values), times)
+        check_answer(answer, sums(values), times, RAW_COMMAND_STEP)
         table = plan_runway("--prometheus", prometheus.url, "--window", f"{DAYS}d")
         assert table.returncode == 0, table.stderr
         assert "not falling" in table.stdout and "m1.xlarge" in table.stdout
@@ -218,7 +222,7 @@ def test_the_runway_from_the_recorded_sums(tmp_path: Path, synthetic: Any) -> No
         assert result.returncode == 0, result.stderr
         answer = json.loads(result.stdout)
         assert answer["source"] == "recording_rules" and answer["fleet_label"] == "cluster"
-        check_answer(answer, sums(values), times)
+        check_answer(answer, sums(values), times, COMMAND_STEP)
         assert "recorded sums" in plan_runway(*arguments).stdout
 
 

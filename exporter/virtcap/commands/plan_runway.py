@@ -42,6 +42,9 @@ TARGET_POINTS = 2_000
 (its standard error is the residuals' over the spread of the times, which a finer step barely
 narrows, the samples of a burst being correlated), while Prometheus's cost is per step: the raw
 series' sums and joins are evaluated again at each."""
+RAW_TARGET_POINTS = 200
+"""The same for the raw series: Prometheus sums and joins them again at each step (thousands of
+series), and a trend's fit needs far fewer points than that cost buys."""
 MINIMUM_STEP_SECONDS = 60.0
 """No finer than a typical rule evaluation: a finer step repeats the same samples."""
 GROUP_KINDS = ("availability_zone", "rack")
@@ -97,9 +100,9 @@ def window_seconds(text: str) -> float:
     return seconds
 
 
-def step_seconds(window: float) -> float:
-    """A whole number of seconds that keeps a window's samples at TARGET_POINTS at most."""
-    return max(MINIMUM_STEP_SECONDS, float(math.ceil(window / TARGET_POINTS)))
+def step_seconds(window: float, points: int = TARGET_POINTS) -> float:
+    """A whole number of seconds that keeps a window's samples at `points` at most."""
+    return max(MINIMUM_STEP_SECONDS, float(math.ceil(window / points)))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -135,6 +138,9 @@ def read_runways(prometheus: Prometheus, window: float, fleet_label: str, now: f
         groups = prometheus.query_range(GROUP_SUM, start, end, step)
     else:
         source = RAW_SERIES
+        step = step_seconds(window, RAW_TARGET_POINTS)
+        end = math.floor(now / step) * step
+        start = end - window
         fleet = prometheus.query_range(raw_fleet_sum(fleet_label), start, end, step)
         groups = [
             series
