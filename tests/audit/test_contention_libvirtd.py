@@ -171,7 +171,8 @@ def test_contending_vcpus_raise_the_counter_and_a_stopped_domain_takes_nothing_b
 def test_the_exporter_counts_vcpu_wait_in_seconds(spinners: Spinners, tmp_path: Path) -> None:
     config = tmp_path / "virtcap.yaml"
     config.write_text(
-        f'audit: {{interval: 1s, timeout: 10s}}\nhypervisors:\n  - {{name: local, uri: "{spinners.uri}"}}\n'
+        f"audit: {{interval: 1s, timeout: 10s}}\nclaims: {{database: {tmp_path / 'claims.sqlite'}}}\n"
+        f'hypervisors:\n  - {{name: local, uri: "{spinners.uri}"}}\n'
     )
     with running_server(["--config", str(config)], tmp_path) as server:
 

@@ -173,7 +173,9 @@ def check_answer(
         falls = key[3] in {"m1.small", "m1.xlarge"}
         assert (row["runway_seconds"] is not None) == falls, key
     # the fleets are never summed together: dc2's compute-01 is not dc1's
-    assert rows["dc2", None, None, "m1.small"]["slope_per_day"] == pytest.approx(-0.2 * 1440)
+    # (within 1%: read at the command's steps, the samples lag by up to a minute, whose pattern
+    # depends on where the steps fall; the fit above is checked exactly against the same reads)
+    assert rows["dc2", None, None, "m1.small"]["slope_per_day"] == pytest.approx(-0.2 * 1440, rel=0.01)
 
 
 def _epoch(text: str) -> float:
