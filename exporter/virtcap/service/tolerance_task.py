@@ -57,6 +57,8 @@ log = logging.getLogger(__name__)
 TASK_NAME = "failure-tolerance"
 SETTLE_SECONDS = 0.5
 """After a change, wait this long for the rest of its burst before computing."""
+EXIT_WAIT_SECONDS = 5.0
+"""How long a worker whose answers ended is waited for, to tell how it exited."""
 SLICE_SECONDS = 0.0005
 """How long the exporter's share of a computation (each new audit's state, pickling) runs on the
 event loop before it lets a scrape in."""
@@ -106,11 +108,23 @@ class WorkerProcess:
         encoded = await self._answers.get()
         if isinstance(encoded, BaseException):
             self._answers.put_nowait(encoded)  # and to any computation after this one
-            raise RuntimeError(f"the failure-tolerance worker stopped answering: {encoded}") from encoded
+            raise RuntimeError(await self._why_not_answering(process, encoded)) from encoded
         loaded = await in_slices(
             list(encoded.evacuations.items()), lambda item: (item[0], pickle.loads(item[1]))
         )
         return self._reports.complete(encoded, dict(loaded))
+
+    @staticmethod
+    async def _why_not_answering(process: asyncio.subprocess.Process, error: BaseException) -> str:
+        """A worker whose answers ended has mostly exited (killed, or failed): say how, once it is
+        reaped; one that still runs answered garbage."""
+        if isinstance(error, asyncio.IncompleteReadError):
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(EXIT_WAIT_SECONDS):
+                    await process.wait()
+        if process.returncode is not None:
+            return f"the failure-tolerance worker exited with code {process.returncode}"
+        return f"the failure-tolerance worker stopped answering: {error}"
 
     async def _read_answers(self, process: asyncio.subprocess.Process) -> None:
         assert process.stdout is not None
