@@ -22,10 +22,12 @@ outlive the process and are compared across replicas.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
-from virtcap.model.facts import DomainState
+from virtcap.model.facts import DomainFacts, DomainState
+from virtcap.model.resources import Resource
 
 NANOSECONDS = 1e9
 
@@ -77,6 +79,15 @@ class Reclaimable:
     reason: ReclaimReason
     since: float
     """Since when it has been shut off, or idle (wall-clock seconds)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReclaimableDomain:
+    hypervisor: str
+    domain: DomainFacts
+    reclaimable: Reclaimable
+    allocation: Mapping[Resource, int]
+    """What it holds, as the capacity counts it (model/capacity.domain_allocation)."""
 
 
 def advance_history(

@@ -201,7 +201,7 @@ class HypervisorAuditor:
             snapshot = await asyncio.to_thread(HypervisorSnapshot.audited, self.hypervisor, facts, flavors)
             self.store.record(snapshot, "success")
         if self.reclaim is not None:
-            await self.reclaim.record(self.name, facts)
+            await self.reclaim.record(self.name, facts, self.hypervisor.policy)
         return True
 
     def _record_failure(self, error: str, outcome: str) -> None:

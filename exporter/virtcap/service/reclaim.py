@@ -15,15 +15,16 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 from virtcap.claims.storage import ClaimStorage, StorageError
 from virtcap.config import ReclaimSettings
-from virtcap.model.facts import DomainFacts, HostFacts
+from virtcap.model.capacity import domain_allocation
+from virtcap.model.facts import HostFacts
+from virtcap.model.policy import HostPolicy
 from virtcap.model.reclaim import (
     DomainHistory,
     DomainSample,
-    Reclaimable,
+    ReclaimableDomain,
     ReclaimPolicy,
     advance_hypervisor,
     reclaimable,
@@ -33,13 +34,6 @@ log = logging.getLogger(__name__)
 
 CHECKPOINT_SECONDS = 300.0
 """How often a running domain's CPU-time sample is stored when nothing else about it changed."""
-
-
-@dataclass(frozen=True, slots=True)
-class ReclaimableDomain:
-    hypervisor: str
-    domain: DomainFacts
-    reclaimable: Reclaimable
 
 
 def policy_of(settings: ReclaimSettings) -> ReclaimPolicy:
@@ -71,7 +65,7 @@ class ReclaimTracker:
         self.histories: dict[str, dict[str, DomainHistory]] = {}
         self._stored: dict[str, dict[str, DomainHistory]] = {}
         """What the database holds, per hypervisor and UUID, as far as this exporter knows."""
-        self._facts: dict[str, HostFacts] = {}
+        self._facts: dict[str, tuple[HostFacts, HostPolicy | None]] = {}
 
     async def start(self) -> None:
         """Read the history a previous run (or another replica) stored; an unreachable database
@@ -87,13 +81,17 @@ class ReclaimTracker:
             self.histories.setdefault(history.hypervisor, {})[history.uuid] = history
             self._stored.setdefault(history.hypervisor, {})[history.uuid] = history
 
-    async def record(self, hypervisor: str, facts: HostFacts, now: float | None = None) -> None:
-        """Advance `hypervisor`'s domains with its latest audit, and store what changed."""
+    async def record(
+        self, hypervisor: str, facts: HostFacts, policy: HostPolicy | None = None, now: float | None = None
+    ) -> None:
+        """Advance `hypervisor`'s domains with its latest audit, and store what changed. `policy`
+        (the hypervisor's) says which domains hold capacity and which CPUs are dedicated; None:
+        every domain, as a plain one would count."""
         at = time.time() if now is None else now
         previous = self.histories.get(hypervisor, {})
         current = advance_hypervisor(previous, samples_of(facts, at), hypervisor, self.policy.idle_cpu_below)
         self.histories[hypervisor] = current
-        self._facts[hypervisor] = facts
+        self._facts[hypervisor] = (facts, policy)
         stored = self._stored.get(hypervisor, {})
         changed = [h for h in current.values() if _worth_storing(h, stored.get(h.uuid))]
         gone = [(hypervisor, uuid) for uuid in stored if uuid not in current]
@@ -125,12 +123,17 @@ class ReclaimTracker:
         at = time.time() if now is None else now
         found = []
         for hypervisor in sorted(self.histories):
-            facts = self._facts.get(hypervisor)
-            if facts is None:
+            audited = self._facts.get(hypervisor)
+            if audited is None:
                 continue  # read from the database, not audited yet since the start
+            facts, policy = audited
             for domain in facts.domains:
+                if policy is not None and domain.state not in policy.counted_states:
+                    continue  # it holds no capacity: nothing to take back
                 history = self.histories[hypervisor].get(domain.uuid)
                 answer = reclaimable(history, at, self.policy) if history is not None else None
                 if answer is not None:
-                    found.append(ReclaimableDomain(hypervisor, domain, answer))
+                    dedicated = policy.cpu_dedicated_set if policy is not None else None
+                    allocation = domain_allocation(domain, dedicated)
+                    found.append(ReclaimableDomain(hypervisor, domain, answer, allocation))
         return found

@@ -1,0 +1,69 @@
+"""`GET /api/v1/reclaimable` on a served fleet of test-driver hypervisors: the domains shut off for
+longer than a window of a second, with what each holds, as the OpenAPI description says; and the
+history is kept across a restart of the exporter (the claims database's SQLite file)."""
+
+from __future__ import annotations
+
+import re
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from jsonschema import Draft202012Validator
+
+from tests.support.claims_client import MIXED, call, write_config
+from tests.support.serving import running_server, wait_for
+from virtcap.demo import DEMO_DIR
+
+SHUTOFF = 5
+"""The test driver's `<test:runstate>` of a shut-off domain."""
+
+
+def shut_off(path: Path) -> set[str]:
+    """The UUIDs of the shut-off domains the test driver's node file defines, read independently."""
+    found = set()
+    for domain in re.findall(r"<domain\b.*?</domain>", path.read_text(), flags=re.DOTALL):
+        state = re.search(r"<test:runstate>(\d+)</test:runstate>", domain)
+        uuid = re.search(r"<uuid>([^<]+)</uuid>", domain)
+        if state is not None and uuid is not None and int(state.group(1)) == SHUTOFF:
+            found.add(uuid.group(1))
+    return found
+
+
+def _listing(server: Any) -> dict[str, Any]:
+    status, document = call(server, "GET", "/api/v1/reclaimable")
+    assert status == 200, document
+    return dict(document)
+
+
+def test_shut_off_domains_are_listed_with_their_allocation_and_kept_across_a_restart(tmp_path: Path) -> None:
+    expected = {
+        "big": shut_off(DEMO_DIR / "compute-04.xml"),
+        "small": shut_off(DEMO_DIR / "compute-05.xml"),
+        "mixed": shut_off(MIXED),
+    }
+    assert expected["small"], "the fixture has shut-off domains"
+    config = write_config(tmp_path, interval="1s", sections="reclaim: {shutoff_after: 2s}")
+    with running_server(["--config", str(config)], tmp_path) as server:
+        wait_for(lambda: len(_listing(server)["domains"]) == sum(map(len, expected.values())), timeout=30)
+        listing = _listing(server)
+        status, description = call(server, "GET", "/api/v1/openapi.json")
+        assert status == 200
+        schema = {"$ref": "#/components/schemas/ReclaimableList", "components": description["components"]}
+        Draft202012Validator(schema).validate(listing)
+    found = {(d["hypervisor"], d["uuid"]) for d in listing["domains"]}
+    assert found == {(name, uuid) for name, uuids in expected.items() for uuid in uuids}
+    assert {d["reason"] for d in listing["domains"]} == {"shutoff"}
+    for domain in listing["domains"]:
+        assert domain["allocation"]["memory"] > 0, domain
+    totals = listing["totals"]["shutoff"]
+    assert totals["memory"] == sum(d["allocation"]["memory"] for d in listing["domains"])
+    since = {(d["hypervisor"], d["uuid"]): d["since"] for d in listing["domains"]}
+
+    # restarted with the same database: the domains are reclaimable at once, since the same time
+    with running_server(["--config", str(config)], tmp_path) as server:
+        wait_for(lambda: len(_listing(server)["domains"]) == len(found), timeout=30)
+        again = {(d["hypervisor"], d["uuid"]): d["since"] for d in _listing(server)["domains"]}
+    assert again == since
+    assert all(datetime.fromisoformat(when).timestamp() < time.time() for when in since.values())
