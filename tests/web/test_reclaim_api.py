@@ -13,7 +13,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 
 from tests.support.claims_client import MIXED, call, write_config
-from tests.support.serving import running_server, wait_for
+from tests.support.serving import running_server, series, value, wait_for
 from virtcap.demo import DEMO_DIR
 
 SHUTOFF = 5
@@ -52,6 +52,23 @@ def test_shut_off_domains_are_listed_with_their_allocation_and_kept_across_a_res
         assert status == 200
         schema = {"$ref": "#/components/schemas/ReclaimableList", "components": description["components"]}
         Draft202012Validator(schema).validate(listing)
+        # the metrics sum the same allocations, per hypervisor and per project (the rest as `other`)
+        wanted = {
+            name: sum(d["allocation"]["memory"] for d in listing["domains"] if d["hypervisor"] == name)
+            for name in expected
+        }
+
+        def metrics_agree() -> bool:
+            samples = server.samples()
+            memory = {"resource": "memory", "reason": "shutoff"}
+            for name, amount in wanted.items():
+                host = value(samples, "hypervisor_reclaimable", hypervisor=name, unit="bytes", **memory)
+                projects = series(samples, "hypervisor_project_reclaimable", hypervisor=name, **memory)
+                if (host or 0) != amount or sum(projects.values()) != amount:
+                    return False
+            return True
+
+        wait_for(metrics_agree, timeout=30)
     found = {(d["hypervisor"], d["uuid"]) for d in listing["domains"]}
     assert found == {(name, uuid) for name, uuids in expected.items() for uuid in uuids}
     assert {d["reason"] for d in listing["domains"]} == {"shutoff"}

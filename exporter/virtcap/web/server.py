@@ -87,6 +87,7 @@ async def serve(
     fleet = FleetAuditor(store, supervisor, claims, reclaim)
     cache = MetricsCache(store, config.audit.staleness_bound, claims, supervisor)
     cache.exposition = config.exposition
+    cache.reclaim = reclaim
     cache.shard = config.shard  # a reload keeps it (reload.py)
     exporter = Exporter(
         config,
