@@ -4,7 +4,10 @@ history is kept across a restart of the exporter (the claims database's SQLite f
 
 from __future__ import annotations
 
+import json
 import re
+import subprocess
+import sys
 import time
 from datetime import datetime
 from pathlib import Path
@@ -13,7 +16,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 
 from tests.support.claims_client import MIXED, call, write_config
-from tests.support.serving import running_server, series, value, wait_for
+from tests.support.serving import free_port, running_server, series, value, wait_for
 from virtcap.demo import DEMO_DIR
 
 SHUTOFF = 5
@@ -29,6 +32,18 @@ def shut_off(path: Path) -> set[str]:
         if state is not None and uuid is not None and int(state.group(1)) == SHUTOFF:
             found.add(uuid.group(1))
     return found
+
+
+def _plan(arguments: list[str]) -> str:
+    result = subprocess.run(
+        [sys.executable, "-m", "virtcap", "plan", "reclaim", *arguments],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
 
 
 def _listing(server: Any) -> dict[str, Any]:
@@ -82,5 +97,33 @@ def test_shut_off_domains_are_listed_with_their_allocation_and_kept_across_a_res
     with running_server(["--config", str(config)], tmp_path) as server:
         wait_for(lambda: len(_listing(server)["domains"]) == len(found), timeout=30)
         again = {(d["hypervisor"], d["uuid"]): d["since"] for d in _listing(server)["domains"]}
+        asked = _plan(["--url", server.base_url, "--format", "json"])
+        table = _plan(["--url", server.base_url])
     assert again == since
+    assert {(d["hypervisor"], d["uuid"]): d["since"] for d in json.loads(asked)["domains"]} == since
+    assert all(d["name"] in table and d["uuid"] in table for d in listing["domains"])
+    # one audit of the configuration's fleet, judged with the history its database keeps
+    local = json.loads(_plan(["--config", str(config), "--format", "json"]))
+    assert {(d["hypervisor"], d["uuid"]): d["since"] for d in local["domains"]} == since
     assert all(datetime.fromisoformat(when).timestamp() < time.time() for when in since.values())
+
+
+def test_plan_reclaim_says_in_one_line_when_the_exporter_cannot_answer() -> None:
+    port = free_port()
+    for arguments, code in (
+        (["--url", f"http://127.0.0.1:{port}"], 1),
+        (["--demo", "--format", "xml"], 2),
+        (["--demo", "--url", f"http://127.0.0.1:{port}"], 2),
+    ):
+        result = subprocess.run(
+            [sys.executable, "-m", "virtcap", "plan", "reclaim", *arguments],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=120,
+        )
+        assert result.returncode == code, result.stderr
+        assert "Traceback" not in result.stderr
+        if code == 1:
+            (line,) = result.stderr.splitlines()
+            assert line.startswith("virtcap: plan reclaim: cannot reach"), line
