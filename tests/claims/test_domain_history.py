@@ -8,14 +8,16 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+from tests.support.factories import domain, host
 from tests.support.postgres import PASSWORD, Postgres
 from virtcap.claims.database import SCHEMA_VERSION, ClaimDatabase
 from virtcap.claims.postgres import PostgresClaimDatabase
 from virtcap.claims.storage import ClaimStorage
 from virtcap.fleet.claim_records import Claim
 from virtcap.model.facts import DomainState
-from virtcap.model.reclaim import DomainHistory
+from virtcap.model.reclaim import DomainHistory, ReclaimPolicy
 from virtcap.model.resources import Resource
+from virtcap.service.reclaim import ReclaimTracker
 
 T0 = 1_700_000_000.0
 STOPPED = DomainHistory("hv1", "u-stopped", DomainState.SHUTOFF, T0)
@@ -112,3 +114,31 @@ def test_a_version_6_postgresql_ledger_gains_the_history(postgres: Postgres, cla
     assert _run(write_and_read()) == {STOPPED}
     with postgres.connect(name) as conn:
         assert conn.execute("SELECT max(version) FROM schema_version").fetchone() == (SCHEMA_VERSION,)
+
+
+def test_a_hypervisor_dropped_here_is_forgotten_and_another_shards_are_kept(tmp_path: Path) -> None:
+    """Shards sharing one database read each other's rows: a shard forgets only the hypervisors it
+    audited itself and no longer does."""
+    path = str(tmp_path / "claims.sqlite")
+    facts = host(domains=(domain("u1", DomainState.SHUTOFF),))
+    policy = ReclaimPolicy(shutoff_after=1.0, idle_cpu_below=0.05, idle_for=1.0)
+
+    async def scenario() -> set[tuple[str, str]]:
+        first, second = ClaimDatabase(path), ClaimDatabase(path)
+        try:
+            await first.start()
+            one = ReclaimTracker(policy, first)
+            await one.record("hv-a", facts, now=T0)
+            await one.record("hv-b", facts, now=T0)
+            await second.start()
+            other = ReclaimTracker(policy, second)
+            await other.start()  # reads hv-a's and hv-b's rows, audits hv-c
+            await other.record("hv-c", facts, now=T0)
+            await other.keep_only(["hv-c"])  # hv-a and hv-b are not its own: kept
+            await one.keep_only(["hv-a"])  # hv-b was its own: forgotten
+            return {(h.hypervisor, h.uuid) for h in await first.domain_history()}
+        finally:
+            await first.close()
+            await second.close()
+
+    assert _run(scenario()) == {("hv-a", "uuid-u1"), ("hv-c", "uuid-u1")}

@@ -307,7 +307,7 @@ class FleetAuditor:
                 await auditor.stop()
                 del self.auditors[name]
         if self.reclaim is not None:
-            await self.reclaim.forget(self.reclaim.histories.keys() - wanted.keys())
+            await self.reclaim.keep_only(wanted)
         self.store.track(list(wanted))
         if self.claims is not None:
             # the names the maintenance API knows, and their configuration's; after `track`: the

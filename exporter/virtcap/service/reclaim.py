@@ -97,8 +97,14 @@ class ReclaimTracker:
         gone = [(hypervisor, uuid) for uuid in stored if uuid not in current]
         await self._store(changed, gone)
 
+    async def keep_only(self, wanted: Iterable[str]) -> None:
+        """The hypervisors this exporter audits from now on: those it audited before and no longer
+        does (removed from the configuration) are forgotten. The others' rows stay, read or not:
+        in a database shared by shards they are another shard's to keep."""
+        await self.forget(self._facts.keys() - set(wanted))
+
     async def forget(self, hypervisors: Iterable[str]) -> None:
-        """Hypervisors no longer audited here: their domains are forgotten."""
+        """These hypervisors' domains are forgotten, in memory and in the database."""
         names = set(hypervisors)
         for name in names:
             self.histories.pop(name, None)
