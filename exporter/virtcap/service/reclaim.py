@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from virtcap.claims.storage import ClaimStorage, StorageError
 from virtcap.config import ReclaimSettings
 from virtcap.model.capacity import domain_allocation
-from virtcap.model.facts import HostFacts
+from virtcap.model.facts import DomainFacts, DomainState, HostFacts
 from virtcap.model.policy import HostPolicy
 from virtcap.model.reclaim import (
     DomainHistory,
@@ -65,7 +65,9 @@ class ReclaimTracker:
         self.histories: dict[str, dict[str, DomainHistory]] = {}
         self._stored: dict[str, dict[str, DomainHistory]] = {}
         """What the database holds, per hypervisor and UUID, as far as this exporter knows."""
-        self._facts: dict[str, tuple[HostFacts, HostPolicy | None]] = {}
+        self._candidates: dict[str, list[tuple[DomainFacts, DomainHistory, frozenset[int] | None]]] = {}
+        """Per hypervisor audited here, its counted domains shut off or idle as of its last audit,
+        with their history and the hypervisor's dedicated CPUs, by name."""
 
     async def start(self) -> None:
         """Read the history a previous run (or another replica) stored; an unreachable database
@@ -91,7 +93,18 @@ class ReclaimTracker:
         previous = self.histories.get(hypervisor, {})
         current = advance_hypervisor(previous, samples_of(facts, at), hypervisor, self.policy.idle_cpu_below)
         self.histories[hypervisor] = current
-        self._facts[hypervisor] = (facts, policy)
+        dedicated = policy.cpu_dedicated_set if policy is not None else None
+        candidates = []
+        for domain in sorted(facts.domains, key=lambda d: d.name):
+            # a domain in a state the capacity does not count holds nothing to take back
+            if policy is not None and domain.state not in policy.counted_states:
+                continue
+            history = current.get(domain.uuid)
+            if history is not None and (
+                history.state == DomainState.SHUTOFF or history.idle_since is not None
+            ):
+                candidates.append((domain, history, dedicated))
+        self._candidates[hypervisor] = candidates
         stored = self._stored.get(hypervisor, {})
         changed = [h for h in current.values() if _worth_storing(h, stored.get(h.uuid))]
         gone = [(hypervisor, uuid) for uuid in stored if uuid not in current]
@@ -101,14 +114,14 @@ class ReclaimTracker:
         """The hypervisors this exporter audits from now on: those it audited before and no longer
         does (removed from the configuration) are forgotten. The others' rows stay, read or not:
         in a database shared by shards they are another shard's to keep."""
-        await self.forget(self._facts.keys() - set(wanted))
+        await self.forget(self._candidates.keys() - set(wanted))
 
     async def forget(self, hypervisors: Iterable[str]) -> None:
         """These hypervisors' domains are forgotten, in memory and in the database."""
         names = set(hypervisors)
         for name in names:
             self.histories.pop(name, None)
-            self._facts.pop(name, None)
+            self._candidates.pop(name, None)
         await self._store([], [(name, uuid) for name in names for uuid in self._stored.get(name, {})])
 
     async def _store(self, changed: list[DomainHistory], gone: list[tuple[str, str]]) -> None:
@@ -125,21 +138,15 @@ class ReclaimTracker:
             self._stored.setdefault(history.hypervisor, {})[history.uuid] = history
 
     def reclaimable_domains(self, now: float | None = None) -> list[ReclaimableDomain]:
-        """The domains reclaimable at `now`, by hypervisor and name, with their latest facts."""
+        """The domains reclaimable at `now`, by hypervisor and name, with their latest facts. Only
+        the candidates of each audit are looked at (shut off or idle, and counted): every render
+        asks, on the event loop, and a fleet's domains are mostly neither."""
         at = time.time() if now is None else now
         found = []
-        for hypervisor in sorted(self.histories):
-            audited = self._facts.get(hypervisor)
-            if audited is None:
-                continue  # read from the database, not audited yet since the start
-            facts, policy = audited
-            for domain in facts.domains:
-                if policy is not None and domain.state not in policy.counted_states:
-                    continue  # it holds no capacity: nothing to take back
-                history = self.histories[hypervisor].get(domain.uuid)
-                answer = reclaimable(history, at, self.policy) if history is not None else None
+        for hypervisor in sorted(self._candidates):
+            for domain, history, dedicated in self._candidates[hypervisor]:
+                answer = reclaimable(history, at, self.policy)
                 if answer is not None:
-                    dedicated = policy.cpu_dedicated_set if policy is not None else None
                     allocation = domain_allocation(domain, dedicated)
                     found.append(ReclaimableDomain(hypervisor, domain, answer, allocation))
         return found
