@@ -45,7 +45,7 @@ def add_parser(plans: Any) -> None:
         "reclaim.idle_for. Exit 0 with an answer, 1 when the exporter (--url) cannot be reached or "
         "refuses.",
     )
-    add_answer_source(reclaim, RECLAIMABLE_PATH)
+    add_answer_source(reclaim, RECLAIMABLE_PATH, method="GET")
 
 
 def run(args: argparse.Namespace) -> int:
