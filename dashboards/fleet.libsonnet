@@ -409,6 +409,28 @@ local fleetDashboard(config) =
         sortBy='share of the memory limit',
         organize={ excludeByName: c.hidden { resource: true, unit: true } },
       ),
+      g.row('Reclaimable capacity'),
+      g.bargauge(
+        'Reclaimable memory by reason',
+        'Memory allocated to domains shut off for longer than reclaim.shutoff_after (shutoff) or running below reclaim.idle_cpu_below of their vCPUs for reclaim.idle_for (idle), fleet-wide, each hypervisor once (hypervisor_reclaimable; see docs/reclaim.md).',
+        bytes,
+        [t('sum by (%(fleetLabel)s, reason) (%(once)s)' % c { once: c.once('hypervisor_reclaimable{%(s)s, resource="memory"}' % c, ['resource', 'unit', 'reason']) }, '{{reason}}')],
+        width=8,
+      ),
+      g.bargauge(
+        'Reclaimable CPUs by reason',
+        'vCPUs and dedicated CPUs allocated to shut-off and idle domains, fleet-wide, each hypervisor once.',
+        cpus,
+        [t('sum by (%(fleetLabel)s, reason) (%(once)s)' % c { once: c.once('hypervisor_reclaimable{%(s)s, resource=~"vcpu|pcpu"}' % c, ['resource', 'unit', 'reason']) }, '{{reason}}')],
+        width=8,
+      ),
+      g.bargauge(
+        'Top projects by reclaimable memory',
+        'Memory of the shut-off and idle domains of the largest projects (hypervisor_project_reclaimable: the projects of exposition.top_projects, the rest as `other`), fleet-wide, each hypervisor once. `virtcap plan reclaim` lists the domains.',
+        bytes,
+        [t('topk by (%(fleetLabel)s) (10, sum by (%(fleetLabel)s, project_id, project_name) (%(once)s))' % c { once: c.once('hypervisor_project_reclaimable{%(s)s, resource="memory"}' % c, ['project_id', 'project_name', 'resource', 'unit', 'reason']) }, '{{project_name}}')],
+        width=8,
+      ),
       g.row('CPU contention and shared storage'),
       g.bargauge(
         'Most contended hypervisors',

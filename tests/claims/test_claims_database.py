@@ -87,7 +87,7 @@ def test_a_database_of_schema_version_2_gains_extra_specs(tmp_path: Path) -> Non
     old.close()
     assert _reopen(path) == [Claim("a", "h", {Resource.VCPU: 2}, 1.0, 9.0, None, "ci")]
     version = sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0]
-    assert version == SCHEMA_VERSION == 6
+    assert version == SCHEMA_VERSION == 7
 
 
 def test_a_database_of_virtcap_0_1_is_migrated_in_place(tmp_path: Path) -> None:
@@ -206,7 +206,7 @@ def test_a_database_of_schema_version_3_gains_one_instance_per_claim(tmp_path: P
     plain = Claim("b", "h2", {Resource.VCPU: 2}, 2.0, 9.0, None, "")
     assert sorted(_reopen(path), key=lambda claim: claim.id) == [pinned, plain]
     migrated = sqlite3.connect(path)
-    assert migrated.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
+    assert migrated.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 7
     instances = migrated.execute("SELECT claim_id, instance, hypervisor FROM claim_instances ORDER BY 1")
     assert instances.fetchall() == [("a", 0, "h1"), ("b", 0, "h2")]
     migrated.close()

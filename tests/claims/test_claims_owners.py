@@ -233,5 +233,5 @@ def test_claims_of_a_version_5_file_have_no_writer_and_any_writer_deletes_them(
         alices = create(server, "alice")
         assert delete(server, alices["id"], "bob")[0] == 403
     with sqlite3.connect(tmp_path / "claims.sqlite") as migrated:
-        assert migrated.execute("PRAGMA user_version").fetchone()[0] == 6
+        assert migrated.execute("PRAGMA user_version").fetchone()[0] == 7
         assert migrated.execute("SELECT id, created_by FROM claims").fetchall() == [(alices["id"], "alice")]

@@ -347,11 +347,11 @@ def test_a_database_of_schema_version_4_gains_maintenance_in_place(tmp_path: Pat
         return await database.maintenance()
 
     assert _in_database(path, migrate) == {"h": entry}
-    assert SCHEMA_VERSION == 6
+    assert SCHEMA_VERSION == 7
     assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
 
     async def claims(database: ClaimDatabase) -> list[Claim]:
-        return await database.open()  # a second open: already version 6, nothing to migrate
+        return await database.open()  # a second open: already version 7, nothing to migrate
 
     held = _in_database(path, claims)
     assert held == [Claim("a", "h", {Resource.VCPU: 2}, 1.0, 9.0, None, "ci")]

@@ -24,7 +24,9 @@ from virtcap.fleet.store import SnapshotStore
 from virtcap.fleet.tolerance import one_shot_tolerance
 from virtcap.model.facts import DomainState
 from virtcap.model.maintenance import Maintenance
+from virtcap.model.reclaim import ReclaimPolicy
 from virtcap.service.oneshot import audit_fleet_once
+from virtcap.service.reclaim import ReclaimTracker
 
 METRICS_PAGE = ROOT / "docs/metrics.md"
 NOT_IN_THE_DEMO_YET = frozenset(
@@ -96,11 +98,31 @@ def demo() -> Demo:
     # the per-domain series too, which are opt-in
     everything = ExpositionSection(domains=True)
     flavors = {"m1.small": "configured", "g1.large": "discovered"}
+    # the demo's shut-off domains, seen shut off 10 s before, with a window of 1 s: reclaimable
+    tracker = ReclaimTracker(ReclaimPolicy(shutoff_after=1.0, idle_cpu_below=0.05, idle_for=1.0))
+    for snapshot in snapshots:
+        if snapshot.facts is not None and snapshot.hypervisor is not None:
+            asyncio.run(tracker.record(snapshot.name, snapshot.facts, snapshot.hypervisor.policy, now=0.0))
+    reclaimable = tracker.reclaimable_domains(now=10.0)
     body = render(
-        fleet, {"created": 2}, tasks, tolerance, exposition=everything, flavors=flavors, database_up=True
+        fleet,
+        {"created": 2},
+        tasks,
+        tolerance,
+        exposition=everything,
+        flavors=flavors,
+        database_up=True,
+        reclaimable=reclaimable,
     )
     cached = FragmentCache().render(
-        fleet, {"created": 2}, tasks, tolerance, exposition=everything, flavors=flavors, database_up=True
+        fleet,
+        {"created": 2},
+        tasks,
+        tolerance,
+        exposition=everything,
+        flavors=flavors,
+        database_up=True,
+        reclaimable=reclaimable,
     )
     assert cached == body
     return Demo(body.decode(), units)

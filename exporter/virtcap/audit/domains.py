@@ -41,10 +41,13 @@ class DomainUnreadableError(Exception):
     """One domain could not be read: reported among the host's problems, never guessed at."""
 
 
-def read_vcpu_delays(conn: VirConnect, problems: list[str]) -> VcpuDelays | None:
-    """Per (domain UUID, vCPU) of the running domains, how long the vCPU waited for a physical CPU
-    (libvirt's `vcpu.<n>.delay`, nanoseconds), in one call for every domain; None where the
-    hypervisor does not report it.
+def read_vcpu_statistics(
+    conn: VirConnect, problems: list[str]
+) -> tuple[VcpuDelays | None, dict[str, int] | None]:
+    """From one call for every running domain: per (domain UUID, vCPU), how long the vCPU waited
+    for a physical CPU (libvirt's `vcpu.<n>.delay`, nanoseconds), None where the hypervisor does
+    not report it; and per domain UUID, the CPU time its vCPUs used (`vcpu.<n>.time` summed,
+    nanoseconds: reclaimable capacity's idle detection), None where the call failed.
 
     libvirt reads the delay from the kernel's schedstat of each vCPU thread (libvirt 7.2 and later
     on QEMU). `vcpu.<n>.wait` is not used: it is the same run-queue wait read from the kernel's
@@ -59,8 +62,9 @@ def read_vcpu_delays(conn: VirConnect, problems: list[str]) -> VcpuDelays | None
             problems.append(
                 f"cannot read the vCPU statistics: {error.get_error_message()}; vCPU wait not counted"
             )
-        return None
+        return None, None
     delays: dict[tuple[str, int], int] = {}
+    cpu_ns: dict[str, int] = {}
     for domain, stats in listed:
         try:
             uuid = domain.UUIDString()
@@ -68,11 +72,15 @@ def read_vcpu_delays(conn: VirConnect, problems: list[str]) -> VcpuDelays | None
             continue
         for key, value in stats.items():
             number, _, suffix = key.removeprefix("vcpu.").partition(".")
-            if key.startswith("vcpu.") and suffix == "delay" and number.isdigit():
+            if not key.startswith("vcpu.") or not number.isdigit():
+                continue
+            if suffix == "delay":
                 delays[(uuid, int(number))] = int(value)
+            elif suffix == "time":
+                cpu_ns[uuid] = cpu_ns.get(uuid, 0) + int(value)
     if listed and not delays:
-        return None
-    return delays
+        return None, cpu_ns
+    return delays, cpu_ns
 
 
 def _list_domains(conn: VirConnect) -> list[tuple[VirDomain, int | None]]:

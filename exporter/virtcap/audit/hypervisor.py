@@ -17,7 +17,7 @@ import libvirt
 
 from virtcap.audit.connection import AuditError
 from virtcap.audit.domain_cache import DomainCache
-from virtcap.audit.domains import read_all_domains, read_domains_with_cache, read_vcpu_delays
+from virtcap.audit.domains import read_all_domains, read_domains_with_cache, read_vcpu_statistics
 from virtcap.audit.host_readings import (
     TEST_DRIVER,
     HostLayout,
@@ -100,11 +100,11 @@ def audit_host(
     cells = with_free_hugepages(conn, layout.numa_cells, problems)
     pci_devices, mediated_devices = with_mediated_devices(conn, layout.pci_devices, problems)
     cpu_times = read_cpu_times(conn)
-    vcpu_wait = advance_vcpu_wait(
-        previous_vcpu_wait,
-        None if hypervisor_type == TEST_DRIVER else read_vcpu_delays(conn, problems),
-        {d.uuid for d in domains},
+    # the test driver's vCPU statistics are made-up constants
+    delays, domain_cpu_ns = (
+        (None, None) if hypervisor_type == TEST_DRIVER else read_vcpu_statistics(conn, problems)
     )
+    vcpu_wait = advance_vcpu_wait(previous_vcpu_wait, delays, {d.uuid for d in domains})
     shared_pools = volumes.shared_pools()
     return HostFacts(
         hostname=readings.hostname,
@@ -132,6 +132,7 @@ def audit_host(
         pci_devices=pci_devices,
         mediated_devices=mediated_devices,
         vcpu_wait=vcpu_wait,
+        domain_cpu_ns=domain_cpu_ns,
         shared_pools=shared_pools,
         domain_reads=reads,
         full_audit=full,

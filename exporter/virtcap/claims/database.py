@@ -9,8 +9,9 @@ NUMA cells and devices. Older schemas are migrated in place, in one transaction,
 start: version 1 (virtcap 0.1) had a column per class, in bytes; version 2 had no extra specs;
 version 3 had one instance per claim, on the claim's hypervisor; version 4 had no maintenance;
 version 5 recorded no claim's writer (its claims keep none: any writer may delete them) and not
-when the configuration's maintenance was first seen. A file of a newer version is refused, as an
-older virtcap refuses a file of version 6.
+when the configuration's maintenance was first seen; version 6 kept no domain history (reclaimable
+capacity, model/reclaim.py). A file of a newer version is refused, as an older virtcap refuses a
+file of version 7.
 
 WAL with synchronous FULL: a claim acknowledged with 201 was committed first and survives a crash.
 """
@@ -26,24 +27,35 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from virtcap.claims.storage import LedgerState, StorageError, Work, assemble_claims
+from virtcap.claims.storage import (
+    HISTORY_COLUMNS,
+    HistoryRow,
+    LedgerState,
+    StorageError,
+    Work,
+    assemble_claims,
+    history_from_rows,
+    history_rows,
+)
 from virtcap.config import ConfigError
 from virtcap.fleet.claim_records import Claim
 from virtcap.model.maintenance import Maintenance
+from virtcap.model.reclaim import DomainHistory
 from virtcap.model.resources import placement_units
 from virtcap.units import MAX_SIZE
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 _VIRTCAP_0_1 = 1
 _PER_CLASS_ROWS = 2
 _ONE_INSTANCE = 3
 _NO_MAINTENANCE = 4
 _NO_WRITERS = 5
+_NO_DOMAIN_HISTORY = 6
 """The earlier schema versions: a column per class, then a row per class without extra specs,
-then one instance per claim, then no maintenance, then no claim's writer."""
+then one instance per claim, then no maintenance, then no claim's writer, then no domain history."""
 SQLITE_MAX_INTEGER = MAX_SIZE
 """The largest INTEGER SQLite stores (a larger amount would raise OverflowError on insert), which
 is why sizes are bounded there in the first place."""
@@ -71,10 +83,17 @@ _SCHEMA = (
     # start, which restarts keep
     """CREATE TABLE IF NOT EXISTS maintenance_configured (
         hypervisor TEXT PRIMARY KEY, since REAL NOT NULL)""",
+    # per domain, since when it has been in its state and a summary of its CPU use
+    # (virtcap.model.reclaim.DomainHistory); not part of the claims' transactions
+    """CREATE TABLE IF NOT EXISTS domain_history (
+        hypervisor TEXT NOT NULL, uuid TEXT NOT NULL, state TEXT NOT NULL, state_since REAL NOT NULL,
+        cpu_time_ns INTEGER, cpu_sampled_at REAL, idle_since REAL,
+        PRIMARY KEY (hypervisor, uuid))""",
 )
 _ONE_INSTANCE_EACH = "INSERT INTO claim_instances SELECT id, 0, hypervisor FROM claims"
 # `created_by` NULL: a claim made before claims recorded their writer
-_MIGRATE_FROM_5 = ("ALTER TABLE claims ADD COLUMN created_by TEXT", _SCHEMA[5])
+_MIGRATE_FROM_6 = (_SCHEMA[6],)
+_MIGRATE_FROM_5 = ("ALTER TABLE claims ADD COLUMN created_by TEXT", _SCHEMA[5], *_MIGRATE_FROM_6)
 _MIGRATE_FROM_4 = (_SCHEMA[4], *_MIGRATE_FROM_5)
 _MIGRATE_FROM_3 = (_SCHEMA[3], _ONE_INSTANCE_EACH, *_MIGRATE_FROM_4)
 _MIGRATE_FROM_2 = (
@@ -175,7 +194,7 @@ class ClaimDatabase:
         found: int | None = None
         if "vcpu" in columns:
             found = _VIRTCAP_0_1
-        elif version in (_ONE_INSTANCE, _NO_MAINTENANCE, _NO_WRITERS):
+        elif version in (_ONE_INSTANCE, _NO_MAINTENANCE, _NO_WRITERS, _NO_DOMAIN_HISTORY):
             found = version
         elif columns:
             found = _PER_CLASS_ROWS
@@ -192,6 +211,8 @@ class ClaimDatabase:
                 statements = _MIGRATE_FROM_4
             elif found == _NO_WRITERS:
                 statements = _MIGRATE_FROM_5
+            elif found == _NO_DOMAIN_HISTORY:
+                statements = _MIGRATE_FROM_6
             else:
                 statements = _SCHEMA
             for statement in statements:
@@ -323,6 +344,32 @@ class ClaimDatabase:
             conn.executemany("DELETE FROM maintenance_configured WHERE hypervisor = ?", rows)
 
         self._transaction(delete)
+
+    async def domain_history(self) -> list[DomainHistory]:
+        """What is remembered of every domain (virtcap.model.reclaim)."""
+        return await self._run(self._domain_history)
+
+    def _domain_history(self) -> list[DomainHistory]:
+        conn = self._conn
+        assert conn is not None
+        return history_from_rows(conn.execute(f"SELECT {HISTORY_COLUMNS} FROM domain_history").fetchall())
+
+    async def write_domain_history(
+        self, changed: Iterable[DomainHistory], forgotten: Iterable[tuple[str, str]]
+    ) -> None:
+        """Store the domains' `changed` histories and forget the (hypervisor, uuid) `forgotten`, in
+        one transaction of its own: the claims' are not involved."""
+        await self._run(self._write_domain_history, history_rows(changed), list(forgotten))
+
+    def _write_domain_history(self, rows: list[HistoryRow], forgotten: list[tuple[str, str]]) -> None:
+        conn = self._conn
+        assert conn is not None
+
+        def write() -> None:
+            conn.executemany("DELETE FROM domain_history WHERE hypervisor = ? AND uuid = ?", forgotten)
+            conn.executemany("INSERT OR REPLACE INTO domain_history VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+
+        self._transaction(write)
 
     def _transaction(self, work: Callable[[], None]) -> None:
         """One transaction: after an error (full, read-only, I/O) nothing changed, and whatever

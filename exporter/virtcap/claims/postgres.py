@@ -1,9 +1,11 @@
 """The claims in PostgreSQL: one ledger shared by the exporters auditing the same hypervisors.
 
-The tables are SQLite's version 6 (claims/database.py), with a `schema_version` table in place of
+The tables are SQLite's version 7 (claims/database.py), with a `schema_version` table in place of
 SQLite's user_version and a `ledger_version` row that every write transaction increments. A
-database of version 5 (no claim's writer, no start of the configuration's maintenance) is migrated
-at start, in the transaction that reads it, under the ledger-wide lock.
+database of version 5 (no claim's writer, no start of the configuration's maintenance) or 6 (no
+domain history) is migrated at start, in the transaction that reads it, under the ledger-wide lock.
+The domain history (reclaimable capacity) is written outside the claims' transactions and does not
+move `ledger_version`: the claims do not depend on it.
 
 Every write transaction, on whichever replica, first takes one ledger-wide transaction-level
 advisory lock: writers run one at a time. Holding it, the replica compares `ledger_version` with
@@ -36,10 +38,19 @@ import psycopg
 from psycopg import errors as pg_errors
 
 from virtcap.claims.database import CLAIM_COLUMNS, SCHEMA_VERSION
-from virtcap.claims.storage import LedgerState, StorageError, Work, assemble_claims
+from virtcap.claims.storage import (
+    HISTORY_COLUMNS,
+    LedgerState,
+    StorageError,
+    Work,
+    assemble_claims,
+    history_from_rows,
+    history_rows,
+)
 from virtcap.config import ConfigError
 from virtcap.fleet.claim_records import Claim
 from virtcap.model.maintenance import Maintenance
+from virtcap.model.reclaim import DomainHistory
 from virtcap.model.resources import placement_units
 
 log = logging.getLogger(__name__)
@@ -84,10 +95,22 @@ _SCHEMA = (
     "CREATE TABLE maintenance_configured (hypervisor text PRIMARY KEY, since double precision NOT NULL)",
     "CREATE TABLE ledger_version (version bigint NOT NULL)",
     "INSERT INTO ledger_version VALUES (0)",
+    """CREATE TABLE domain_history (
+        hypervisor text NOT NULL, uuid text NOT NULL, state text NOT NULL,
+        state_since double precision NOT NULL, cpu_time_ns bigint, cpu_sampled_at double precision,
+        idle_since double precision, PRIMARY KEY (hypervisor, uuid))""",
 )
 _NO_WRITERS = 5
 """The schema before claims recorded their writer (`created_by` NULL: any writer may delete them)."""
-_MIGRATE_FROM_5 = ("ALTER TABLE claims ADD COLUMN created_by text", _SCHEMA[5])
+_NO_DOMAIN_HISTORY = 6
+_MIGRATE_FROM_6 = (_SCHEMA[8],)
+_MIGRATE_FROM_5 = ("ALTER TABLE claims ADD COLUMN created_by text", _SCHEMA[5], *_MIGRATE_FROM_6)
+_UPSERT_HISTORY = (
+    f"INSERT INTO domain_history ({HISTORY_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s)"
+    " ON CONFLICT (hypervisor, uuid) DO UPDATE SET state = excluded.state,"
+    " state_since = excluded.state_since, cpu_time_ns = excluded.cpu_time_ns,"
+    " cpu_sampled_at = excluded.cpu_sampled_at, idle_since = excluded.idle_since"
+)
 
 
 def is_postgres_url(database: str) -> bool:
@@ -271,8 +294,8 @@ class PostgresClaimDatabase:
                     f"claims.database: cannot open {self.description}: schema version {found} was written "
                     f"by a newer virtcap (this one knows {SCHEMA_VERSION})"
                 )
-            elif found == _NO_WRITERS:
-                for statement in _MIGRATE_FROM_5:
+            elif found in (_NO_WRITERS, _NO_DOMAIN_HISTORY):
+                for statement in _MIGRATE_FROM_5 if found == _NO_WRITERS else _MIGRATE_FROM_6:
                     await conn.execute(statement)
                 await conn.execute("INSERT INTO schema_version VALUES (%s)", (SCHEMA_VERSION,))
                 # the other replicas read the ledger again (their claims gain no writer, but the
@@ -406,6 +429,47 @@ class PostgresClaimDatabase:
             raise
         if version is not None:
             self._seen = version
+        self._answered()
+        return result
+
+    # --- domain history (reclaimable capacity): not the claims', no ledger lock, no version
+
+    async def domain_history(self) -> list[DomainHistory]:
+        async def read(conn: psycopg.AsyncConnection[Any]) -> list[DomainHistory]:
+            cursor = await conn.execute(f"SELECT {HISTORY_COLUMNS} FROM domain_history")
+            return history_from_rows(await cursor.fetchall())
+
+        return await self._history_call(read)
+
+    async def write_domain_history(
+        self, changed: Iterable[DomainHistory], forgotten: Iterable[tuple[str, str]]
+    ) -> None:
+        rows = history_rows(changed)
+        gone = list(forgotten)
+
+        async def write(conn: psycopg.AsyncConnection[Any]) -> None:
+            async with conn.transaction(), conn.cursor() as cursor:
+                if gone:
+                    await cursor.executemany(
+                        "DELETE FROM domain_history WHERE hypervisor = %s AND uuid = %s", gone
+                    )
+                if rows:
+                    await cursor.executemany(_UPSERT_HISTORY, rows)
+
+        await self._history_call(write)
+
+    async def _history_call(self, call: Callable[[psycopg.AsyncConnection[Any]], Awaitable[_T]]) -> _T:
+        if not self._opened:
+            try:
+                await self._open()
+            except (ConfigError, psycopg.Error) as error:
+                raise StorageError(f"the claims database {self.description}: {error}") from None
+        async with self._busy:
+            conn = await self._connection()
+            try:
+                result = await self._bounded(conn, call(conn))
+            except psycopg.Error as error:
+                raise StorageError(f"the claims database {self.description}: {_brief(error)}") from None
         self._answered()
         return result
 

@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
 from virtcap.fleet.claim_records import Claim
+from virtcap.model.facts import DomainState
 from virtcap.model.maintenance import Maintenance
+from virtcap.model.reclaim import DomainHistory
 from virtcap.model.resources import Resource, resource_class
 
 log = logging.getLogger(__name__)
@@ -90,7 +92,38 @@ class ClaimStorage(Protocol):
         """What the ledger is now if it changed since last seen (shared databases only); None
         when it did not or cannot be reached."""
 
+    async def domain_history(self) -> list[DomainHistory]:
+        """What is remembered of every domain (reclaimable capacity). Raises StorageError."""
+
+    async def write_domain_history(
+        self, changed: Iterable[DomainHistory], forgotten: Iterable[tuple[str, str]]
+    ) -> None:
+        """Store `changed` and forget the (hypervisor, uuid) `forgotten`, together, outside the
+        claims' transactions. Raises StorageError."""
+
     async def close(self) -> None: ...
+
+
+HISTORY_COLUMNS = "hypervisor, uuid, state, state_since, cpu_time_ns, cpu_sampled_at, idle_since"
+"""The domain_history table's columns, in both databases."""
+HistoryRow = tuple[str, str, str, float, int | None, float | None, float | None]
+
+
+def history_rows(histories: Iterable[DomainHistory]) -> list[HistoryRow]:
+    return [
+        (h.hypervisor, h.uuid, h.state.value, h.state_since, h.cpu_time_ns, h.cpu_sampled_at, h.idle_since)
+        for h in histories
+    ]
+
+
+def history_from_rows(rows: Iterable[HistoryRow]) -> list[DomainHistory]:
+    """Rows of HISTORY_COLUMNS; a state a later virtcap wrote is skipped (its domain starts over)."""
+    known = {state.value: state for state in DomainState}
+    return [
+        DomainHistory(hypervisor, uuid, known[state], state_since, cpu_time_ns, cpu_sampled_at, idle_since)
+        for hypervisor, uuid, state, state_since, cpu_time_ns, cpu_sampled_at, idle_since in rows
+        if state in known
+    ]
 
 
 def assemble_claims(

@@ -85,7 +85,7 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ca-file", help="CA certificate to verify an HTTPS exporter with")
 
 
-def add_answer_source(parser: argparse.ArgumentParser, path: str) -> None:
+def add_answer_source(parser: argparse.ArgumentParser, path: str, method: str = "POST") -> None:
     """Where a dry run's answer comes from, and how it is shown: one audit of a fleet
     (`--config`, `--demo`) or a running exporter (`--url`, its API's `path`, as `--user` with
     `--ca-file`); `--format`."""
@@ -96,7 +96,7 @@ def add_answer_source(parser: argparse.ArgumentParser, path: str) -> None:
         help="audit the fleet of this configuration once (default: the local qemu:///system)",
     )
     source.add_argument("--demo", action="store_true", help="audit the bundled demo fleet once")
-    source.add_argument("--url", help=f"ask a running exporter instead (POST {path})")
+    source.add_argument("--url", help=f"ask a running exporter instead ({method} {path})")
     parser.add_argument(
         "--user", help=f"with --url: basic auth user; the password is read from ${PASSWORD_VARIABLE}"
     )

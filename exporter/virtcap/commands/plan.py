@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from virtcap.commands import plan_runway
+from virtcap.commands import plan_reclaim, plan_runway
 from virtcap.commands.arguments import EXIT_USAGE
 from virtcap.commands.client import (
     EXIT_REFUSED,
@@ -80,6 +80,7 @@ def add_parser(commands: Any) -> None:
     )
     add_answer_source(consolidate, CONSOLIDATION_PATH)
     plan_runway.add_parser(plans)
+    plan_reclaim.add_parser(plans)
 
 
 def consolidation_body(args: argparse.Namespace) -> dict[str, Any]:
@@ -120,6 +121,8 @@ def _flag_part(part: str) -> str:
 def run(args: argparse.Namespace) -> int:
     if args.plan == "runway":
         return plan_runway.run(args)
+    if args.plan == "reclaim":
+        return plan_reclaim.run(args)
     if args.plan != "consolidate":  # argparse allows only the plans above
         raise AssertionError(args.plan)
     try:

@@ -17,6 +17,7 @@ from virtcap.config.schema import (
     Duration,
     FailureToleranceSettings,
     Ratio,
+    ReclaimSettings,
     Size,
 )
 from virtcap.config.yamlfile import ConfigError
@@ -34,6 +35,7 @@ __all__ = [
     "Flavor",
     "Hypervisor",
     "Ratio",
+    "ReclaimSettings",
     "Size",
     "build_config",
     "explain_validation_error",

@@ -31,6 +31,7 @@ from virtcap.config.schema import (
     HostGroupSection,
     HypervisorSection,
     PolicySection,
+    ReclaimSettings,
     Reserved,
     ShardingSection,
     validate_document,
@@ -122,6 +123,8 @@ class Config:
     holds only the hypervisors assigned to it."""
     every_hypervisor: tuple[Hypervisor, ...] | None = None
     """Every hypervisor of the configuration, whichever shard audits it (None: `hypervisors`)."""
+    reclaim: ReclaimSettings = field(default_factory=ReclaimSettings)
+    """`reclaim`: when a shut-off or idle domain's allocation counts as reclaimable."""
 
     @property
     def configured_hypervisors(self) -> tuple[Hypervisor, ...]:
@@ -261,6 +264,7 @@ def build_config(parsed: ConfigFile, source: str) -> Config:
         failure_tolerance=parsed.scheduler.failure_tolerance,
         exposition=parsed.exposition,
         discover_flavors=parsed.discover_flavors,
+        reclaim=parsed.reclaim,
     )
     return select_shard(config, shard) if shard.sharded else config
 

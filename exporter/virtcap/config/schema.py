@@ -76,6 +76,7 @@ __all__ = [
     "PciSection",
     "PolicySection",
     "Ratio",
+    "ReclaimSettings",
     "Reserved",
     "ShardingSection",
     "Size",
@@ -860,6 +861,23 @@ class ShardingSection(_Section):
     """How many exporters share the fleet (1: one exporter audits every hypervisor)."""
 
 
+WEEK = 7 * 24 * 3600.0
+
+
+class ReclaimSettings(_Section):
+    """When a domain's allocation counts as reclaimable (docs/reclaim.md): shut off for longer
+    than `shutoff_after`, or running with its CPU use below `idle_cpu_below` of its vCPUs for
+    `idle_for`. The windows go down to seconds so that tests can run them."""
+
+    shutoff_after: Duration = WEEK
+    """How long a domain stays shut off before its allocation is reclaimable (default 168h)."""
+    idle_cpu_below: float = Field(default=0.05, gt=0.0, le=1.0, allow_inf_nan=False)
+    """A running domain is idle while it uses less CPU than this fraction of its vCPUs (0.05: 5%
+    of each vCPU on average, measured between audits)."""
+    idle_for: Duration = WEEK
+    """How long a running domain stays idle before its allocation is reclaimable (default 168h)."""
+
+
 class ConfigFile(_Section):
     audit: AuditSettings = AuditSettings()
     claims: ClaimSettings = ClaimSettings()
@@ -877,6 +895,7 @@ class ConfigFile(_Section):
     ownership: OwnershipSection | None = None
     exposition: ExpositionSection = ExpositionSection()
     sharding: ShardingSection = ShardingSection()
+    reclaim: ReclaimSettings = ReclaimSettings()
 
     @model_validator(mode="after")
     def _unique_names(self) -> Self:

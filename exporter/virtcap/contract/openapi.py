@@ -19,6 +19,7 @@ from virtcap.contract.claims import ClaimBody, ClaimDocument, ClaimList
 from virtcap.contract.maintenance import MaintenanceBody, MaintenanceDocument, MaintenanceList
 from virtcap.contract.placements import PlacementAnswer, PlacementBody
 from virtcap.contract.plans import ConsolidationAnswer, ConsolidationBody
+from virtcap.contract.reclaim import ReclaimableList
 
 REF_TEMPLATE = "#/components/schemas/{model}"
 _MODELS: tuple[tuple[type[BaseModel], Literal["validation", "serialization"]], ...] = (
@@ -34,6 +35,7 @@ _MODELS: tuple[tuple[type[BaseModel], Literal["validation", "serialization"]], .
     (MaintenanceBody, "validation"),
     (MaintenanceDocument, "serialization"),
     (MaintenanceList, "serialization"),
+    (ReclaimableList, "serialization"),
 )
 
 
@@ -213,6 +215,15 @@ def openapi_document() -> dict[str, Any]:
                                 "Retry-After": {"schema": {"type": "integer"}, "description": "Seconds."}
                             },
                         },
+                    },
+                }
+            },
+            "/api/v1/reclaimable": {
+                "get": {
+                    "summary": "The domains whose allocation could be taken back: shut off or idle for "
+                    "longer than the configuration's `reclaim` windows, with what each holds.",
+                    "responses": {
+                        "200": _json(ReclaimableList, "By hypervisor and name, and totals per reason.")
                     },
                 }
             },

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from virtcap.exposition.metric_family import UNIT_LABEL, MetricFamily
 from virtcap.exposition.packing_catalogue import PACKING_FAMILIES
+from virtcap.exposition.reclaim_families import RECLAIM_FAMILIES
 
 AUDIT_OUTCOMES = ("success", "failure", "timeout")
 CLAIM_OUTCOMES = ("created", "rejected", "reconciled", "expired", "deleted")
@@ -781,7 +782,12 @@ EXPORTER_FAMILIES: tuple[MetricFamily, ...] = (
 """The exporter's own families, rendered after the hypervisors' and only on /metrics."""
 
 CATALOGUE: tuple[MetricFamily, ...] = (
-    HYPERVISOR_FAMILIES + FLEET_FAMILIES + PACKING_FAMILIES + STORAGE_FAMILIES + EXPORTER_FAMILIES
+    HYPERVISOR_FAMILIES
+    + FLEET_FAMILIES
+    + PACKING_FAMILIES
+    + RECLAIM_FAMILIES
+    + STORAGE_FAMILIES
+    + EXPORTER_FAMILIES
 )
 BY_NAME: Mapping[str, MetricFamily] = {family.name: family for family in CATALOGUE}
 if len(BY_NAME) != len(CATALOGUE):

@@ -8,7 +8,7 @@ so the series of a removed domain or hypervisor simply stop being produced.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -21,6 +21,7 @@ from virtcap.exposition import catalogue
 from virtcap.exposition.catalogue import AUDIT_OUTCOMES, CLAIM_OUTCOMES
 from virtcap.exposition.metric_family import MetricFamily
 from virtcap.exposition.packing_families import packing_families
+from virtcap.exposition.reclaim_families import reclaim_families
 from virtcap.fleet.snapshot import HypervisorSnapshot
 from virtcap.fleet.store import SnapshotStore
 from virtcap.fleet.tolerance import ToleranceReport
@@ -29,6 +30,7 @@ from virtcap.model.facts import CpuIdentity, DomainState, HostFacts
 from virtcap.model.host_fit import cell_amounts
 from virtcap.model.maintenance import Maintenance, maintenance_end, maintenance_start
 from virtcap.model.ownership import ProjectRanking, domain_project, largest_projects, shown_projects
+from virtcap.model.reclaim import ReclaimableDomain
 from virtcap.model.resources import display_order
 from virtcap.model.sharding import UNSHARDED, Shard
 from virtcap.model.storage import shared_pools
@@ -141,6 +143,7 @@ def render(
     projects: Mapping[str, str] | None = None,
     flavors: Mapping[str, str] | None = None,
     database_up: bool | None = None,
+    reclaimable: Sequence[ReclaimableDomain] = (),
 ) -> bytes:
     """The exposition; the fleet's failure tolerance and the exporter's own families (build info,
     claim outcomes, task health) come with `claim_outcomes`, and are left out of a single
@@ -150,6 +153,8 @@ def render(
     families = build_families(views, exposition, projects)
     if claim_outcomes is not None:
         families += fleet_families(tolerance, views)
+        shown = projects_shown(views, exposition) if projects is None else projects
+        families += reclaim_families(reclaimable, shown, exposition.top_projects)
         families += storage_families(views)
         families += exporter_families(claim_outcomes, tasks, flavors, database_up)
     return _generate(families)
@@ -190,6 +195,7 @@ class FragmentCache:
         flavors: Mapping[str, str] | None = None,
         database_up: bool | None = None,
         shard: Shard = UNSHARDED,
+        reclaimable: Sequence[ReclaimableDomain] = (),
     ) -> bytes:
         hypervisors = tuple(hypervisors)
         for view in hypervisors:
@@ -221,6 +227,7 @@ class FragmentCache:
             shown = [view for view, _samples in fragments.values()]
             body += _generate(
                 fleet_families(tolerance, shown)
+                + reclaim_families(reclaimable, projects, exposition.top_projects)
                 + storage_families(shown)
                 + exporter_families(claim_outcomes, tasks, flavors, database_up, shard)
             )

@@ -1,10 +1,12 @@
-"""A consolidation plan as a table for a person: `virtcap plan consolidate --format table`."""
+"""Plans as tables for a person: `virtcap plan consolidate --format table`, and the reclaimable
+domains of `virtcap plan reclaim --format table`."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 from virtcap.contract.plans import ConsolidationAnswer
+from virtcap.contract.reclaim import ReclaimableList
 from virtcap.model.resources import resource_by_label
 from virtcap.units import format_bytes
 
@@ -38,6 +40,23 @@ def render_consolidation_plan(answer: ConsolidationAnswer) -> str:
         lines.append("Unmovable (their hypervisors are kept):")
         refused = [(domain.name, domain.source, domain.reason) for domain in answer.unmovable]
         lines.extend(_table(("domain", "from", "reason"), refused))
+    return "\n".join(lines) + "\n"
+
+
+def render_reclaimable(listing: ReclaimableList) -> str:
+    """The reclaimable domains, one a line, then what they hold together per reason."""
+    if not listing.domains:
+        return "No reclaimable domain: none shut off or idle for longer than the reclaim windows.\n"
+    lines = [
+        f"Reclaimable domains ({len(listing.domains)}): shut off or idle for longer than the reclaim windows"
+    ]
+    rows = [
+        (d.hypervisor, d.name, d.uuid, d.project_name, d.reason, d.since, _resources(d.allocation))
+        for d in listing.domains
+    ]
+    lines.extend(_table(("hypervisor", "domain", "uuid", "project", "reason", "since", "allocated"), rows))
+    lines.append("Together:")
+    lines.extend(_table(("reason", "allocated"), [(r, _resources(t)) for r, t in listing.totals.items()]))
     return "\n".join(lines) + "\n"
 
 

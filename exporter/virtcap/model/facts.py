@@ -310,6 +310,9 @@ class HostFacts:
     vcpu_wait: VcpuWait | None = None
     """None where the hypervisor does not report how long vCPUs waited (libvirt's test driver, a
     libvirt without `vcpu.<n>.delay`), until a running domain reports it."""
+    domain_cpu_ns: Mapping[str, int] | None = None
+    """Per running domain's UUID, the CPU time its vCPUs used (nanoseconds, from its QEMU's start):
+    what tells an idle domain (model/reclaim.py). None where the hypervisor does not report it."""
     shared_pools: tuple[SharedPoolFacts, ...] = ()
     """The active pools of shared or network types, by name."""
     domain_reads: int = 0

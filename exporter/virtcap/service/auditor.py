@@ -39,6 +39,7 @@ from virtcap.fleet.store import SnapshotStore
 from virtcap.model.facts import CpuIdentity, CpuTimes, HostFacts, VcpuWait
 from virtcap.model.host_fit import Demand
 from virtcap.service.flavors import FlavorCatalog
+from virtcap.service.reclaim import ReclaimTracker
 from virtcap.service.supervise import Supervisor
 
 log = logging.getLogger(__name__)
@@ -62,8 +63,11 @@ class HypervisorAuditor:
         claims: ClaimLedger | None = None,
         *,
         catalog: FlavorCatalog | None = None,
+        reclaim: ReclaimTracker | None = None,
     ) -> None:
         self.hypervisor = hypervisor
+        self.reclaim = reclaim
+        """Each audit advances its domains' history (reclaimable capacity)."""
         self.catalog = catalog
         """The fleet's discovered flavors: this audit's are recorded, the merged set is fitted."""
         self.fitted: Mapping[str, Demand] | None = None
@@ -196,6 +200,8 @@ class HypervisorAuditor:
         else:
             snapshot = await asyncio.to_thread(HypervisorSnapshot.audited, self.hypervisor, facts, flavors)
             self.store.record(snapshot, "success")
+        if self.reclaim is not None:
+            await self.reclaim.record(self.name, facts, self.hypervisor.policy)
         return True
 
     def _record_failure(self, error: str, outcome: str) -> None:
@@ -263,9 +269,14 @@ class FleetAuditor:
     """One auditor per configured hypervisor, sharing a bound on concurrent audits."""
 
     def __init__(
-        self, store: SnapshotStore, supervisor: Supervisor, claims: ClaimLedger | None = None
+        self,
+        store: SnapshotStore,
+        supervisor: Supervisor,
+        claims: ClaimLedger | None = None,
+        reclaim: ReclaimTracker | None = None,
     ) -> None:
         self.store = store
+        self.reclaim = reclaim
         self.supervisor = supervisor
         self.claims = claims
         self.auditors: dict[str, HypervisorAuditor] = {}
@@ -295,6 +306,8 @@ class FleetAuditor:
             if wanted.get(name) != auditor.hypervisor or auditor.settings != settings:
                 await auditor.stop()
                 del self.auditors[name]
+        if self.reclaim is not None:
+            await self.reclaim.keep_only(wanted)
         self.store.track(list(wanted))
         if self.claims is not None:
             # the names the maintenance API knows, and their configuration's; after `track`: the
@@ -314,6 +327,7 @@ class FleetAuditor:
                 self.supervisor,
                 self.claims,
                 catalog=self.catalog,
+                reclaim=self.reclaim,
             )
             self.auditors[name] = auditor
             auditor.start()

@@ -44,6 +44,7 @@ from virtcap.web.auth import parse_basic_credentials
 from virtcap.web.body import json_error, parse_json, read_body
 from virtcap.web.exporter import EXPORTER
 from virtcap.web.plans import CONSOLIDATION_PATH, consolidation
+from virtcap.web.reclaim import RECLAIMABLE_PATH, reclaimable
 
 STORAGE_RETRY_AFTER_SECONDS = 10
 CLAIMS = web.AppKey("claims", ClaimLedger)
@@ -356,6 +357,7 @@ def add_routes(app: web.Application) -> None:
     router.add_get("/api/v1/capacity", capacity)
     router.add_post("/api/v1/placements", placements)
     router.add_post(CONSOLIDATION_PATH, consolidation)
+    router.add_get(RECLAIMABLE_PATH, reclaimable)
     router.add_get("/api/v1/maintenance", list_maintenance)
     router.add_get("/api/v1/hypervisors/{name}/maintenance", get_maintenance)
     router.add_put("/api/v1/hypervisors/{name}/maintenance", put_maintenance)

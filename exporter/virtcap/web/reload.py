@@ -10,6 +10,7 @@ from collections.abc import Callable
 from virtcap.claims.backends import database_description
 from virtcap.config import Config, ConfigError
 from virtcap.config.load import select_shard
+from virtcap.service.reclaim import policy_of
 from virtcap.web.exporter import Exporter
 from virtcap.web.middleware import writer_hashes
 
@@ -78,6 +79,8 @@ class ConfigReloads:
         exporter.config = config
         exporter.cache.stale_after = config.audit.staleness_bound
         exporter.cache.exposition = config.exposition
+        if exporter.fleet.reclaim is not None:
+            exporter.fleet.reclaim.policy = policy_of(config.reclaim)
         if exporter.tolerance is not None:
             exporter.tolerance.configure(
                 config.failure_tolerance, config.multipliers, config.audit.staleness_bound

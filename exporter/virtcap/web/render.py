@@ -19,6 +19,7 @@ from virtcap.config.schema import ExpositionSection
 from virtcap.exposition.families import FragmentCache, TaskHealth, views
 from virtcap.fleet.store import SnapshotStore
 from virtcap.model.sharding import UNSHARDED
+from virtcap.service.reclaim import ReclaimTracker
 from virtcap.service.supervise import Supervisor
 
 RENDER_GAP_SECONDS = 0.5
@@ -45,6 +46,8 @@ class MetricsCache:
         """`exposition`: the project and domain series; set by whoever configures the exporter."""
         self.shard = UNSHARDED
         """This exporter's shard, exported as kube-state-metrics exports its own."""
+        self.reclaim: ReclaimTracker | None = None
+        """Where the reclaimable domains come from (None: no such series)."""
         self.flavor_sources: Callable[[], Mapping[str, str]] | None = None
         """Each flavor of the headroom families and its source, as of now (read on the event loop)."""
         # Its own thread: renders never queue behind other work of the default pool, and the
@@ -76,6 +79,7 @@ class MetricsCache:
             )
             tasks = TaskHealth(dict(self.supervisor.failures), self.supervisor.dead_by_kind())
             flavors = self.flavor_sources() if self.flavor_sources is not None else None
+            reclaimable = self.reclaim.reclaimable_domains() if self.reclaim is not None else []
             render = functools.partial(
                 self._fragments.render,
                 snapshot,
@@ -86,6 +90,7 @@ class MetricsCache:
                 flavors=flavors,
                 database_up=self.claims.database.up,
                 shard=self.shard,
+                reclaimable=reclaimable,
             )
             body = await asyncio.get_running_loop().run_in_executor(self._renderer, render)
             self.body, self.version, self._gzipped = body, version, None

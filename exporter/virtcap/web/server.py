@@ -20,6 +20,7 @@ from virtcap.claims.ledger import ClaimLedger
 from virtcap.config import Config, ConfigError
 from virtcap.fleet.store import SnapshotStore
 from virtcap.service.auditor import FleetAuditor
+from virtcap.service.reclaim import ReclaimTracker, policy_of
 from virtcap.service.supervise import Supervisor
 from virtcap.service.tolerance_task import ToleranceTracker
 from virtcap.web.access import WebConfigSource
@@ -81,9 +82,12 @@ async def serve(
     supervisor = Supervisor(changed=store.touch)
     claims = ClaimLedger(config.claims, store, claim_storage(config.claims, config.source), config.shard)
     await claims.start()
-    fleet = FleetAuditor(store, supervisor, claims)
+    reclaim = ReclaimTracker(policy_of(config.reclaim), claims.database)
+    await reclaim.start()
+    fleet = FleetAuditor(store, supervisor, claims, reclaim)
     cache = MetricsCache(store, config.audit.staleness_bound, claims, supervisor)
     cache.exposition = config.exposition
+    cache.reclaim = reclaim
     cache.shard = config.shard  # a reload keeps it (reload.py)
     exporter = Exporter(
         config,

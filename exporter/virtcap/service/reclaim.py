@@ -1,0 +1,152 @@
+"""Reclaimable capacity, kept up to date: each audit advances the history of its hypervisor's
+domains (virtcap.model.reclaim) and stores what changed in the claims database, so that a restart
+or a failover goes on from it.
+
+A running domain's CPU-time sample changes at every audit; storing it every time would be a write
+per domain and audit. A row is written when its state, the start of that state or of its idle
+time changes, and otherwise at most every CHECKPOINT_SECONDS: after a restart, the time since the
+stored sample is measured as one interval (its average use decides for all of it), which is what
+the model does with any gap between samples. A database that fails loses nothing in memory: the
+rows are written again at the next audit.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+
+from virtcap.claims.storage import ClaimStorage, StorageError
+from virtcap.config import ReclaimSettings
+from virtcap.model.capacity import domain_allocation
+from virtcap.model.facts import DomainFacts, DomainState, HostFacts
+from virtcap.model.policy import HostPolicy
+from virtcap.model.reclaim import (
+    DomainHistory,
+    DomainSample,
+    ReclaimableDomain,
+    ReclaimPolicy,
+    advance_hypervisor,
+    reclaimable,
+)
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_SECONDS = 300.0
+"""How often a running domain's CPU-time sample is stored when nothing else about it changed."""
+
+
+def policy_of(settings: ReclaimSettings) -> ReclaimPolicy:
+    return ReclaimPolicy(settings.shutoff_after, settings.idle_cpu_below, settings.idle_for)
+
+
+def samples_of(facts: HostFacts, at: float) -> list[DomainSample]:
+    """What one audit tells of each of its domains."""
+    cpu = facts.domain_cpu_ns or {}
+    return [DomainSample(d.uuid, d.state, d.vcpus, cpu.get(d.uuid), at) for d in facts.domains]
+
+
+def _worth_storing(new: DomainHistory, stored: DomainHistory | None) -> bool:
+    if stored is None:
+        return True
+    if (new.state, new.state_since, new.idle_since) != (stored.state, stored.state_since, stored.idle_since):
+        return True
+    if new.cpu_sampled_at is None:
+        return False
+    return stored.cpu_sampled_at is None or new.cpu_sampled_at - stored.cpu_sampled_at >= CHECKPOINT_SECONDS
+
+
+class ReclaimTracker:
+    """Every audited domain's history, per hypervisor, and which domains are reclaimable."""
+
+    def __init__(self, policy: ReclaimPolicy, storage: ClaimStorage | None = None) -> None:
+        self.policy = policy
+        self.storage = storage
+        self.histories: dict[str, dict[str, DomainHistory]] = {}
+        self._stored: dict[str, dict[str, DomainHistory]] = {}
+        """What the database holds, per hypervisor and UUID, as far as this exporter knows."""
+        self._candidates: dict[str, list[tuple[DomainFacts, DomainHistory, frozenset[int] | None]]] = {}
+        """Per hypervisor audited here, its counted domains shut off or idle as of its last audit,
+        with their history and the hypervisor's dedicated CPUs, by name."""
+
+    async def start(self) -> None:
+        """Read the history a previous run (or another replica) stored; an unreachable database
+        starts from nothing, the next audits storing it again."""
+        if self.storage is None:
+            return
+        try:
+            stored = await self.storage.domain_history()
+        except StorageError as error:
+            log.error("domain history not read", extra={"error": str(error)})
+            return
+        for history in stored:
+            self.histories.setdefault(history.hypervisor, {})[history.uuid] = history
+            self._stored.setdefault(history.hypervisor, {})[history.uuid] = history
+
+    async def record(
+        self, hypervisor: str, facts: HostFacts, policy: HostPolicy | None = None, now: float | None = None
+    ) -> None:
+        """Advance `hypervisor`'s domains with its latest audit, and store what changed. `policy`
+        (the hypervisor's) says which domains hold capacity and which CPUs are dedicated; None:
+        every domain, as a plain one would count."""
+        at = time.time() if now is None else now
+        previous = self.histories.get(hypervisor, {})
+        current = advance_hypervisor(previous, samples_of(facts, at), hypervisor, self.policy.idle_cpu_below)
+        self.histories[hypervisor] = current
+        dedicated = policy.cpu_dedicated_set if policy is not None else None
+        candidates = []
+        for domain in sorted(facts.domains, key=lambda d: d.name):
+            # a domain in a state the capacity does not count holds nothing to take back
+            if policy is not None and domain.state not in policy.counted_states:
+                continue
+            history = current.get(domain.uuid)
+            if history is not None and (
+                history.state == DomainState.SHUTOFF or history.idle_since is not None
+            ):
+                candidates.append((domain, history, dedicated))
+        self._candidates[hypervisor] = candidates
+        stored = self._stored.get(hypervisor, {})
+        changed = [h for h in current.values() if _worth_storing(h, stored.get(h.uuid))]
+        gone = [(hypervisor, uuid) for uuid in stored if uuid not in current]
+        await self._store(changed, gone)
+
+    async def keep_only(self, wanted: Iterable[str]) -> None:
+        """The hypervisors this exporter audits from now on: those it audited before and no longer
+        does (removed from the configuration) are forgotten. The others' rows stay, read or not:
+        in a database shared by shards they are another shard's to keep."""
+        await self.forget(self._candidates.keys() - set(wanted))
+
+    async def forget(self, hypervisors: Iterable[str]) -> None:
+        """These hypervisors' domains are forgotten, in memory and in the database."""
+        names = set(hypervisors)
+        for name in names:
+            self.histories.pop(name, None)
+            self._candidates.pop(name, None)
+        await self._store([], [(name, uuid) for name in names for uuid in self._stored.get(name, {})])
+
+    async def _store(self, changed: list[DomainHistory], gone: list[tuple[str, str]]) -> None:
+        if self.storage is None or not (changed or gone):
+            return
+        try:
+            await self.storage.write_domain_history(changed, gone)
+        except StorageError as error:
+            log.warning("domain history not stored", extra={"error": str(error)})
+            return
+        for hypervisor, uuid in gone:
+            self._stored.get(hypervisor, {}).pop(uuid, None)
+        for history in changed:
+            self._stored.setdefault(history.hypervisor, {})[history.uuid] = history
+
+    def reclaimable_domains(self, now: float | None = None) -> list[ReclaimableDomain]:
+        """The domains reclaimable at `now`, by hypervisor and name, with their latest facts. Only
+        the candidates of each audit are looked at (shut off or idle, and counted): every render
+        asks, on the event loop, and a fleet's domains are mostly neither."""
+        at = time.time() if now is None else now
+        found = []
+        for hypervisor in sorted(self._candidates):
+            for domain, history, dedicated in self._candidates[hypervisor]:
+                answer = reclaimable(history, at, self.policy)
+                if answer is not None:
+                    allocation = domain_allocation(domain, dedicated)
+                    found.append(ReclaimableDomain(hypervisor, domain, answer, allocation))
+        return found
