@@ -33,7 +33,7 @@ SETTLE_SECONDS = 10.0
 def comparable(facts: HostFacts) -> HostFacts:
     """Everything but when and how the audit ran, and what moves by itself between two reads of
     the same state: the host's own memory in use and CPU times (guests' balloons stay), the vCPU
-    wait (a counter carried from the previous audit)."""
+    wait (a counter carried from the previous audit), the domains' CPU times (they run)."""
     host_memory = facts.memory_in_use_source == "host"
     return replace(
         facts,
@@ -43,6 +43,7 @@ def comparable(facts: HostFacts) -> HostFacts:
         full_audit=True,
         cpu_times=None,
         busy_cpus=None,
+        domain_cpu_ns=None,
         vcpu_wait=None,
         memory_in_use_bytes=None if host_memory else facts.memory_in_use_bytes,
     )
