@@ -292,6 +292,9 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]
             wait_for(
                 lambda: running.query(audited_twice), 60, interval=0.5, what="a second audit of each host"
             )
+            # every packing answer scraped (they follow the tolerance, one step after the other)
+            caught_up = "virtcap_packing_pending_answers == 0"
+            wait_for(lambda: running.query(caught_up), 60, interval=0.5, what="every packing answer")
             time.sleep(5)  # enough scrapes of it for the rates, and a few rule evaluations
             yield running
 
