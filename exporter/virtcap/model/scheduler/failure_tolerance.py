@@ -219,3 +219,20 @@ def fleet_tolerance_update(
     tolerated = tolerated_losses(fleet, previous.bound, multipliers, evacuations)
     fleet.prune()
     return FleetTolerance(evacuations, tolerated, previous.bound, multipliers, hosts, fleet, traces)
+
+
+def tolerated_failures(
+    hosts: Sequence[HostState], bound: int, multipliers: Multipliers, *, memo: CandidateMemo | None = None
+) -> int:
+    """`fleet_tolerance`'s `tolerated` alone: the hosts with the most allocated memory evacuated
+    together, one more at a time up to `bound`; only the first host's single evacuation is
+    computed, not every host's."""
+    if bound <= 0 or not hosts:
+        return 0
+    fleet = FleetIndex(hosts, memo if memo is not None else CandidateMemo())
+    largest = sorted(
+        range(len(fleet.states)), key=lambda n: (-_allocated_memory(fleet.states[n]), fleet.states[n].name)
+    )
+    top = largest[0]
+    single = {fleet.names[top]: evacuation_result(fleet, top, multipliers)[0]}
+    return tolerated_losses(fleet, bound, multipliers, single, largest=largest)

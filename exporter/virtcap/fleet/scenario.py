@@ -1,0 +1,245 @@
+"""What-if scenarios: every answer virtcap gives about the fleet, computed before and after a
+scenario (model/scenario/: hypervisors added, removed or drained, policies changed, demand
+placed), and the fewest hypervisors of the scenario's kind to add so that its demand fits
+(`solve_for_added`). Pure computation on the states given: nothing here reads the exporter's
+state or changes it; service/scenarios.py feeds it an audit or the exporter's snapshots."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from virtcap.fleet.claim_records import Claim
+from virtcap.fleet.packing import CompactionSummary, FleetPacking, PackingSettings
+from virtcap.fleet.scheduling import FleetEntry, pending_claims
+from virtcap.model.host_fit import Demand
+from virtcap.model.resources import Resource
+from virtcap.model.scenario.hosts import AppliedScenario, PlannedHost, apply_scenario
+from virtcap.model.scenario.placement import Move, Placed, UnplacedDemand, place_demand, rehome
+from virtcap.model.scenario.spec import MAX_ADDED_HYPERVISORS, Scenario
+from virtcap.model.scheduler import HostState, Multipliers
+from virtcap.model.scheduler.failure_tolerance import tolerated_failures
+
+
+@dataclass(frozen=True, slots=True)
+class FleetAnswers:
+    """The fleet's answers as the exporter gives them, on one set of states."""
+
+    hypervisors: int
+    eligible: int
+    """Up, fresh, not in maintenance: those a domain may go to."""
+    schedulable: Mapping[str, int]
+    """Per flavor, the instances that still fit, each hypervisor counted alone (as
+    `hypervisor_schedulable_instances`), summed over the eligible ones."""
+    schedulable_by_zone: Mapping[tuple[str, str], int]
+    sellable: Mapping[str, int]
+    """Per flavor, the instances the fleet can still take keeping the reserve (docs/packing.md)."""
+    sellable_by_zone: Mapping[tuple[str, str], int]
+    failures_tolerated: int
+    failure_bound: int
+    stranded: Mapping[Resource, int]
+    """Per class, the stranded capacity of the eligible hypervisors summed, in the class's unit."""
+    compaction: CompactionSummary | None
+
+
+@dataclass(frozen=True, slots=True)
+class ScenarioSettings:
+    flavors: Mapping[str, Demand]
+    multipliers: Multipliers
+    reserve_host_failures: int
+    failure_bound: int
+    """`scheduler.failure_tolerance.max_host_failures`: the most lost hypervisors tried."""
+
+
+@dataclass(frozen=True, slots=True)
+class ScenarioOutcome:
+    before: FleetAnswers
+    after: FleetAnswers
+    applied: AppliedScenario
+    moves: tuple[Move, ...]
+    unplaced: tuple[UnplacedDemand, ...]
+    reserve_host_failures: int
+    added_count: int | None = None
+    """With `solve_for_added`: the copies of the scenario's hypervisors it found (None otherwise)."""
+    tries: tuple[tuple[int, bool], ...] = ()
+    """With `solve_for_added`: each count tried and whether the demand fitted with the reserve."""
+    seconds: float = 0.0
+
+
+def planned_hosts(fleet: Sequence[FleetEntry], claims: Sequence[Claim]) -> list[PlannedHost]:
+    """The audited hypervisors as a scenario starts from them, each with its pending claims (as
+    `host_states` gives them to a dry-run placement); those never audited are left out."""
+    hosts = []
+    for entry in fleet:
+        good = entry.good
+        if good is None or good.facts is None or good.hypervisor is None:
+            continue
+        pending = pending_claims(claims, entry.name)
+        hosts.append(
+            PlannedHost(
+                entry.name,
+                good.facts,
+                good.hypervisor.policy,
+                good.hypervisor.groups,
+                up=entry.up,
+                stale=entry.stale,
+                maintenance=good.capacity.maintenance if good.capacity is not None else None,
+                claimed=pending.amounts,
+                pending=pending.claims,
+            )
+        )
+    return hosts
+
+
+def fleet_answers(states: Sequence[HostState], settings: ScenarioSettings, reserve: int) -> FleetAnswers:
+    """Every answer on these states (the packing's through `FleetPacking`, as the exporter's worker
+    computes them, without group compactions: a scenario's groups are its zones)."""
+    eligible = [state for state in states if not state.refused_by_compute]
+    zones = sorted({state.availability_zone for state in eligible if state.availability_zone is not None})
+    schedulable = {
+        flavor: sum(state.capacity.fit_count(demand).count for state in eligible)
+        for flavor, demand in settings.flavors.items()
+    }
+    by_zone = {
+        (zone, flavor): sum(
+            state.capacity.fit_count(demand).count for state in eligible if state.availability_zone == zone
+        )
+        for zone in zones
+        for flavor, demand in settings.flavors.items()
+    }
+    packing = FleetPacking().apply(
+        states,
+        PackingSettings(flavors=settings.flavors, groups={}, reserve_host_failures=reserve),
+        settings.multipliers,
+    )
+    stranded: dict[Resource, int] = {}
+    for found in packing.stranded.values():
+        for resource, amount in found.amounts.items():
+            stranded[resource] = stranded.get(resource, 0) + amount
+    return FleetAnswers(
+        hypervisors=len(states),
+        eligible=len(eligible),
+        schedulable=schedulable,
+        schedulable_by_zone=by_zone,
+        sellable=dict(packing.sellable),
+        sellable_by_zone=dict(packing.sellable_by_zone),
+        failures_tolerated=tolerated_failures(states, settings.failure_bound, settings.multipliers),
+        failure_bound=settings.failure_bound,
+        stranded=stranded,
+        compaction=packing.compaction,
+    )
+
+
+def scenario_fleet(
+    hosts: Sequence[PlannedHost], scenario: Scenario, multipliers: Multipliers
+) -> tuple[AppliedScenario, Placed]:
+    """The fleet after the scenario: its changes applied, the leaving hypervisors' domains re-homed,
+    then its demand placed. Raises ValueError (`key: why`) where the changes do not apply."""
+    applied = apply_scenario(hosts, scenario)
+    moved = rehome(applied, multipliers)
+    placed = place_demand(moved.states, scenario.demand, multipliers)
+    return applied, Placed(placed.states, moved.moves, placed.unplaced)
+
+
+def run_scenario(
+    hosts: Sequence[PlannedHost],
+    scenario: Scenario,
+    settings: ScenarioSettings,
+    *,
+    answers: Callable[[Sequence[HostState], ScenarioSettings, int], FleetAnswers] = fleet_answers,
+) -> ScenarioOutcome:
+    """The scenario's answers before and after (`fleet_answers` of the fleet as given, and of the
+    fleet it makes)."""
+    began = time.perf_counter()
+    reserve = _reserve(scenario, settings)
+    applied, placed = scenario_fleet(hosts, scenario, settings.multipliers)
+    before = answers([host.state() for host in hosts], settings, reserve)
+    after = answers(placed.states, settings, reserve)
+    return ScenarioOutcome(
+        before, after, applied, placed.moves, placed.unplaced, reserve, seconds=time.perf_counter() - began
+    )
+
+
+def _reserve(scenario: Scenario, settings: ScenarioSettings) -> int:
+    return (
+        settings.reserve_host_failures
+        if scenario.reserve_host_failures is None
+        else scenario.reserve_host_failures
+    )
+
+
+class SolveError(ValueError):
+    """No count of added hypervisors up to the bound makes the demand fit with the reserve."""
+
+
+def fits_with_reserve(hosts: Sequence[PlannedHost], scenario: Scenario, settings: ScenarioSettings) -> bool:
+    """Whether the scenario's fleet holds every domain re-homed and every instance of its demand,
+    and still tolerates the reserve's hypervisors lost together."""
+    _, placed = scenario_fleet(hosts, scenario, settings.multipliers)
+    if not placed.everything_placed:
+        return False
+    reserve = _reserve(scenario, settings)
+    return tolerated_failures(placed.states, reserve, settings.multipliers) >= reserve
+
+
+def solve_for_added(
+    hosts: Sequence[PlannedHost],
+    scenario: Scenario,
+    settings: ScenarioSettings,
+    *,
+    limit: int = MAX_ADDED_HYPERVISORS,
+    answers: Callable[[Sequence[HostState], ScenarioSettings, int], FleetAnswers] = fleet_answers,
+) -> ScenarioOutcome:
+    """The scenario with the count of its one `add_hypervisors` entry replaced by the fewest copies
+    found that make it fit (`fits_with_reserve`), and that count's answers.
+
+    Whether a count fits is not monotone in general (the greedy scheduler may fit a demand on
+    fewer hosts and not on more), so the search doubles the count from 1 until one fits, then
+    bisects between the last that did not and the first that did, and answers a count n that fits
+    with n - 1 that does not: the smallest wherever more hosts never hurt, which holds whenever the
+    demand alone decides (more hosts only add room). 0 when the scenario fits without adding any.
+    Raises SolveError when `limit` hypervisors do not make it fit, ValueError when the scenario
+    has not exactly one `add_hypervisors` entry."""
+    if len(scenario.add) != 1:
+        raise ValueError(
+            f"add_hypervisors: solving for the hypervisors to add needs exactly one entry (the kind "
+            f"to buy), got {len(scenario.add)}"
+        )
+    began = time.perf_counter()
+    entry = scenario.add[0]
+    tries: dict[int, bool] = {}
+
+    def fits(count: int) -> bool:
+        if count not in tries:
+            trial = replace(scenario, add=(replace(entry, count=count),) if count else ())
+            tries[count] = fits_with_reserve(hosts, trial, settings)
+        return tries[count]
+
+    if fits(0):
+        found = 0
+    else:
+        low, high = 0, 1
+        while not fits(high):
+            if high >= limit:
+                raise SolveError(
+                    f"add_hypervisors: even {limit} hypervisors of the kind do not make the demand fit "
+                    "with the reserve"
+                )
+            low, high = high, min(high * 2, limit)
+        while high - low > 1:
+            middle = (low + high) // 2
+            if fits(middle):
+                high = middle
+            else:
+                low = middle
+        fits(high - 1)
+        found = high
+    solved = replace(scenario, add=(replace(entry, count=found),) if found else ())
+    outcome = run_scenario(hosts, solved, settings, answers=answers)
+    return replace(
+        outcome,
+        added_count=found,
+        tries=tuple(sorted(tries.items())),
+        seconds=time.perf_counter() - began,
+    )
