@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from virtcap.commands import plan_reclaim, plan_runway
+from virtcap.commands import plan_reclaim, plan_runway, plan_scenario
 from virtcap.commands.arguments import EXIT_USAGE
 from virtcap.commands.client import (
     EXIT_REFUSED,
@@ -31,7 +31,8 @@ from virtcap.config import load_config
 from virtcap.contract.plans import ConsolidationAnswer, PlanError, parse_consolidation_body
 from virtcap.demo import demo_config
 from virtcap.exposition.plan_table import render_consolidation_plan
-from virtcap.service.consolidation import PLAN_GRACE_SECONDS, PLAN_TIME_LIMIT_SECONDS, plan_locally
+from virtcap.service.consolidation import plan_locally
+from virtcap.service.planner import PLAN_GRACE_SECONDS, PLAN_TIME_LIMIT_SECONDS
 
 CONSOLIDATION_PATH = "/api/v1/plans/consolidation"
 _FLAGS = {
@@ -81,6 +82,7 @@ def add_parser(commands: Any) -> None:
     add_answer_source(consolidate, CONSOLIDATION_PATH)
     plan_runway.add_parser(plans)
     plan_reclaim.add_parser(plans)
+    plan_scenario.add_parser(plans)
 
 
 def consolidation_body(args: argparse.Namespace) -> dict[str, Any]:
@@ -123,6 +125,8 @@ def run(args: argparse.Namespace) -> int:
         return plan_runway.run(args)
     if args.plan == "reclaim":
         return plan_reclaim.run(args)
+    if args.plan == "scenario":
+        return plan_scenario.run(args)
     if args.plan != "consolidate":  # argparse allows only the plans above
         raise AssertionError(args.plan)
     try:

@@ -7,7 +7,15 @@ bounded YAML reader with ConfigError (yamlfile).
 """
 
 from virtcap.config.errors import explain_validation_error
-from virtcap.config.load import Config, Flavor, Hypervisor, build_config, load_config, parse_config
+from virtcap.config.load import (
+    Config,
+    Flavor,
+    Hypervisor,
+    build_config,
+    configure_new_hypervisor,
+    load_config,
+    parse_config,
+)
 from virtcap.config.schema import (
     AuditSettings,
     ClaimSettings,
@@ -38,6 +46,7 @@ __all__ = [
     "ReclaimSettings",
     "Size",
     "build_config",
+    "configure_new_hypervisor",
     "explain_validation_error",
     "load_config",
     "parse_config",

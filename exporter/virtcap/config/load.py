@@ -57,6 +57,7 @@ __all__ = [
     "GroupKey",
     "Hypervisor",
     "build_config",
+    "configure_new_hypervisor",
     "load_config",
     "parse_config",
     "select_shard",
@@ -102,6 +103,16 @@ class Flavor:
 
 
 @dataclass(frozen=True, slots=True)
+class PolicyLayers:
+    """What a hypervisor's policy is merged from beside its own keys: `defaults` and the groups'
+    policies (`host_groups`), kept so that a hypervisor the file does not list (a scenario's
+    added ones) is configured exactly as if it were listed (`configure_new_hypervisor`)."""
+
+    defaults: PolicySection = field(default_factory=PolicySection)
+    groups: Mapping[GroupKey, HostGroupSection] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     source: str
     audit: AuditSettings
@@ -125,6 +136,7 @@ class Config:
     """Every hypervisor of the configuration, whichever shard audits it (None: `hypervisors`)."""
     reclaim: ReclaimSettings = field(default_factory=ReclaimSettings)
     """`reclaim`: when a shut-off or idle domain's allocation counts as reclaimable."""
+    policy_layers: PolicyLayers = field(default_factory=PolicyLayers)
 
     @property
     def configured_hypervisors(self) -> tuple[Hypervisor, ...]:
@@ -265,8 +277,26 @@ def build_config(parsed: ConfigFile, source: str) -> Config:
         exposition=parsed.exposition,
         discover_flavors=parsed.discover_flavors,
         reclaim=parsed.reclaim,
+        policy_layers=PolicyLayers(parsed.defaults, group_policies),
     )
     return select_shard(config, shard) if shard.sharded else config
+
+
+def configure_new_hypervisor(config: Config, name: str, own: PolicySection, where: str) -> Hypervisor:
+    """A hypervisor the file does not list, configured as if its entry (`own`, the keys of a
+    `hypervisors` entry but `name`, `uri` and `maintenance`) were: over `defaults` and its groups'
+    policies, with the file's PCI aliases. Raises ConfigError naming `where` (`file: key: why`)."""
+    layers = config.policy_layers
+    groups = _memberships(layers.defaults, own)
+    policies = [layers.groups[group] for group in groups if group in layers.groups]
+    policy, disk = _merge_policy(layers.defaults, own, config.source, where, set(), groups=policies)
+    return Hypervisor(
+        name=name,
+        uri="",
+        policy=replace(policy, pci_aliases=config.pci_aliases),
+        disk=disk,
+        groups=groups,
+    )
 
 
 def _flavor_within(flavor: FlavorSection, where: str) -> WithinHost:

@@ -20,6 +20,7 @@ from virtcap.contract.maintenance import MaintenanceBody, MaintenanceDocument, M
 from virtcap.contract.placements import PlacementAnswer, PlacementBody
 from virtcap.contract.plans import ConsolidationAnswer, ConsolidationBody
 from virtcap.contract.reclaim import ReclaimableList
+from virtcap.contract.scenarios import ScenarioAnswer, ScenarioDocument
 
 REF_TEMPLATE = "#/components/schemas/{model}"
 _MODELS: tuple[tuple[type[BaseModel], Literal["validation", "serialization"]], ...] = (
@@ -36,6 +37,8 @@ _MODELS: tuple[tuple[type[BaseModel], Literal["validation", "serialization"]], .
     (MaintenanceDocument, "serialization"),
     (MaintenanceList, "serialization"),
     (ReclaimableList, "serialization"),
+    (ScenarioDocument, "validation"),
+    (ScenarioAnswer, "serialization"),
 )
 
 
@@ -210,6 +213,57 @@ def openapi_document() -> dict[str, Any]:
                                 ErrorBody,
                                 "Another plan is being computed, or the planner's worker failed or "
                                 "ran past its time limit: nothing was planned; ask again later.",
+                            ),
+                            "headers": {
+                                "Retry-After": {"schema": {"type": "integer"}, "description": "Seconds."}
+                            },
+                        },
+                    },
+                }
+            },
+            "/api/v1/plans/scenarios": {
+                "post": {
+                    "summary": "What-if scenario: the fleet's answers (schedulable and sellable instances, "
+                    "failures tolerated, stranded capacity, compaction) before and after hypervisors "
+                    "added, removed or drained, policies changed and demand placed through the simulated "
+                    "scheduler; nothing is held or changed. Computed in the planner's worker process, one "
+                    "plan at a time. Captures (`capture:`) are refused: describe added hardware with `sku`.",
+                    "parameters": [
+                        {
+                            "name": "solve_for",
+                            "in": "query",
+                            "required": False,
+                            "schema": {"type": "string", "enum": ["add_hypervisors"]},
+                            "description": "Find the fewest copies of the scenario's one `add_hypervisors` "
+                            "entry that fit all the demand and keep the reserve.",
+                        }
+                    ],
+                    "requestBody": {
+                        "required": True,
+                        "content": {"application/json": {"schema": _ref(ScenarioDocument)}},
+                    },
+                    "responses": {
+                        "200": _json(
+                            ScenarioAnswer,
+                            "The answers before and after, on the live audits with the pending claims "
+                            "counted as usage, and what found no host.",
+                        ),
+                        "400": _json(
+                            ErrorBody,
+                            "The scenario is malformed or names what the fleet does not have (a "
+                            "hypervisor, group, flavor or zone), or no count up to the bound fits.",
+                        ),
+                        "401": unauthorized,
+                        "408": _json(
+                            ErrorBody,
+                            f"The body did not arrive within {BODY_TIMEOUT_SECONDS:g} s of the headers.",
+                        ),
+                        "413": _json(ErrorBody, f"The body is larger than {MAX_BODY_BYTES // 1024} KiB."),
+                        "503": {
+                            **_json(
+                                ErrorBody,
+                                "Another plan is being computed, or the planner's worker failed or "
+                                "ran past its time limit: nothing was computed; ask again later.",
                             ),
                             "headers": {
                                 "Retry-After": {"schema": {"type": "integer"}, "description": "Seconds."}

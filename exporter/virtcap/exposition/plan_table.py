@@ -1,5 +1,6 @@
-"""Plans as tables for a person: `virtcap plan consolidate --format table`, and the reclaimable
-domains of `virtcap plan reclaim --format table`."""
+"""Plans as tables for a person: `virtcap plan consolidate --format table`, the reclaimable
+domains of `virtcap plan reclaim --format table`, and the before/after of `virtcap plan scenario
+--format table`."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from collections.abc import Sequence
 
 from virtcap.contract.plans import ConsolidationAnswer
 from virtcap.contract.reclaim import ReclaimableList
+from virtcap.contract.scenarios import FleetAnswersModel, Refused, ScenarioAnswer
 from virtcap.model.resources import resource_by_label
 from virtcap.units import format_bytes
 
@@ -58,6 +60,104 @@ def render_reclaimable(listing: ReclaimableList) -> str:
     lines.append("Together:")
     lines.extend(_table(("reason", "allocated"), [(r, _resources(t)) for r, t in listing.totals.items()]))
     return "\n".join(lines) + "\n"
+
+
+def render_scenario(answer: ScenarioAnswer) -> str:
+    """The fleet's answers before and after, side by side, then what found no host."""
+    before, after = answer.before, answer.after
+    lines = ["What-if scenario (a dry run: nothing is held, moved or changed)"]
+    if answer.solved_add_hypervisors is not None:
+        tried = ", ".join(f"{count} {'fits' if fits else 'does not'}" for count, fits in answer.tries.items())
+        lines.append(
+            f"  hypervisors to add: {answer.solved_add_hypervisors} (the fewest found that fit all the "
+            f"demand with a reserve of {answer.reserve_host_failures}; counts tried: "
+            f"{tried})"
+        )
+    changed = [
+        f"{len(names)} {what}"
+        for what, names in (("added", answer.added), ("removed", answer.removed), ("drained", answer.drained))
+        if names
+    ]
+    if changed:
+        lines.append(f"  hypervisors {', '.join(changed)}")
+    rows = [
+        ("hypervisors", str(before.hypervisors), str(after.hypervisors)),
+        ("eligible (up, fresh, not in maintenance)", str(before.eligible), str(after.eligible)),
+        (
+            f"failures tolerated (of {after.failure_bound})",
+            str(before.failures_tolerated),
+            str(after.failures_tolerated),
+        ),
+        ("compaction (hypervisors needed)", _compaction(before), _compaction(after)),
+    ]
+    rows.extend(
+        (f"stranded {label}", _amount(label, amount), _amount(label, after.stranded.get(label, 0)))
+        for label, amount in before.stranded.items()
+        if amount or after.stranded.get(label, 0)
+    )
+    lines.append("Fleet:")
+    lines.extend(_table(("", "before", "after"), rows))
+    lines.append(f"Per flavor (sellable: keeping a reserve of {answer.reserve_host_failures} hypervisor(s)):")
+    flavors = [
+        (
+            name,
+            str(count),
+            str(after.schedulable.get(name, 0)),
+            str(before.sellable.get(name, 0)),
+            str(after.sellable.get(name, 0)),
+        )
+        for name, count in before.schedulable.items()
+    ]
+    lines.extend(_table(("flavor", "schedulable before", "after", "sellable before", "after"), flavors))
+    zones = sorted(set(before.sellable_by_zone) | set(after.sellable_by_zone))
+    if zones:
+        lines.append("Sellable per availability zone:")
+        zone_rows = [
+            (zone, name, str(before.sellable_by_zone.get(zone, {}).get(name, 0)), str(count))
+            for zone in zones
+            for name, count in after.sellable_by_zone.get(zone, {}).items()
+        ]
+        lines.extend(_table(("zone", "flavor", "before", "after"), zone_rows))
+    homeless = [move for move in answer.displaced if move.destination is None]
+    if answer.displaced:
+        lines.append(
+            f"Domains re-homed off removed and drained hypervisors: {len(answer.displaced) - len(homeless)} "
+            f"of {len(answer.displaced)}"
+        )
+        lines.extend(
+            _table(
+                ("domain", "from", "why no host"), [(m.domain, m.source, _why(m.reasons)) for m in homeless]
+            )
+            if homeless
+            else []
+        )
+    if answer.unplaced:
+        lines.append("Demand that found no host (Nova's NoValidHost):")
+        lines.extend(
+            _table(
+                ("flavor", "instances", "why"),
+                [(u.flavor, str(u.count), _why(u.reasons)) for u in answer.unplaced],
+            )
+        )
+    else:
+        lines.append("All the demand found a host.")
+    return "\n".join(lines) + "\n"
+
+
+def _compaction(answers: FleetAnswersModel) -> str:
+    found = answers.compaction
+    if found is None:
+        return "-"
+    return (
+        f"{found.hypervisors} (at least {found.lower_bound})" if not found.optimal else str(found.hypervisors)
+    )
+
+
+def _why(reasons: Refused | None) -> str:
+    if reasons is None:
+        return ""
+    counts = ", ".join(f"{name} {count}" for name, count in reasons.refused_by.items())
+    return f"{counts}; {reasons.example}" if counts else reasons.example
 
 
 def _resources(amounts: dict[str, int]) -> str:

@@ -3,15 +3,11 @@
 (virtcap.contract.plans), the same planner (virtcap.model.packing.consolidation), the same answer.
 Nothing is held or moved.
 
-On a running exporter the plan is computed in a worker process of its own (a
-`ProcessPoolExecutor` of one worker, spawned on first use, at a lower CPU priority): a plan
-takes seconds of CPU on a large fleet, which must neither block the event loop nor hold the
-interpreter lock while a scrape is served. The host states are built and pickled on the event
-loop a slice at a time (as the failure tolerance's are) and travel as one pickle each; the
-answer comes back as its JSON text. One plan at a time: a request made while one is computed is
-answered 503 with Retry-After (no queue to grow). A plan is bounded by the planner's time limit
-(what it found by then is the plan, `complete: false`), and its worker is killed if it has not
-answered PLAN_GRACE_SECONDS after that. Where the exporter's last fleet compaction was computed on
+On a running exporter the plan is computed by the exporter's planner (service/planner.py: a
+worker process, one plan at a time): the host states are built and pickled on the event loop a
+slice at a time (as the failure tolerance's are) and travel as one pickle each; the answer comes
+back as its JSON text. A plan is bounded by the planner's time limit (what it found by then is
+the plan, `complete: false`). Where the exporter's last fleet compaction was computed on
 the same hypervisors and audits, its proven lower bound is the plan's `target`: the search stops
 once the hypervisors left reach it (no plan gets below it, so the plan is the same, found sooner).
 """
@@ -19,15 +15,8 @@ once the hypervisors left reach it (no plan gets below it, so the plan is the sa
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import math
-import multiprocessing
-import os
 import pickle
-import time
-from collections.abc import Iterable, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
+from collections.abc import Callable, Iterable, Sequence
 
 from virtcap.config import Config
 from virtcap.contract.plans import ConsolidationAnswer, ConsolidationBody, PlanError
@@ -37,19 +26,20 @@ from virtcap.fleet.tolerance import ToleranceReport
 from virtcap.model.packing.consolidation import ConsolidationOptionError, consolidation_plan
 from virtcap.model.scheduler import HostState, Multipliers
 from virtcap.service.oneshot import audit_fleet_once
+from virtcap.service.planner import PLAN_GRACE_SECONDS, PLAN_TIME_LIMIT_SECONDS, Planner
 from virtcap.service.tolerance_task import in_slices
 from virtcap.service.tolerance_worker import pickle_one
 from virtcap.units import brief_repr
 
-PLAN_TIME_LIMIT_SECONDS = 30.0
-"""The planner's time limit: the search stops between tries once it has passed."""
-PLAN_GRACE_SECONDS = 30.0
-"""How much longer than the time limit a worker may take before it is killed (one try of the
-search is one evacuation: seconds on a large fleet)."""
-WORKER_NICENESS = 10
-"""The worker's CPU priority: below the exporter's, whose scrapes and audits take the CPU first,
-but not SCHED_IDLE as the failure tolerance's worker: someone waits for a plan, and on a busy
-machine an idle-class process may wait minutes for a CPU."""
+__all__ = [
+    "PLAN_GRACE_SECONDS",
+    "PLAN_TIME_LIMIT_SECONDS",
+    "ConsolidationPlanner",
+    "check_plan_options",
+    "compaction_target",
+    "plan_answer",
+    "plan_locally",
+]
 
 
 def check_plan_options(body: ConsolidationBody, config: Config) -> None:
@@ -144,24 +134,6 @@ def plan_locally(config: Config, body: ConsolidationBody) -> ConsolidationAnswer
     return plan_answer(states, config.multipliers, body, PLAN_TIME_LIMIT_SECONDS)
 
 
-class PlannerBusyError(Exception):
-    """Another plan is being computed: ask again after `retry_after` seconds."""
-
-    def __init__(self, retry_after: int) -> None:
-        super().__init__(f"a consolidation plan is being computed; ask again in {retry_after} s")
-        self.retry_after = retry_after
-
-
-class PlannerFailedError(Exception):
-    """The worker died, or took too long and was killed: no plan (a 503; the next request starts a
-    new worker)."""
-
-
-def _lower_priority() -> None:
-    with contextlib.suppress(OSError):  # refused (a container's policy): the default priority
-        os.nice(WORKER_NICENESS)
-
-
 def _plan_in_worker(
     pickled: Sequence[bytes],
     multipliers: Multipliers,
@@ -177,22 +149,9 @@ def _plan_in_worker(
         return False, str(error)
 
 
-class ConsolidationPlanner:
-    """The running exporter's planner: one worker process, one plan at a time."""
-
-    def __init__(
-        self, time_limit_seconds: float = PLAN_TIME_LIMIT_SECONDS, grace_seconds: float = PLAN_GRACE_SECONDS
-    ) -> None:
-        self.time_limit_seconds = time_limit_seconds
-        self.grace_seconds = grace_seconds
-        self._pool: ProcessPoolExecutor | None = None
-        self._preparing = False
-        self._running: Future[tuple[bool, str]] | None = None
-        self._expected_by = 0.0
-        self._stopped = False
-
-    def busy(self) -> bool:
-        return self._preparing or (self._running is not None and not self._running.done())
+class ConsolidationPlanner(Planner):
+    """The running exporter's planner: one worker process, one plan at a time (consolidation plans
+    and scenarios share it: service/scenarios.py)."""
 
     async def plan(
         self,
@@ -206,88 +165,18 @@ class ConsolidationPlanner:
         Raises PlanError (options the fleet's states refuse), PlannerBusyError or
         PlannerFailedError. On the event loop; the body checked against the configuration first
         (check_plan_options)."""
-        if self._stopped:
-            raise PlannerFailedError("the exporter is stopping")
-        if self.busy():
-            raise PlannerBusyError(max(1, math.ceil(self._expected_by - time.monotonic())))
-        self._preparing = True  # before the first await: a second request finds it busy
-        self._expected_by = time.monotonic() + self.time_limit_seconds
         held = list(claims)
-        try:
+
+        async def prepared() -> tuple[Callable[..., tuple[bool, str]], tuple[object, ...]]:
             # one entry's state at a time (a scrape waits for one slice at most), pickled there
             # too: the executor then only copies bytes
             pickled = await in_slices(
                 fleet, lambda entry: [pickle_one(s) for s in host_states([entry], held)]
             )
-            if self._stopped:
-                raise PlannerFailedError("the exporter is stopping")
-            pool = self._started()
-            future = pool.submit(
-                _plan_in_worker,
-                [one for entry in pickled for one in entry],
-                multipliers,
-                body,
-                self.time_limit_seconds,
-                target,
-            )
-            self._running = future
-        except BrokenProcessPool:
-            self._discard()
-            raise PlannerFailedError("the consolidation plan's worker process could not be started") from None
-        finally:
-            self._preparing = False
-        limit = self.time_limit_seconds + self.grace_seconds
-        try:
-            async with asyncio.timeout(limit):
-                answered, text = await asyncio.wrap_future(future)
-        except TimeoutError:
-            self._discard()
-            raise PlannerFailedError(
-                f"the consolidation plan took longer than {limit:g} s: its worker was stopped"
-            ) from None
-        except BrokenProcessPool:
-            self._discard()
-            raise PlannerFailedError("the consolidation plan's worker process died") from None
+            states = [one for entry in pickled for one in entry]
+            return _plan_in_worker, (states, multipliers, body, self.time_limit_seconds, target)
+
+        answered, text = await self.submit(prepared, self.time_limit_seconds, "the consolidation plan")
         if not answered:
             raise PlanError(text)
         return text
-
-    def _started(self) -> ProcessPoolExecutor:
-        if self._pool is None:
-            # spawned, not forked: the exporter's threads (libvirt's, the executor's) hold locks
-            # a forked child would inherit held
-            self._pool = ProcessPoolExecutor(
-                max_workers=1, mp_context=multiprocessing.get_context("spawn"), initializer=_lower_priority
-            )
-        return self._pool
-
-    def _discard(self) -> ProcessPoolExecutor | None:
-        """The worker killed (whatever it is doing), the pool shut down without waiting: the
-        pool, for a caller to wait for."""
-        pool, self._pool = self._pool, None
-        self._running = None  # abandoned with its pool: the next plan starts another
-        if pool is None:
-            return None
-        _kill_workers(pool)
-        pool.shutdown(wait=False, cancel_futures=True)
-        return pool
-
-    async def stop(self) -> None:
-        """With the exporter: a plan being computed abandoned (its worker killed), an idle worker
-        told to exit, and waited for (in a thread) so that its queues are released; no plan
-        started after."""
-        self._stopped = True
-        pool, self._pool = self._pool, None
-        if pool is None:
-            return
-        if self.busy():
-            _kill_workers(pool)
-        await asyncio.to_thread(pool.shutdown, wait=True, cancel_futures=True)
-
-
-def _kill_workers(pool: ProcessPoolExecutor) -> None:
-    # ProcessPoolExecutor has no public way to stop a worker mid-task before Python 3.14
-    # (terminate_workers): its processes, by pid
-    processes = getattr(pool, "_processes", None) or {}
-    for process in list(processes.values()):
-        process.kill()

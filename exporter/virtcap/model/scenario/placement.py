@@ -27,19 +27,22 @@ DEMAND_PREFIX = "scenario-"
 
 @dataclass(frozen=True, slots=True)
 class Refusals:
-    """Why the next instance found no host: per filter, how many hypervisors it refused, and the
-    first hypervisor's (by name) refusal in the scheduler's words."""
+    """Why the next instance found no host: per filter, how many hypervisors it refused, and one
+    refusal in the scheduler's words."""
 
     refused_by: Mapping[str, int]
     example: str
 
     @classmethod
     def of(cls, rejections: Mapping[str, Rejection], no_valid_host: str | None = None) -> Refusals:
+        """The example is the first hypervisor (by name) that the filter refusing the most refused:
+        what stops the request, rather than one hypervisor that happened to be down."""
         counts = Counter(rejection.filter for rejection in rejections.values())
         if no_valid_host is not None:
             example = no_valid_host
         elif rejections:
-            name = min(rejections)
+            most = counts.most_common(1)[0][0]
+            name = min(name for name, rejection in rejections.items() if rejection.filter == most)
             first = rejections[name]
             example = f"{name}: {first.filter}: {'; '.join(first.reasons)}"
         else:
