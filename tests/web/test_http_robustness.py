@@ -48,6 +48,7 @@ PATHS = [
     "/api/v1/capacity",
     "/api/v1/placements",
     "/api/v1/plans/consolidation",
+    "/api/v1/plans/scenarios",
     "/api/v1/reclaimable",
     "/api/v1/openapi.json",
     "/api/v1/maintenance",

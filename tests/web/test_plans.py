@@ -32,14 +32,9 @@ from virtcap.model.packing.compaction import compaction
 from virtcap.model.packing.consolidation import ConsolidationPlan, Move, Unmovable
 from virtcap.model.resources import Resource, resource_by_label
 from virtcap.model.scheduler import HostState
-from virtcap.service.consolidation import (
-    ConsolidationPlanner,
-    PlannerBusyError,
-    PlannerFailedError,
-    compaction_target,
-    plan_answer,
-)
+from virtcap.service.consolidation import ConsolidationPlanner, compaction_target, plan_answer
 from virtcap.service.oneshot import audit_fleet_once
+from virtcap.service.planner import PlannerBusyError, PlannerFailedError
 
 PLAN = "/api/v1/plans/consolidation"
 OPTIONS: list[dict[str, Any]] = [

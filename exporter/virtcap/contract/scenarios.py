@@ -277,6 +277,14 @@ class UnplacedAnswer(BaseModel):
     reasons: Refused = Field(description="Nova's NoValidHost: why the first of them found none.")
 
 
+class PlacedAnswer(BaseModel):
+    flavor: str = Field(description="The demand entry's flavor.")
+    count: int = Field(description="Its instances that found a host.")
+    hypervisors: dict[str, int] = Field(
+        description="Where they landed: per hypervisor, how many, in the order the first landed there."
+    )
+
+
 class DisplacedAnswer(BaseModel):
     model_config = ConfigDict(populate_by_name=True)
 
@@ -297,6 +305,7 @@ class ScenarioAnswer(BaseModel):
 
     before: FleetAnswersModel
     after: FleetAnswersModel
+    placed: list[PlacedAnswer] = Field(description="Per demand entry, where its instances landed.")
     unplaced: list[UnplacedAnswer] = Field(description="Per demand entry, the instances that found no host.")
     displaced: list[DisplacedAnswer] = Field(
         description="The removed and drained hypervisors' domains and pending claims, re-homed in order."

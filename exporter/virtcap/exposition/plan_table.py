@@ -131,6 +131,14 @@ def render_scenario(answer: ScenarioAnswer) -> str:
             if homeless
             else []
         )
+    if answer.placed:
+        lines.append("Demand placed, in order:")
+        asked = {u.flavor: u.count for u in answer.unplaced}
+        rows = [
+            (p.flavor, f"{p.count} of {p.count + asked.get(p.flavor, 0)}", str(len(p.hypervisors)))
+            for p in answer.placed
+        ]
+        lines.extend(_table(("flavor", "placed", "on hypervisors"), rows))
     if answer.unplaced:
         lines.append("Demand that found no host (Nova's NoValidHost):")
         lines.extend(

@@ -16,7 +16,14 @@ from virtcap.fleet.scheduling import FleetEntry, pending_claims
 from virtcap.model.host_fit import Demand
 from virtcap.model.resources import Resource
 from virtcap.model.scenario.hosts import AppliedScenario, PlannedHost, apply_scenario
-from virtcap.model.scenario.placement import Move, Placed, UnplacedDemand, place_demand, rehome
+from virtcap.model.scenario.placement import (
+    Move,
+    Placed,
+    PlacedDemand,
+    UnplacedDemand,
+    place_demand,
+    rehome,
+)
 from virtcap.model.scenario.spec import MAX_ADDED_HYPERVISORS, Scenario
 from virtcap.model.scheduler import HostState, Multipliers
 from virtcap.model.scheduler.failure_tolerance import tolerated_failures
@@ -59,6 +66,7 @@ class ScenarioOutcome:
     applied: AppliedScenario
     moves: tuple[Move, ...]
     unplaced: tuple[UnplacedDemand, ...]
+    placed: tuple[PlacedDemand, ...]
     reserve_host_failures: int
     added_count: int | None = None
     """With `solve_for_added`: the copies of the scenario's hypervisors it found (None otherwise)."""
@@ -139,7 +147,7 @@ def scenario_fleet(
     applied = apply_scenario(hosts, scenario)
     moved = rehome(applied, multipliers)
     placed = place_demand(moved.states, scenario.demand, multipliers)
-    return applied, Placed(placed.states, moved.moves, placed.unplaced)
+    return applied, Placed(placed.states, moved.moves, placed.unplaced, placed.placed)
 
 
 def run_scenario(
@@ -157,7 +165,14 @@ def run_scenario(
     before = answers([host.state() for host in hosts], settings, reserve)
     after = answers(placed.states, settings, reserve)
     return ScenarioOutcome(
-        before, after, applied, placed.moves, placed.unplaced, reserve, seconds=time.perf_counter() - began
+        before,
+        after,
+        applied,
+        placed.moves,
+        placed.unplaced,
+        placed.placed,
+        reserve,
+        seconds=time.perf_counter() - began,
     )
 
 

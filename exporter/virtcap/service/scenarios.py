@@ -29,6 +29,7 @@ from virtcap.contract.scenarios import (
     DisplacedAnswer,
     FleetAnswersModel,
     HostsSection,
+    PlacedAnswer,
     PolicyChangeSection,
     Refused,
     ScenarioAnswer,
@@ -243,6 +244,12 @@ def scenario_answer(outcome: ScenarioOutcome) -> ScenarioAnswer:
     return ScenarioAnswer(
         before=_answers(outcome.before),
         after=_answers(outcome.after),
+        placed=[
+            PlacedAnswer(
+                flavor=item.label, count=sum(item.hypervisors.values()), hypervisors=dict(item.hypervisors)
+            )
+            for item in outcome.placed
+        ],
         unplaced=[
             UnplacedAnswer(flavor=item.label, count=item.count, reasons=_refused(item.refusals))
             for item in outcome.unplaced

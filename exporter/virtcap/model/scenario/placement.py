@@ -83,10 +83,20 @@ class UnplacedDemand:
 
 
 @dataclass(frozen=True, slots=True)
+class PlacedDemand:
+    """Where the instances of a demand entry landed: per hypervisor, how many, in the order the
+    first of them landed there."""
+
+    label: str
+    hypervisors: Mapping[str, int]
+
+
+@dataclass(frozen=True, slots=True)
 class Placed:
     states: tuple[HostState, ...]
     moves: tuple[Move, ...] = ()
     unplaced: tuple[UnplacedDemand, ...] = ()
+    placed: tuple[PlacedDemand, ...] = ()
 
     @property
     def displaced_unplaced(self) -> int:
@@ -186,6 +196,7 @@ def place_demand(
     join their hosts' guests (in their hosts' zones), named `scenario-<entry>-<n>`."""
     current = tuple(states)
     unplaced: list[UnplacedDemand] = []
+    placed: list[PlacedDemand] = []
     for index, item in enumerate(demand, start=1):
         result = schedule(current, item.demand, item.count, multipliers=multipliers)
         if not result.placed:
@@ -195,14 +206,16 @@ def place_demand(
                 )
             )
             if result.fitted == 0:
+                placed.append(PlacedDemand(item.label, {}))
                 continue
             result = schedule(current, item.demand, result.fitted, multipliers=multipliers)
         landed: dict[str, int] = Counter(step.host for step in result.steps)
+        placed.append(PlacedDemand(item.label, dict(landed)))
         current = tuple(
             _with_instances(state, item, index, landed[state.name]) if state.name in landed else state
             for state in result.states
         )
-    return Placed(current, unplaced=tuple(unplaced))
+    return Placed(current, unplaced=tuple(unplaced), placed=tuple(placed))
 
 
 def _with_instances(state: HostState, item: DemandItem, index: int, count: int) -> HostState:
