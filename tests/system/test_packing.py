@@ -11,6 +11,7 @@ import pickle
 import signal
 import subprocess
 import sys
+import threading
 from dataclasses import replace
 from pathlib import Path
 from typing import IO
@@ -26,6 +27,7 @@ from virtcap.fleet.packing import PackingReport
 from virtcap.fleet.snapshot import HypervisorSnapshot, PendingClaims
 from virtcap.fleet.tolerance import (
     FleetChanges,
+    FleetSimulation,
     LocalSimulation,
     SimulatedHost,
     packing_settings,
@@ -41,8 +43,10 @@ from virtcap.service.oneshot import audit_fleet_once
 from virtcap.service.tolerance_worker import (
     HEADER,
     WORKER_COMMAND,
+    AnswerWriter,
     EncodedPacking,
     PackingDecoder,
+    compute_steps,
     encode_request,
 )
 
@@ -345,3 +349,24 @@ def test_maintenance_recomputes_the_packing_and_turning_the_tolerance_off_remove
 def _with_claim(snapshot: HypervisorSnapshot, memory: int) -> HypervisorSnapshot:
     request = {Resource.MEMORY: memory}
     return snapshot.with_claims(PendingClaims(dict(request), (Demand(request),)))
+
+
+def test_a_packing_answer_that_cannot_be_written_ends_the_worker(
+    audited: tuple[HypervisorSnapshot, ...], flavors: dict[str, Demand]
+) -> None:
+    """Not a pipe closed (the exporter gone: the thread just stops) but a write that fails
+    otherwise (/dev/full: no space left): the worker ends, to be started again, rather than go on
+    answering the tolerance with no packing answer ever again."""
+    hosts = _hosts(audited)
+    request = FleetChanges().request(hosts, SPREAD, 3, packing_settings(hosts, flavors, 1))
+    assert request is not None
+    simulation = FleetSimulation()
+    simulation.apply(request)
+    simulation.update_packing(request)  # its stranded capacity, and the steps queued
+    ended = threading.Event()
+    with Path("/dev/full").open("wb", buffering=0) as full:
+        steps = threading.Thread(target=compute_steps, args=(simulation, AnswerWriter(full), ended.set))
+        steps.start()
+        steps.join(timeout=120)
+    assert not steps.is_alive()
+    assert ended.is_set()

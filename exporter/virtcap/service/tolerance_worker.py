@@ -253,13 +253,31 @@ def serve(requests: BinaryIO, answers: BinaryIO) -> None:
             writer.send_packing(simulation, functools.partial(simulation.update_packing, request))
 
 
-def compute_steps(simulation: FleetSimulation, writer: AnswerWriter) -> None:
+STEPS_FAILED_EXIT = 3
+"""The worker's exit code when its packing thread failed: the exporter starts another."""
+
+
+def compute_steps(
+    simulation: FleetSimulation, writer: AnswerWriter, on_failure: Callable[[], None] | None = None
+) -> None:
     """The packing steps, one after the other while any is queued, each answer sent (the thread
-    of `serve`'s, until the process ends: the exporter gone, its pipe broken)."""
-    with contextlib.suppress(BrokenPipeError, ValueError):  # ValueError: the pipe closed at exit
-        while True:
-            simulation.wait_for_packing_step()
-            writer.send_packing(simulation, simulation.packing_step)
+    of `serve`'s, until the process ends: the exporter gone, its pipe broken). Anything else that
+    stops it (an answer that cannot be encoded or written) ends the whole worker (`on_failure`,
+    by default): a worker whose packing answers stopped for good would go on answering the
+    tolerance alone, and the packing would never be shown again; a new worker computes it afresh."""
+    try:
+        with contextlib.suppress(BrokenPipeError, ValueError):  # ValueError: the pipe closed at exit
+            while True:
+                simulation.wait_for_packing_step()
+                writer.send_packing(simulation, simulation.packing_step)
+    except Exception:
+        log.exception("the packing answers stopped: the worker ends, to be started again")
+        (on_failure or _end_worker)()
+
+
+def _end_worker() -> None:
+    logging.shutdown()
+    os._exit(STEPS_FAILED_EXIT)  # from a thread: the main one is blocked reading the next request
 
 
 def yield_the_cpu() -> None:
