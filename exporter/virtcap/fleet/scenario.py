@@ -155,17 +155,21 @@ def run_scenario(
     scenario: Scenario,
     settings: ScenarioSettings,
     *,
-    answers: Callable[[Sequence[HostState], ScenarioSettings, int], FleetAnswers] = fleet_answers,
+    before: Callable[[], FleetAnswers] | None = None,
 ) -> ScenarioOutcome:
     """The scenario's answers before and after (`fleet_answers` of the fleet as given, and of the
-    fleet it makes)."""
+    fleet it makes). `before`: the answers before, where the caller computes them elsewhere (they
+    do not depend on the scenario but for its reserve: `scenario_reserve`), read once after's are."""
     began = time.perf_counter()
-    reserve = _reserve(scenario, settings)
+    reserve = scenario_reserve(scenario, settings)
     applied, placed = scenario_fleet(hosts, scenario, settings.multipliers)
-    before = answers([host.state() for host in hosts], settings, reserve)
-    after = answers(placed.states, settings, reserve)
+    after = fleet_answers(placed.states, settings, reserve)
+    if before is None:
+        before_answers = fleet_answers([host.state() for host in hosts], settings, reserve)
+    else:
+        before_answers = before()
     return ScenarioOutcome(
-        before,
+        before_answers,
         after,
         applied,
         placed.moves,
@@ -176,7 +180,8 @@ def run_scenario(
     )
 
 
-def _reserve(scenario: Scenario, settings: ScenarioSettings) -> int:
+def scenario_reserve(scenario: Scenario, settings: ScenarioSettings) -> int:
+    """The reserve both sides are answered with: the scenario's, else the configuration's."""
     return (
         settings.reserve_host_failures
         if scenario.reserve_host_failures is None
@@ -194,7 +199,7 @@ def fits_with_reserve(hosts: Sequence[PlannedHost], scenario: Scenario, settings
     _, placed = scenario_fleet(hosts, scenario, settings.multipliers)
     if not placed.everything_placed:
         return False
-    reserve = _reserve(scenario, settings)
+    reserve = scenario_reserve(scenario, settings)
     return tolerated_failures(placed.states, reserve, settings.multipliers) >= reserve
 
 
@@ -204,7 +209,7 @@ def solve_for_added(
     settings: ScenarioSettings,
     *,
     limit: int = MAX_ADDED_HYPERVISORS,
-    answers: Callable[[Sequence[HostState], ScenarioSettings, int], FleetAnswers] = fleet_answers,
+    before: Callable[[], FleetAnswers] | None = None,
 ) -> ScenarioOutcome:
     """The scenario with the count of its one `add_hypervisors` entry replaced by the fewest copies
     found that make it fit (`fits_with_reserve`), and that count's answers.
@@ -251,7 +256,7 @@ def solve_for_added(
         fits(high - 1)
         found = high
     solved = replace(scenario, add=(replace(entry, count=found),) if found else ())
-    outcome = run_scenario(hosts, solved, settings, answers=answers)
+    outcome = run_scenario(hosts, solved, settings, before=before)
     return replace(
         outcome,
         added_count=found,

@@ -8,8 +8,14 @@ Nothing is held, moved or changed; the exporter's own state is only read."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import ctypes
+import multiprocessing
 import pickle
+import signal
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import replace
 from pathlib import Path
 
@@ -44,8 +50,10 @@ from virtcap.fleet.scenario import (
     ScenarioOutcome,
     ScenarioSettings,
     SolveError,
+    fleet_answers,
     planned_hosts,
     run_scenario,
+    scenario_reserve,
     solve_for_added,
 )
 from virtcap.fleet.scheduling import FleetEntry
@@ -224,19 +232,87 @@ def scenario_settings(config: Config, flavors: Mapping[str, Demand]) -> Scenario
 
 
 def compute_scenario(
-    hosts: Sequence[PlannedHost], scenario: Scenario, settings: ScenarioSettings, solve_for: str | None
+    hosts: Sequence[PlannedHost],
+    scenario: Scenario,
+    settings: ScenarioSettings,
+    solve_for: str | None,
+    *,
+    parallel: bool = True,
 ) -> ScenarioAnswer:
     """The answer (blocking, CPU-bound: in a worker process or a command). ScenarioError where the
     scenario does not apply (a policy change that makes a hypervisor's CPU sets overlap) or the
-    search finds no count."""
-    try:
-        if solve_for == "add_hypervisors":
-            outcome = solve_for_added(hosts, scenario, settings)
-        else:
-            outcome = run_scenario(hosts, scenario, settings)
-    except (SolveError, ValueError) as error:
-        raise ScenarioError(str(error)) from None
+    search finds no count.
+
+    The answers before do not depend on the scenario (but for its reserve): with `parallel`, they
+    are computed in a process of their own (spawned, killed with this one) while this one places
+    the scenario, searches and answers after, so that both sides take the time of one on a machine
+    of two CPUs."""
+    reserve = scenario_reserve(scenario, settings)
+    with _BeforeAnswers(hosts, settings, reserve, parallel=parallel) as before:
+        try:
+            if solve_for == "add_hypervisors":
+                outcome = solve_for_added(hosts, scenario, settings, before=before.result)
+            else:
+                outcome = run_scenario(hosts, scenario, settings, before=before.result)
+        except (SolveError, ValueError) as error:
+            raise ScenarioError(str(error)) from None
     return scenario_answer(outcome)
+
+
+def _answers_before(pickled: bytes, settings: ScenarioSettings, reserve: int) -> FleetAnswers:
+    """In the process of the answers before: the fleet as given."""
+    hosts: list[PlannedHost] = pickle.loads(pickled)
+    return fleet_answers([host.state() for host in hosts], settings, reserve)
+
+
+def _die_with_parent() -> None:
+    """Linux's parent-death signal: a planner worker killed past its time limit takes this process
+    with it, rather than leaving it computing for nobody."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+_PR_SET_PDEATHSIG = 1
+PARALLEL_FROM_HYPERVISORS = 100
+"""Below this, the answers before take less than starting a process (a second or two) saves."""
+
+
+class _BeforeAnswers:
+    """The answers before, computed beside the rest (`parallel`) or when first asked for."""
+
+    def __init__(
+        self, hosts: Sequence[PlannedHost], settings: ScenarioSettings, reserve: int, *, parallel: bool
+    ) -> None:
+        self._hosts = hosts
+        self._settings = settings
+        self._reserve = reserve
+        self._parallel = parallel
+        self._pool: ProcessPoolExecutor | None = None
+        self._future: Future[FleetAnswers] | None = None
+
+    def __enter__(self) -> _BeforeAnswers:
+        if self._parallel and len(self._hosts) >= PARALLEL_FROM_HYPERVISORS:
+            self._pool = ProcessPoolExecutor(
+                max_workers=1, mp_context=multiprocessing.get_context("spawn"), initializer=_die_with_parent
+            )
+            pickled = pickle.dumps(list(self._hosts), pickle.HIGHEST_PROTOCOL)
+            self._future = self._pool.submit(_answers_before, pickled, self._settings, self._reserve)
+        return self
+
+    def result(self) -> FleetAnswers:
+        if self._future is not None:
+            try:
+                return self._future.result()
+            except BrokenProcessPool:  # it could not start, or died: the same answers here
+                pass
+        return fleet_answers([host.state() for host in self._hosts], self._settings, self._reserve)
+
+    def __exit__(self, *_: object) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            for process in list((getattr(pool, "_processes", None) or {}).values()):
+                process.kill()  # an answer no longer wanted (an error after): not waited for
+            pool.shutdown(wait=True, cancel_futures=True)
 
 
 def scenario_answer(outcome: ScenarioOutcome) -> ScenarioAnswer:
