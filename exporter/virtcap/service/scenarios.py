@@ -237,7 +237,7 @@ def compute_scenario(
     settings: ScenarioSettings,
     solve_for: str | None,
     *,
-    parallel: bool = True,
+    parallel: bool | None = None,
 ) -> ScenarioAnswer:
     """The answer (blocking, CPU-bound: in a worker process or a command). ScenarioError where the
     scenario does not apply (a policy change that makes a hypervisor's CPU sets overlap) or the
@@ -246,7 +246,7 @@ def compute_scenario(
     The answers before do not depend on the scenario (but for its reserve): with `parallel`, they
     are computed in a process of their own (spawned, killed with this one) while this one places
     the scenario, searches and answers after, so that both sides take the time of one on a machine
-    of two CPUs."""
+    of two CPUs. By default (None), for fleets of PARALLEL_FROM_HYPERVISORS and more."""
     reserve = scenario_reserve(scenario, settings)
     with _BeforeAnswers(hosts, settings, reserve, parallel=parallel) as before:
         try:
@@ -281,7 +281,7 @@ class _BeforeAnswers:
     """The answers before, computed beside the rest (`parallel`) or when first asked for."""
 
     def __init__(
-        self, hosts: Sequence[PlannedHost], settings: ScenarioSettings, reserve: int, *, parallel: bool
+        self, hosts: Sequence[PlannedHost], settings: ScenarioSettings, reserve: int, *, parallel: bool | None
     ) -> None:
         self._hosts = hosts
         self._settings = settings
@@ -291,7 +291,8 @@ class _BeforeAnswers:
         self._future: Future[FleetAnswers] | None = None
 
     def __enter__(self) -> _BeforeAnswers:
-        if self._parallel and len(self._hosts) >= PARALLEL_FROM_HYPERVISORS:
+        parallel = self._parallel
+        if parallel or (parallel is None and len(self._hosts) >= PARALLEL_FROM_HYPERVISORS):
             self._pool = ProcessPoolExecutor(
                 max_workers=1, mp_context=multiprocessing.get_context("spawn"), initializer=_die_with_parent
             )

@@ -1,0 +1,39 @@
+"""The answers before a scenario, computed in a process of their own (service/scenarios.py's
+`compute_scenario`, parallel): the same answers as computed in the caller's process."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from virtcap.contract.scenarios import parse_scenario
+from virtcap.demo import demo_config
+from virtcap.fleet.scenario import planned_hosts
+from virtcap.fleet.scheduling import FleetEntry
+from virtcap.service.flavors import with_discovered_flavors
+from virtcap.service.oneshot import audit_fleet_once
+from virtcap.service.scenarios import compute_scenario, resolve_scenario, scenario_settings
+
+SCENARIO = {
+    "add_hypervisors": [
+        {"count": 2, "name_prefix": "new", "sku": {"cpus": 32, "memory": "256GiB", "disk": "2TiB"}}
+    ],
+    "drain": {"hypervisors": ["compute-02"]},
+    "demand": [{"flavor": "m1.large", "count": 30}],
+    "reserve_host_failures": 1,
+}
+
+
+def test_the_answers_before_are_the_same_from_a_process_of_their_own(tmp_path: Path) -> None:
+    config = demo_config()
+    snapshots = asyncio.run(audit_fleet_once(config, cpu_window=0.0))
+    config = with_discovered_flavors(config, [(s.name, s.facts) for s in snapshots if s.facts is not None])
+    hosts = planned_hosts([FleetEntry.of(snapshot) for snapshot in snapshots], [])
+    flavors = config.flavor_demands
+    scenario = resolve_scenario(parse_scenario(SCENARIO), config, hosts, flavors, base=tmp_path)
+    settings = scenario_settings(config, flavors)
+    here = compute_scenario(hosts, scenario, settings, None, parallel=False)
+    apart = compute_scenario(hosts, scenario, settings, None, parallel=True)
+    assert apart.model_dump(exclude={"seconds"}) == here.model_dump(exclude={"seconds"})
+    assert here.before != here.after  # the scenario changed something the answers show
+    assert here.placed[0].count == 30
