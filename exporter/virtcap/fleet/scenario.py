@@ -242,10 +242,7 @@ def solve_for_added(
         low, high = 0, 1
         while not fits(high):
             if high >= limit:
-                raise SolveError(
-                    f"add_hypervisors: even {limit} hypervisors of the kind do not make the demand fit "
-                    "with the reserve"
-                )
+                raise SolveError(f"add_hypervisors: {_why_unsolved(hosts, scenario, settings, limit)}")
             low, high = high, min(high * 2, limit)
         while high - low > 1:
             middle = (low + high) // 2
@@ -262,4 +259,25 @@ def solve_for_added(
         added_count=found,
         tries=tuple(sorted(tries.items())),
         seconds=time.perf_counter() - began,
+    )
+
+
+def _why_unsolved(
+    hosts: Sequence[PlannedHost], scenario: Scenario, settings: ScenarioSettings, limit: int
+) -> str:
+    """Why no count up to `limit` fits: the demand that still finds no host, or the reserve the
+    fleet does not keep (and whether it kept it before the scenario: a domain of its largest
+    hypervisors that fits nowhere else is not helped by more hardware of another kind)."""
+    entry = scenario.add[0]
+    _, placed = scenario_fleet(
+        hosts, replace(scenario, add=(replace(entry, count=limit),)), settings.multipliers
+    )
+    if not placed.everything_placed:
+        left = sum(item.count for item in placed.unplaced) + placed.displaced_unplaced
+        return f"even {limit} hypervisors of the kind leave {left} instance(s) or domain(s) without a host"
+    reserve = scenario_reserve(scenario, settings)
+    before = tolerated_failures([host.state() for host in hosts], reserve, settings.multipliers)
+    return (
+        f"even with {limit} hypervisors of the kind, the fleet does not tolerate the reserve of {reserve} "
+        f"hypervisor failure(s); before the scenario it tolerated {before}"
     )
