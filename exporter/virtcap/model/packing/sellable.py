@@ -20,7 +20,7 @@ from virtcap.model.host_fit import Demand
 from virtcap.model.resources import Resource, placement_units
 from virtcap.model.scheduler.claims_request import claims_decide
 from virtcap.model.scheduler.consumed_host import ConsumedHost
-from virtcap.model.scheduler.evacuations import EvacuationResult, evacuation_result
+from virtcap.model.scheduler.evacuations import EvacuationResult, evacuate, evacuation_result
 from virtcap.model.scheduler.failure_tolerance import tolerated_losses
 from virtcap.model.scheduler.filters import CandidateMemo
 from virtcap.model.scheduler.fleet_index import FleetIndex, RequestNumber
@@ -116,17 +116,124 @@ def sellable_count(
                 if now != known[number]:
                     fleet.replace(after.host(walk.fleet.states[number], now))
                     known[number] = now
-        tolerated = tolerated_losses(
-            fleet,
-            reserve_host_failures,
-            multipliers,
-            _SingleEvacuations(fleet, multipliers),
-            largest=walk.top,  # the walk keeps them as instances land
+        kept = all(
+            _evacuation_places_all(fleet, walk.top[:lost], multipliers)  # the walk keeps the top hosts
+            for lost in range(1, reserve_host_failures + 1)
         )
         fleet.prune()
-        if tolerated < reserve_host_failures:
+        if not kept:
             return max(count - 1, 0)
     return len(placed)
+
+
+def _evacuation_places_all(fleet: FleetIndex, failed: Sequence[int], multipliers: Multipliers) -> bool:
+    """Whether the evacuation of the failed hosts together (`evacuate`, as `tolerated_losses`
+    runs it) places every domain.
+
+    The instances sold on them come last but for smaller domains (largest first, the same size
+    by name, and "sellable-" sorts after the hypervisors' domain names), and near the end of a
+    small flavor they are most of the evacuation. So the domains before the first of them are
+    evacuated (the same steps as the whole evacuation's first ones), and from the state they
+    leave, `_rest_certain` shows the others placed whatever the weighers choose; where it cannot,
+    the whole evacuation is run, its first steps given (not searched again)."""
+    order = fleet.evacuation_order(failed)
+    first_sold = next(
+        (position for position, (guest, _) in enumerate(order) if guest.name.startswith(SOLD_PREFIX)),
+        len(order),
+    )
+    if first_sold == len(order):
+        return not evacuate(fleet, failed, multipliers)[1]
+    _, unplaced, moved, traces = evacuate(fleet, failed, multipliers, domains=first_sold)
+    if unplaced:
+        return False
+    if _rest_certain(fleet, order[first_sold:], set(failed), moved):
+        return True
+    return not evacuate(fleet, failed, multipliers, traces or ())[1]
+
+
+def _rest_certain(
+    fleet: FleetIndex,
+    rest: Sequence[tuple[Guest, RequestNumber]],
+    gone: set[int],
+    moved: Mapping[int, ConsumedHost],
+) -> bool:
+    """Whether the domains `rest`, evacuated in this order from the state an evacuation left
+    (the hosts it `moved` as they are now, the others as the fleet has them, the `gone` ones
+    lost), all find a host whatever the weighers choose. Per request, its last domain finds one
+    (and so do the earlier ones, with fewer domains before them) when:
+
+    - more hosts pass for it than there are domains before it (the certificate of `_ReserveWalk`:
+      one of them took none of those and passes still), or
+    - the request is one the claims alone decide (`FleetIndex.needs`), and the domains before it
+      cannot close every host that passes. In the request's own unit, per host, the slots it has
+      (`_slots`: how many of the request fit its room) and per domain the most slots it can take
+      from any host (`_slots_taken`: its claims in Placement's unit, rounded up, in each class
+      the request needs); a host stops passing only once the domains placed on it took all its
+      slots, each domain on one host. So however they are shared out, they close at most as
+      many hosts as the smallest slot counts add up to within what they take, and at most one
+      per domain. For a run of one flavor's instances (what the sold ones are) this is exact:
+      they all fit when the slots outnumber those before the last."""
+    lasts: dict[RequestNumber, int] = {}
+    for position, (_, key) in enumerate(rest):
+        lasts[key] = position
+    for key, last in lasts.items():
+        demand = next(guest.demand for guest, number in rest if number == key)
+        passing = [
+            number
+            for number in fleet.passing_hosts(key, demand)
+            if number not in gone and (number not in moved or moved[number].passes(fleet, demand, key))
+        ]
+        passing.extend(
+            number
+            for number, host in moved.items()
+            if number not in fleet.passing[key] and host.passes(fleet, demand, key)
+        )
+        if last < len(passing):
+            continue
+        needs = fleet.needs(key, demand)
+        if needs is None:
+            return False
+        taken = sum(_slots_taken(fleet, guest.demand, number, needs) for guest, number in rest[:last])
+        slots = sorted(
+            _slots(moved[number].left if number in moved else fleet.room_left(number), needs, last)
+            for number in passing
+        )
+        closable = 0
+        for slot in slots:
+            taken -= slot
+            if taken < 0 or closable == last:
+                break
+            closable += 1
+        if closable >= len(passing):
+            return False
+    return True
+
+
+def _slots(left: Mapping[Resource, int], needs: Sequence[tuple[Resource, int]], most: int) -> int:
+    """How many instances of a request that `needs` these (in Placement's unit) a host with
+    `left` free (per class with a limit) takes, counting no further than `most` + 1."""
+    slots = most + 1
+    for resource, need in needs:
+        room = left.get(resource)
+        if room is not None:
+            slots = min(slots, max(room // need, 0))
+    return slots
+
+
+def _slots_taken(
+    fleet: FleetIndex, demand: Demand, key: RequestNumber, needs: Sequence[tuple[Resource, int]]
+) -> int:
+    """The most slots (`_slots`) of a request that `needs` these one instance of the demand
+    takes from a host: what it claims lowers what is free by at most its claims rounded up, so
+    a host's slots by at most that divided by the need, rounded up, in the class where that is
+    most."""
+    needed = dict(needs)
+    taken = 0
+    for resource, amount in fleet.amounts(key, demand):
+        need = needed.get(resource)
+        if need is not None:
+            taken = max(taken, -(-placement_units(resource, amount) // need))
+    return taken
 
 
 class _ReserveWalk:
