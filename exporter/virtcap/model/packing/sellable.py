@@ -100,14 +100,24 @@ def sellable_count(
     if reserve_host_failures == 0:
         return len(placed)
     after = _States(states, demand, placed, multipliers, memo)
-    walk = _ReserveWalk(states, demand, reserve_host_failures, memo, None if after.by_claims else after)
+    walk = _ReserveWalk(
+        states, demand, reserve_host_failures, memo, None if after.by_claims else after, placed=placed
+    )
     fleet: FleetIndex | None = None
     known: list[int] = []
+    certain = 0
+    """The counts after this one the certificate shows keeping the reserve (`_ReserveWalk.slack`)."""
     for count in range(len(placed) + 1):
         if count > 0:
             walk.place(placed[count - 1])
-        if walk.certain():
+        if certain > 0 and not walk.top_moved:
+            certain -= 1
             continue
+        slack = walk.slack()
+        if slack is not None:
+            certain = slack
+            continue
+        certain = 0
         if fleet is None or not after.by_claims:
             fleet, known = FleetIndex(after(count), memo), list(walk.counts)
         else:
@@ -238,7 +248,7 @@ def _slots_taken(
 
 class _ReserveWalk:
     """The fleet as the instances of the request are placed one by one, followed for a cheap
-    certificate that it keeps the reserve (`certain`).
+    certificate that it keeps the reserve (`slack`).
 
     The certificate: an evacuation (of the j <= R hosts with the most allocated memory, their
     domains largest first, as `tolerated_losses` evacuates them) places a domain whenever some
@@ -248,14 +258,18 @@ class _ReserveWalk:
     the fleet, one of them is untouched and takes it: whatever the weighers choose, the
     evacuation places every domain when, for each request, the position of its last domain in
     the evacuation order is at most the hosts that pass for it. Where the certificate does not
-    hold, the evacuations decide (the caller's `keeps_tolerance`).
+    hold, the evacuations decide (the caller's `_evacuation_places_all`).
 
     The hosts that pass for each request met among the evacuated domains are counted once, then
     kept up to date as each instance lands: a demand the claims alone decide is followed from its
-    claims (`ConsumedHost`, the test the evacuations use); for another, a host that took instances
-    is tested in the fleet with every instance placed (`final`): it passes for fewer requests
-    than with only some of them (consuming never lets a request pass that did not), so the
-    certificate stays sound, only weaker."""
+    claims (`ConsumedHost`, the test the evacuations use; for a request the claims decide too, a
+    host passes until the count where its room runs out, found once per host and request:
+    `_drop_at`); for another, a host that took instances is tested in the fleet with every
+    instance placed (`final`): it passes for fewer requests than with only some of them
+    (consuming never lets a request pass that did not), so the certificate stays sound, only
+    weaker.
+
+    The certificate is not evaluated at every count: see `slack`."""
 
     def __init__(
         self,
@@ -264,6 +278,8 @@ class _ReserveWalk:
         reserve: int,
         memo: CandidateMemo,
         final: _States | None,
+        *,
+        placed: Sequence[str],
     ) -> None:
         self.fleet = FleetIndex(states, memo)
         self.demand = demand
@@ -272,13 +288,25 @@ class _ReserveWalk:
         fleet = self.fleet
         self.memory = [_allocated_memory(state) for state in fleet.states]
         self.sold_memory = demand.request.get(Resource.MEMORY, 0)
+        self.sold_key = fleet.key(demand)
         self.counts = [0] * len(fleet.states)
+        self.most = [0] * len(fleet.states)
+        """Per host, the instances the whole request places on it."""
+        for name in placed:
+            self.most[fleet.index[name]] += 1
+        self.instances = len(placed)
         self.consumed: dict[int, ConsumedHost] = {}
         self.sold: dict[str | None, Demand] = {}
         """The instances as guests of a host of each zone (see `_States`), one demand per zone."""
         self.requests: dict[RequestNumber, Demand] = {}
         self.passing: dict[RequestNumber, set[int]] = {}
         """Per request met among the evacuated domains, the hosts that pass for it now."""
+        self.drops: dict[int, dict[int, list[RequestNumber]]] = {}
+        """Per host and count of instances on it, the requests it stops passing for there."""
+        self.touched: set[int] = set()
+        """The hosts that took instances since the certificate was last evaluated."""
+        self.top_moved = True
+        """Whether an instance landed on one of the top hosts, or they changed, since then."""
         self.top = sorted(range(len(fleet.states)), key=self._largest)[:reserve]
         self._rooms = _RoomsByClass(fleet)
         self.orders: dict[
@@ -291,30 +319,82 @@ class _ReserveWalk:
         return -self.memory[number], self.fleet.names[number]
 
     def place(self, name: str) -> None:
-        """The next instance lands on the host."""
+        """The next instance lands on the host: what the certificate reads is brought up to date
+        when it is next evaluated, but for the requests a host stops passing for at this count
+        (`drops`) and the top hosts."""
         fleet = self.fleet
         number = fleet.index[name]
-        self.counts[number] += 1
+        count = self.counts[number] = self.counts[number] + 1
         self.memory[number] += self.sold_memory
+        self.touched.add(number)
         if self.final is None:
             host = self.consumed.get(number)
             if host is None:
                 host = self.consumed[number] = ConsumedHost(
                     number, fleet.rooms(number), fleet.room_left(number)
                 )
-            key = fleet.key(self.demand)
-            host.add(self.demand, key, fleet.amounts(key, self.demand))
-            self._rooms.moved(number, host.left)
-        for key, hosts in self.passing.items():
-            if self._passes(number, key):
-                hosts.add(number)
-            else:
-                hosts.discard(number)
+            host.add(self.demand, self.sold_key, fleet.amounts(self.sold_key, self.demand))
+        if count == 1:
+            for key, hosts in self.passing.items():
+                self._follow(number, key, hosts)
+        drops = self.drops.get(number)
+        if drops is not None:
+            for key in drops.pop(count, ()):
+                self.passing[key].discard(number)
         if number in self.top:
             self.top.sort(key=self._largest)
+            self.top_moved = True
         elif self._largest(number) < self._largest(self.top[-1]):
             self.top[-1] = number
             self.top.sort(key=self._largest)
+            self.top_moved = True
+
+    def _follow(self, number: int, key: RequestNumber, hosts: set[int]) -> None:
+        """Whether the host passes for the request now, and where it will stop: for a request
+        the claims decide, the count `_drop_at` finds; for the others with the walk followed
+        from the claims, tested again when the certificate is next evaluated (the host is
+        `touched`); with `final`, once (every count above 0 is tested in the final fleet)."""
+        if self._passes(number, key):
+            hosts.add(number)
+        else:
+            hosts.discard(number)
+            return
+        if self.final is not None or self.fleet.needs(key, self.requests[key]) is None:
+            return
+        drop = self._drop_at(number, key)
+        if drop is not None:
+            self.drops.setdefault(number, {}).setdefault(drop, []).append(key)
+
+    def _drop_at(self, number: int, key: RequestNumber) -> int | None:
+        """For a request the claims decide and a host that passes for it now (with instances on
+        it), the count of instances on the host at which it stops passing (None: not before the
+        request's last instance). `ConsumedHost.passes`'s test, whose rooms only shrink as
+        instances land: the first count that fails is found by bisection."""
+        needs = self.fleet.needs(key, self.requests[key])
+        if needs is None:
+            raise ValueError("expected a request the claims decide")
+        rooms = self.fleet.rooms(number)
+        amounts = dict(self.fleet.amounts(self.sold_key, self.demand))
+
+        def passes(count: int) -> bool:
+            for resource, need in needs:
+                room = rooms.get(resource)
+                if room is not None:
+                    claimed = count * amounts.get(resource, 0)
+                    if need > room[0] - placement_units(resource, room[1] + claimed):
+                        return False
+            return True
+
+        low, high = self.counts[number], self.most[number] + 1  # passes at low
+        if passes(self.most[number]):
+            return None
+        while high - low > 1:
+            middle = (low + high) // 2
+            if passes(middle):
+                low = middle
+            else:
+                high = middle
+        return high
 
     def _passes(self, number: int, key: RequestNumber) -> bool:
         """Whether the host passes for the request as the instances placed so far left it."""
@@ -327,26 +407,67 @@ class _ReserveWalk:
             return final.passes(final.states[number], demand, final.key(demand))
         return self.consumed[number].passes(self.fleet, demand, key)
 
-    def certain(self) -> bool:
-        """Whether the certificate shows every evacuation of the reserve placing every domain."""
+    def _refresh(self) -> None:
+        """Brings what the certificate reads up to date with the hosts touched since it was
+        last evaluated: their rooms, and whether they pass for the requests `_drop_at` does not
+        follow (tested again, once per host)."""
+        if self.final is None:
+            lazy = [
+                (key, hosts)
+                for key, hosts in self.passing.items()
+                if self.fleet.needs(key, self.requests[key]) is None
+            ]
+            for number in self.touched:
+                self._rooms.moved(number, self.consumed[number].left)
+                for key, hosts in lazy:
+                    if self._passes(number, key):
+                        hosts.add(number)
+                    else:
+                        hosts.discard(number)
+        self.touched.clear()
+
+    def slack(self) -> int | None:
+        """None where the certificate does not show every evacuation of the reserve placing every
+        domain; else how many more instances it shows so without being evaluated again.
+
+        Until an instance lands on one of the top hosts (or they change), the evacuations move
+        the same domains in the same order, and one instance changes one host: the hosts that
+        pass for a request, the lost ones left out, lose at most that one, so the first test's
+        margin (hosts that pass less the last position) drops by at most 1 per instance. The
+        room test (`_room_margin`) holds while the hosts that pass outnumber those the claims
+        before can close, and one instance lowers that margin by at most 1 plus the classes
+        the request needs (one host fewer passes; the host's room lower can add at most one
+        host to each class's count, its closing amount still at least 1 while it passes). The
+        least margin over every request and loss, each divided by what one instance can take
+        from it, is the count of instances certain without looking."""
+        self._refresh()
+        self.top_moved = False
+        slack: int | None = None
         for lost in range(1, self.reserve + 1):
             gone = self.top[:lost]
             lasts, before = self._last_positions(gone)
             for key, last in lasts.items():
                 hosts = self.passing[key]
                 untouched = len(hosts) - sum(1 for number in gone if number in hosts)
-                if last > untouched and not self._room_enough(key, last, before[key], hosts, gone):
-                    return False
-        return True
+                if last <= untouched:
+                    margin = untouched - last
+                else:
+                    room = self._room_margin(key, last, before[key], hosts, gone)
+                    if room is None:
+                        return None
+                    needs = self.fleet.needs(key, self.requests[key])
+                    margin = room // (1 + len(needs or ()))
+                slack = margin if slack is None else min(slack, margin)
+        return slack if slack is not None else self.instances  # nothing to evacuate
 
-    def _room_enough(
+    def _room_margin(
         self,
         key: RequestNumber,
         last: int,
         before: Mapping[Resource, int],
         hosts: set[int],
         gone: Sequence[int],
-    ) -> bool:
+    ) -> int | None:
         """The certificate's second test, for a request the claims alone decide (`FleetIndex.needs`)
         while the instances are followed from their claims: a host that passes for it stops
         passing only once the domains placed on it claimed more of some class than its room
@@ -354,13 +475,14 @@ class _ReserveWalk:
         last one claim `before` in all (each rounded up, so at least what they take), and
         however they are shared out, the hosts they can close are at most, per class, the most
         of the passing hosts whose closing amounts, smallest first, add up to that class's
-        claims, and at most one per domain. When hosts that pass outnumber those, one is left
-        for every domain of the request."""
+        claims. When hosts that pass outnumber those, one is left for every domain of the
+        request. The margin: how many more hosts pass than that (and than the domains before),
+        less one (None: no more pass)."""
         if self.final is not None:
-            return False
+            return None
         needs = self.fleet.needs(key, self.requests[key])
         if needs is None:
-            return False
+            return None
         available = len(hosts) - sum(1 for number in gone if number in hosts)
         closable = 0
         for resource, need in needs:
@@ -370,8 +492,9 @@ class _ReserveWalk:
                     resource, need, claimed, hosts, gone, most=available - closable
                 )
                 if closable >= available:
-                    return False
-        return available - min(last - 1, closable) >= 1
+                    return None
+        margin = available - min(last - 1, closable) - 1
+        return margin if margin >= 0 else None
 
     def _last_positions(
         self, gone: Sequence[int]
@@ -408,9 +531,10 @@ class _ReserveWalk:
                 claimed[resource] = claimed.get(resource, 0) + placement_units(resource, amount)
             if key not in self.passing:
                 self.requests[key] = guest.demand
-                self.passing[key] = {
-                    number for number in range(len(fleet.states)) if self._passes(number, key)
-                }
+                hosts = self.passing[key] = set(fleet.passing_hosts(key, guest.demand))
+                for number, count in enumerate(self.counts):
+                    if count > 0:
+                        self._follow(number, key, hosts)
         if len(self.orders) > len(fleet.states):  # the top hosts change as instances land
             self.orders.clear()
         self.orders[identity] = lasts, before
