@@ -184,10 +184,17 @@ def _rest_certain(
       per domain. For a run of one flavor's instances (what the sold ones are) this is exact:
       they all fit when the slots outnumber those before the last."""
     lasts: dict[RequestNumber, int] = {}
-    for position, (_, key) in enumerate(rest):
+    demands: dict[RequestNumber, Demand] = {}
+    ahead: dict[RequestNumber, dict[RequestNumber, int]] = {}
+    """Per request, how many domains of each request come before its last one."""
+    seen: dict[RequestNumber, int] = {}
+    for position, (guest, key) in enumerate(rest):
         lasts[key] = position
+        demands.setdefault(key, guest.demand)
+        ahead[key] = dict(seen)
+        seen[key] = seen.get(key, 0) + 1
     for key, last in lasts.items():
-        demand = next(guest.demand for guest, number in rest if number == key)
+        demand = demands[key]
         passing = [
             number
             for number in fleet.passing_hosts(key, demand)
@@ -203,7 +210,10 @@ def _rest_certain(
         needs = fleet.needs(key, demand)
         if needs is None:
             return False
-        taken = sum(_slots_taken(fleet, guest.demand, number, needs) for guest, number in rest[:last])
+        taken = sum(
+            count * _slots_taken(fleet.amounts(other, demands[other]), needs)
+            for other, count in ahead[key].items()
+        )
         slots = sorted(
             _slots(moved[number].left if number in moved else fleet.room_left(number), needs, last)
             for number in passing
@@ -230,16 +240,14 @@ def _slots(left: Mapping[Resource, int], needs: Sequence[tuple[Resource, int]], 
     return slots
 
 
-def _slots_taken(
-    fleet: FleetIndex, demand: Demand, key: RequestNumber, needs: Sequence[tuple[Resource, int]]
-) -> int:
-    """The most slots (`_slots`) of a request that `needs` these one instance of the demand
-    takes from a host: what it claims lowers what is free by at most its claims rounded up, so
-    a host's slots by at most that divided by the need, rounded up, in the class where that is
-    most."""
+def _slots_taken(amounts: Sequence[tuple[Resource, int]], needs: Sequence[tuple[Resource, int]]) -> int:
+    """The most slots (`_slots`) of a request that `needs` these one instance of a demand that
+    claims `amounts` takes from a host: its claims lower what is free by at most their amounts
+    rounded up (Placement's unit), so a host's slots by at most that divided by the need,
+    rounded up, in the class where that is most."""
     needed = dict(needs)
     taken = 0
-    for resource, amount in fleet.amounts(key, demand):
+    for resource, amount in amounts:
         need = needed.get(resource)
         if need is not None:
             taken = max(taken, -(-placement_units(resource, amount) // need))
