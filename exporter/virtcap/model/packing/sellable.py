@@ -15,6 +15,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
+from typing import Literal, NamedTuple
 
 from virtcap.model.host_fit import Demand
 from virtcap.model.resources import Resource, placement_units
@@ -87,18 +88,60 @@ def sellable_count(
 
     Keeping the reserve is not monotone in the count (the greedy scheduler's evacuation can
     succeed with more instances placed and fail with fewer), so every count is decided, in
-    increasing order, stopping at the first that breaks it: most by a certificate that costs a
-    few comparisons (`_ReserveWalk`: enough hosts pass for each domain an evacuation would move,
-    so that it cannot fail), the others by the evacuations themselves."""
+    increasing order, stopping at the first that breaks it (`reserve_decisions`)."""
     if reserve_host_failures < 0:
         raise ValueError(f"expected a reserve of at least 0 host failures, got {reserve_host_failures}")
     memo = memo if memo is not None else CandidateMemo()
     if reserve_host_failures > len(states):
         # `tolerated` counts hosts lost among the fleet's: never more than there are
         return 0
-    placed = request_hosts(states, demand, multipliers, memo=memo)
     if reserve_host_failures == 0:
-        return len(placed)
+        return len(request_hosts(states, demand, multipliers, memo=memo))
+    last = 0
+    for decision in reserve_decisions(states, demand, multipliers, reserve_host_failures, memo=memo):
+        if not decision.kept:
+            return max(decision.instances - 1, 0)
+        last = decision.instances
+    return last
+
+
+class Decision(NamedTuple):
+    """Whether the fleet with so many `instances` placed keeps the reserve, and how that was
+    found (`reserve_decisions`)."""
+
+    instances: int
+    kept: bool
+    by: Literal["certificate", "slack", "rest", "evacuation"]
+
+
+def reserve_decisions(
+    states: Sequence[HostState],
+    demand: Demand,
+    multipliers: Multipliers,
+    reserve_host_failures: int,
+    *,
+    memo: CandidateMemo | None = None,
+    skip_ahead: bool = True,
+) -> Iterator[Decision]:
+    """Each count of the request's instances from 0 (`sellable_count`'s placements), whether
+    the fleet with that many placed keeps a reserve of at least one host, up to the first that
+    does not (or every instance that fits), and how it was found:
+
+    - "certificate": `_ReserveWalk`'s, evaluated at this count (enough hosts pass for each domain
+      an evacuation would move, so that it cannot fail);
+    - "slack": a count after one the certificate showed, within its `_ReserveWalk.slack` (the
+      certificate holds there too, without being evaluated; `skip_ahead=False` evaluates it at
+      every count, for the tests);
+    - "rest": the evacuations run up to the first sold instance, the rest shown placed
+      (`_evacuation_places_all`);
+    - "evacuation": the evacuations run to the end (exact: this is where a count can break the
+      reserve)."""
+    if not 0 < reserve_host_failures <= len(states):
+        raise ValueError(
+            f"expected a reserve of 1 to {len(states)} host failures, got {reserve_host_failures}"
+        )
+    memo = memo if memo is not None else CandidateMemo()
+    placed = request_hosts(states, demand, multipliers, memo=memo)
     after = _States(states, demand, placed, multipliers, memo)
     walk = _ReserveWalk(
         states, demand, reserve_host_failures, memo, None if after.by_claims else after, placed=placed
@@ -112,10 +155,12 @@ def sellable_count(
             walk.place(placed[count - 1])
         if certain > 0 and not walk.top_moved:
             certain -= 1
+            yield Decision(count, True, "slack")
             continue
         slack = walk.slack()
         if slack is not None:
-            certain = slack
+            certain = slack if skip_ahead else 0
+            yield Decision(count, True, "certificate")
             continue
         certain = 0
         if fleet is None or not after.by_claims:
@@ -126,26 +171,33 @@ def sellable_count(
                 if now != known[number]:
                     fleet.replace(after.host(walk.fleet.states[number], now))
                     known[number] = now
-        kept = all(
-            _evacuation_places_all(fleet, walk.top[:lost], multipliers)  # the walk keeps the top hosts
-            for lost in range(1, reserve_host_failures + 1)
-        )
+        by: Literal["rest", "evacuation"] = "rest"
+        kept = True
+        for lost in range(1, reserve_host_failures + 1):
+            found = _evacuation_places_all(fleet, walk.top[:lost], multipliers)  # the walk keeps the top
+            if found != "rest":
+                by = "evacuation"
+            if found is False:
+                kept = False
+                break
         fleet.prune()
+        yield Decision(count, kept, by)
         if not kept:
-            return max(count - 1, 0)
-    return len(placed)
+            return
 
 
-def _evacuation_places_all(fleet: FleetIndex, failed: Sequence[int], multipliers: Multipliers) -> bool:
+def _evacuation_places_all(
+    fleet: FleetIndex, failed: Sequence[int], multipliers: Multipliers
+) -> Literal["rest"] | bool:
     """Whether the evacuation of the failed hosts together (`evacuate`, as `tolerated_losses`
     runs it) places every domain.
 
-    The instances sold on them come last but for smaller domains (largest first, the same size
-    by name, and "sellable-" sorts after the hypervisors' domain names), and near the end of a
-    small flavor they are most of the evacuation. So the domains before the first of them are
+    The instances sold on them come last but for smaller domains and those of their size named
+    after them (the order is largest first, then by name), and near the end of a small flavor
+    they are most of the evacuation. So the domains before the first of them are
     evacuated (the same steps as the whole evacuation's first ones), and from the state they
-    leave, `_rest_certain` shows the others placed whatever the weighers choose; where it cannot,
-    the whole evacuation is run, its first steps given (not searched again)."""
+    leave, `_rest_certain` shows the others placed whatever the weighers choose ("rest"); where
+    it cannot, the whole evacuation is run, its first steps given (not searched again)."""
     order = fleet.evacuation_order(failed)
     first_sold = next(
         (position for position, (guest, _) in enumerate(order) if guest.name.startswith(SOLD_PREFIX)),
@@ -157,7 +209,7 @@ def _evacuation_places_all(fleet: FleetIndex, failed: Sequence[int], multipliers
     if unplaced:
         return False
     if _rest_certain(fleet, order[first_sold:], set(failed), moved):
-        return True
+        return "rest"
     return not evacuate(fleet, failed, multipliers, traces or ())[1]
 
 
