@@ -247,6 +247,9 @@ def assert_each_decision_holds(
     and the reference tolerance give; and every count it skips as within a certificate's slack is
     one the certificate, evaluated at every count, shows itself (the slack never reaches a count
     the certificate would not cover, whether or not that count keeps the reserve)."""
+    if reserve > len(hosts):
+        assert sellable_count(hosts, demand, multipliers, reserve) == 0
+        return []
     decisions = list(reserve_decisions(hosts, demand, multipliers, reserve))
     for decision in decisions:
         assert keeps(hosts, demand, decision.instances, reserve, multipliers) is decision.kept
