@@ -15,6 +15,7 @@ from tests.support.factories import GIB
 from tests.support.fleets import LARGER, MULTIPLIERS, STACK, larger_fleet, reference_tolerated, state
 from virtcap.model.host_fit import Demand
 from virtcap.model.packing.sellable import (
+    reserve_decisions,
     sellable_by_zone,
     sellable_count,
     sellable_instances,
@@ -237,3 +238,77 @@ def test_keeping_the_reserve_is_not_monotone_in_the_count_and_the_answer_is_one_
     ]
     assert first_break_less_one(fleet, demand, 1, stacking) == 0
     assert sellable_count(fleet, demand, stacking, 1) == 0
+
+
+def assert_each_decision_holds(
+    hosts: Sequence[HostState], demand: Demand, reserve: int, multipliers: Multipliers
+) -> list[str]:
+    """Every count `reserve_decisions` decides, whichever way, is what placing through `schedule`
+    and the reference tolerance give; and every count it skips as within a certificate's slack is
+    one the certificate, evaluated at every count, shows itself (the slack never reaches a count
+    the certificate would not cover, whether or not that count keeps the reserve)."""
+    if reserve > len(hosts):
+        assert sellable_count(hosts, demand, multipliers, reserve) == 0
+        return []
+    decisions = list(reserve_decisions(hosts, demand, multipliers, reserve))
+    for decision in decisions:
+        assert keeps(hosts, demand, decision.instances, reserve, multipliers) is decision.kept
+    every = {
+        d.instances: d.by for d in reserve_decisions(hosts, demand, multipliers, reserve, skip_ahead=False)
+    }
+    assert "slack" not in every.values()
+    for decision in decisions:
+        if decision.by == "slack":
+            assert every[decision.instances] == "certificate", decision
+    return [decision.by for decision in decisions]
+
+
+@settings(max_examples=40, deadline=None)
+@given(DENSE, st.sampled_from([1, 2]), MULTIPLIERS)
+def test_each_count_is_decided_as_placing_it_decides(
+    hosts: list[tuple[tuple[int, int, int], list[tuple[int, int, int]], bool]],
+    reserve: int,
+    multipliers: Multipliers,
+) -> None:
+    """The certificate, its slack, the evacuations up to the sold instances with the rest shown
+    placed, and the whole evacuations: each count's answer, on dense fleets (where the room and
+    slot tests decide most counts)."""
+    assert_each_decision_holds(larger_fleet(hosts), SMALL, reserve, multipliers)
+
+
+@settings(max_examples=40, deadline=None)
+@given(LARGER, FLAVORS, st.sampled_from([1, 2]), MULTIPLIERS)
+def test_each_count_is_decided_as_placing_it_decides_on_larger_fleets(
+    hosts: list[tuple[tuple[int, int, int], list[tuple[int, int, int]], bool]],
+    demand: Demand,
+    reserve: int,
+    multipliers: Multipliers,
+) -> None:
+    assert_each_decision_holds(larger_fleet(hosts[:6]), demand, reserve, multipliers)
+
+
+def test_the_counts_are_decided_every_way() -> None:
+    """Three empty hosts (4 instances each): the certificate and its slack first; with 8, h0's 3
+    go to h1 (1 free) and h2 (2 free): no host is left untouched for the last, so the
+    evacuation decides, its sold instances shown placed by their slots; 9 break it. On a dense
+    fleet, under one loss and two, the slots show most of the last counts."""
+    by = assert_each_decision_holds(empty_hosts("h0", "h1", "h2"), EIGHT_GIB, 1, SPREAD)
+    assert by[-2:] == ["rest", "evacuation"]
+    assert {"certificate", "slack"} <= set(by)
+    dense = larger_fleet(
+        [
+            ((16, 64, 400), [(1, 2, 20), (2, 4, 40)], True),
+            ((16, 64, 400), [(4, 8, 10)], True),
+            ((8, 32, 200), [], True),
+            ((16, 64, 400), [(1, 2, 0)], True),
+        ]
+    )
+    for reserve in (1, 2):
+        by = assert_each_decision_holds(dense, SMALL, reserve, SPREAD)
+        assert by[-1] == "evacuation"
+        assert by.count("rest") > 1
+
+
+def test_a_reserve_decided_count_by_count_is_at_least_one_host_of_the_fleet() -> None:
+    with pytest.raises(ValueError, match="reserve of 1 to 3"):
+        next(reserve_decisions(empty_hosts("h0", "h1", "h2"), EIGHT_GIB, SPREAD, 0))

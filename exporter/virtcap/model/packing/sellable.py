@@ -15,12 +15,13 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
+from typing import Literal, NamedTuple
 
 from virtcap.model.host_fit import Demand
 from virtcap.model.resources import Resource, placement_units
 from virtcap.model.scheduler.claims_request import claims_decide
 from virtcap.model.scheduler.consumed_host import ConsumedHost
-from virtcap.model.scheduler.evacuations import EvacuationResult, evacuation_result
+from virtcap.model.scheduler.evacuations import EvacuationResult, evacuate, evacuation_result
 from virtcap.model.scheduler.failure_tolerance import tolerated_losses
 from virtcap.model.scheduler.filters import CandidateMemo
 from virtcap.model.scheduler.fleet_index import FleetIndex, RequestNumber
@@ -87,27 +88,81 @@ def sellable_count(
 
     Keeping the reserve is not monotone in the count (the greedy scheduler's evacuation can
     succeed with more instances placed and fail with fewer), so every count is decided, in
-    increasing order, stopping at the first that breaks it: most by a certificate that costs a
-    few comparisons (`_ReserveWalk`: enough hosts pass for each domain an evacuation would move,
-    so that it cannot fail), the others by the evacuations themselves."""
+    increasing order, stopping at the first that breaks it (`reserve_decisions`)."""
     if reserve_host_failures < 0:
         raise ValueError(f"expected a reserve of at least 0 host failures, got {reserve_host_failures}")
     memo = memo if memo is not None else CandidateMemo()
     if reserve_host_failures > len(states):
         # `tolerated` counts hosts lost among the fleet's: never more than there are
         return 0
-    placed = request_hosts(states, demand, multipliers, memo=memo)
     if reserve_host_failures == 0:
-        return len(placed)
+        return len(request_hosts(states, demand, multipliers, memo=memo))
+    last = 0
+    for decision in reserve_decisions(states, demand, multipliers, reserve_host_failures, memo=memo):
+        if not decision.kept:
+            return max(decision.instances - 1, 0)
+        last = decision.instances
+    return last
+
+
+class Decision(NamedTuple):
+    """Whether the fleet with so many `instances` placed keeps the reserve, and how that was
+    found (`reserve_decisions`)."""
+
+    instances: int
+    kept: bool
+    by: Literal["certificate", "slack", "rest", "evacuation"]
+
+
+def reserve_decisions(
+    states: Sequence[HostState],
+    demand: Demand,
+    multipliers: Multipliers,
+    reserve_host_failures: int,
+    *,
+    memo: CandidateMemo | None = None,
+    skip_ahead: bool = True,
+) -> Iterator[Decision]:
+    """Each count of the request's instances from 0 (`sellable_count`'s placements), whether
+    the fleet with that many placed keeps a reserve of at least one host, up to the first that
+    does not (or every instance that fits), and how it was found:
+
+    - "certificate": `_ReserveWalk`'s, evaluated at this count (enough hosts pass for each domain
+      an evacuation would move, so that it cannot fail);
+    - "slack": a count after one the certificate showed, within its `_ReserveWalk.slack` (the
+      certificate holds there too, without being evaluated; `skip_ahead=False` evaluates it at
+      every count, for the tests);
+    - "rest": the evacuations run up to the first sold instance, the rest shown placed
+      (`_evacuation_places_all`);
+    - "evacuation": the evacuations run to the end (exact: this is where a count can break the
+      reserve)."""
+    if not 0 < reserve_host_failures <= len(states):
+        raise ValueError(
+            f"expected a reserve of 1 to {len(states)} host failures, got {reserve_host_failures}"
+        )
+    memo = memo if memo is not None else CandidateMemo()
+    placed = request_hosts(states, demand, multipliers, memo=memo)
     after = _States(states, demand, placed, multipliers, memo)
-    walk = _ReserveWalk(states, demand, reserve_host_failures, memo, None if after.by_claims else after)
+    walk = _ReserveWalk(
+        states, demand, reserve_host_failures, memo, None if after.by_claims else after, placed=placed
+    )
     fleet: FleetIndex | None = None
     known: list[int] = []
+    certain = 0
+    """The counts after this one the certificate shows keeping the reserve (`_ReserveWalk.slack`)."""
     for count in range(len(placed) + 1):
         if count > 0:
             walk.place(placed[count - 1])
-        if walk.certain():
+        if certain > 0 and not walk.top_moved:
+            certain -= 1
+            yield Decision(count, True, "slack")
             continue
+        slack = walk.slack()
+        if slack is not None:
+            certain = slack if skip_ahead else 0
+            yield Decision(count, True, "certificate")
+            continue
+        certain = 0
         if fleet is None or not after.by_claims:
             fleet, known = FleetIndex(after(count), memo), list(walk.counts)
         else:
@@ -116,22 +171,144 @@ def sellable_count(
                 if now != known[number]:
                     fleet.replace(after.host(walk.fleet.states[number], now))
                     known[number] = now
-        tolerated = tolerated_losses(
-            fleet,
-            reserve_host_failures,
-            multipliers,
-            _SingleEvacuations(fleet, multipliers),
-            largest=walk.top,  # the walk keeps them as instances land
-        )
+        by: Literal["rest", "evacuation"] = "rest"
+        kept = True
+        for lost in range(1, reserve_host_failures + 1):
+            found = _evacuation_places_all(fleet, walk.top[:lost], multipliers)  # the walk keeps the top
+            if found != "rest":
+                by = "evacuation"
+            if found is False:
+                kept = False
+                break
         fleet.prune()
-        if tolerated < reserve_host_failures:
-            return max(count - 1, 0)
-    return len(placed)
+        yield Decision(count, kept, by)
+        if not kept:
+            return
+
+
+def _evacuation_places_all(
+    fleet: FleetIndex, failed: Sequence[int], multipliers: Multipliers
+) -> Literal["rest"] | bool:
+    """Whether the evacuation of the failed hosts together (`evacuate`, as `tolerated_losses`
+    runs it) places every domain.
+
+    The instances sold on them come last but for smaller domains and those of their size named
+    after them (the order is largest first, then by name), and near the end of a small flavor
+    they are most of the evacuation. So the domains before the first of them are
+    evacuated (the same steps as the whole evacuation's first ones), and from the state they
+    leave, `_rest_certain` shows the others placed whatever the weighers choose ("rest"); where
+    it cannot, the whole evacuation is run, its first steps given (not searched again)."""
+    order = fleet.evacuation_order(failed)
+    first_sold = next(
+        (position for position, (guest, _) in enumerate(order) if guest.name.startswith(SOLD_PREFIX)),
+        len(order),
+    )
+    if first_sold == len(order):
+        return not evacuate(fleet, failed, multipliers)[1]
+    _, unplaced, moved, traces = evacuate(fleet, failed, multipliers, domains=first_sold)
+    if unplaced:
+        return False
+    if _rest_certain(fleet, order[first_sold:], set(failed), moved):
+        return "rest"
+    return not evacuate(fleet, failed, multipliers, traces or ())[1]
+
+
+def _rest_certain(
+    fleet: FleetIndex,
+    rest: Sequence[tuple[Guest, RequestNumber]],
+    gone: set[int],
+    moved: Mapping[int, ConsumedHost],
+) -> bool:
+    """Whether the domains `rest`, evacuated in this order from the state an evacuation left
+    (the hosts it `moved` as they are now, the others as the fleet has them, the `gone` ones
+    lost), all find a host whatever the weighers choose. Per request, its last domain finds one
+    (and so do the earlier ones, with fewer domains before them) when:
+
+    - more hosts pass for it than there are domains before it (the certificate of `_ReserveWalk`:
+      one of them took none of those and passes still), or
+    - the request is one the claims alone decide (`FleetIndex.needs`), and the domains before it
+      cannot close every host that passes. In the request's own unit, per host, the slots it has
+      (`_slots`: how many of the request fit its room) and per domain the most slots it can take
+      from any host (`_slots_taken`: its claims in Placement's unit, rounded up, in each class
+      the request needs); a host stops passing only once the domains placed on it took all its
+      slots, each domain on one host. So however they are shared out, they close at most as
+      many hosts as the smallest slot counts add up to within what they take, and at most one
+      per domain. For a run of one flavor's instances (what the sold ones are) this is exact:
+      they all fit when the slots outnumber those before the last."""
+    lasts: dict[RequestNumber, int] = {}
+    demands: dict[RequestNumber, Demand] = {}
+    ahead: dict[RequestNumber, dict[RequestNumber, int]] = {}
+    """Per request, how many domains of each request come before its last one."""
+    seen: dict[RequestNumber, int] = {}
+    for position, (guest, key) in enumerate(rest):
+        lasts[key] = position
+        demands.setdefault(key, guest.demand)
+        ahead[key] = dict(seen)
+        seen[key] = seen.get(key, 0) + 1
+    for key, last in lasts.items():
+        demand = demands[key]
+        passing = [
+            number
+            for number in fleet.passing_hosts(key, demand)
+            if number not in gone and (number not in moved or moved[number].passes(fleet, demand, key))
+        ]
+        passing.extend(
+            number
+            for number, host in moved.items()
+            if number not in fleet.passing[key] and host.passes(fleet, demand, key)
+        )
+        if last < len(passing):
+            continue
+        needs = fleet.needs(key, demand)
+        if needs is None:
+            return False
+        taken = sum(
+            count * _slots_taken(fleet.amounts(other, demands[other]), needs)
+            for other, count in ahead[key].items()
+        )
+        slots = sorted(
+            _slots(moved[number].left if number in moved else fleet.room_left(number), needs, last)
+            for number in passing
+        )
+        closable = 0
+        for slot in slots:
+            taken -= slot
+            if taken < 0 or closable == last:
+                break
+            closable += 1
+        if closable >= len(passing):
+            return False
+    return True
+
+
+def _slots(left: Mapping[Resource, int], needs: Sequence[tuple[Resource, int]], most: int) -> int:
+    """How many instances of a request that `needs` these (in Placement's unit) a host with
+    `left` free (per class with a limit) takes, counting no further than `most` + 1."""
+    slots = most + 1
+    for resource, need in needs:
+        room = left.get(resource)
+        if room is not None:
+            slots = min(slots, max(room // need, 0))
+    return slots
+
+
+def _slots_taken(amounts: Sequence[tuple[Resource, int]], needs: Sequence[tuple[Resource, int]]) -> int:
+    """The most slots (`_slots`) of a request that `needs` these one instance of a demand that
+    claims `amounts` takes from a host: its claims lower what is free by at most their amounts
+    rounded up (Placement's unit), so a host's slots by at most that divided by the need,
+    rounded up, in the class where that is most."""
+    needed = dict(needs)
+    taken = 0
+    for resource, amount in amounts:
+        need = needed.get(resource)
+        if need is not None:
+            taken = max(taken, -(-placement_units(resource, amount) // need))
+    return taken
 
 
 class _ReserveWalk:
     """The fleet as the instances of the request are placed one by one, followed for a cheap
-    certificate that it keeps the reserve (`certain`).
+    certificate that it keeps the reserve (`slack`).
 
     The certificate: an evacuation (of the j <= R hosts with the most allocated memory, their
     domains largest first, as `tolerated_losses` evacuates them) places a domain whenever some
@@ -141,14 +318,18 @@ class _ReserveWalk:
     the fleet, one of them is untouched and takes it: whatever the weighers choose, the
     evacuation places every domain when, for each request, the position of its last domain in
     the evacuation order is at most the hosts that pass for it. Where the certificate does not
-    hold, the evacuations decide (the caller's `keeps_tolerance`).
+    hold, the evacuations decide (the caller's `_evacuation_places_all`).
 
     The hosts that pass for each request met among the evacuated domains are counted once, then
     kept up to date as each instance lands: a demand the claims alone decide is followed from its
-    claims (`ConsumedHost`, the test the evacuations use); for another, a host that took instances
-    is tested in the fleet with every instance placed (`final`): it passes for fewer requests
-    than with only some of them (consuming never lets a request pass that did not), so the
-    certificate stays sound, only weaker."""
+    claims (`ConsumedHost`, the test the evacuations use; for a request the claims decide too, a
+    host passes until the count where its room runs out, found once per host and request:
+    `_drop_at`); for another, a host that took instances is tested in the fleet with every
+    instance placed (`final`): it passes for fewer requests than with only some of them
+    (consuming never lets a request pass that did not), so the certificate stays sound, only
+    weaker.
+
+    The certificate is not evaluated at every count: see `slack`."""
 
     def __init__(
         self,
@@ -157,6 +338,8 @@ class _ReserveWalk:
         reserve: int,
         memo: CandidateMemo,
         final: _States | None,
+        *,
+        placed: Sequence[str],
     ) -> None:
         self.fleet = FleetIndex(states, memo)
         self.demand = demand
@@ -165,13 +348,25 @@ class _ReserveWalk:
         fleet = self.fleet
         self.memory = [_allocated_memory(state) for state in fleet.states]
         self.sold_memory = demand.request.get(Resource.MEMORY, 0)
+        self.sold_key = fleet.key(demand)
         self.counts = [0] * len(fleet.states)
+        self.most = [0] * len(fleet.states)
+        """Per host, the instances the whole request places on it."""
+        for name in placed:
+            self.most[fleet.index[name]] += 1
+        self.instances = len(placed)
         self.consumed: dict[int, ConsumedHost] = {}
         self.sold: dict[str | None, Demand] = {}
         """The instances as guests of a host of each zone (see `_States`), one demand per zone."""
         self.requests: dict[RequestNumber, Demand] = {}
         self.passing: dict[RequestNumber, set[int]] = {}
         """Per request met among the evacuated domains, the hosts that pass for it now."""
+        self.drops: dict[int, dict[int, list[RequestNumber]]] = {}
+        """Per host and count of instances on it, the requests it stops passing for there."""
+        self.touched: set[int] = set()
+        """The hosts that took instances since the certificate was last evaluated."""
+        self.top_moved = True
+        """Whether an instance landed on one of the top hosts, or they changed, since then."""
         self.top = sorted(range(len(fleet.states)), key=self._largest)[:reserve]
         self._rooms = _RoomsByClass(fleet)
         self.orders: dict[
@@ -184,30 +379,82 @@ class _ReserveWalk:
         return -self.memory[number], self.fleet.names[number]
 
     def place(self, name: str) -> None:
-        """The next instance lands on the host."""
+        """The next instance lands on the host: what the certificate reads is brought up to date
+        when it is next evaluated, but for the requests a host stops passing for at this count
+        (`drops`) and the top hosts."""
         fleet = self.fleet
         number = fleet.index[name]
-        self.counts[number] += 1
+        count = self.counts[number] = self.counts[number] + 1
         self.memory[number] += self.sold_memory
+        self.touched.add(number)
         if self.final is None:
             host = self.consumed.get(number)
             if host is None:
                 host = self.consumed[number] = ConsumedHost(
                     number, fleet.rooms(number), fleet.room_left(number)
                 )
-            key = fleet.key(self.demand)
-            host.add(self.demand, key, fleet.amounts(key, self.demand))
-            self._rooms.moved(number, host.left)
-        for key, hosts in self.passing.items():
-            if self._passes(number, key):
-                hosts.add(number)
-            else:
-                hosts.discard(number)
+            host.add(self.demand, self.sold_key, fleet.amounts(self.sold_key, self.demand))
+        if count == 1:
+            for key, hosts in self.passing.items():
+                self._follow(number, key, hosts)
+        drops = self.drops.get(number)
+        if drops is not None:
+            for key in drops.pop(count, ()):
+                self.passing[key].discard(number)
         if number in self.top:
             self.top.sort(key=self._largest)
+            self.top_moved = True
         elif self._largest(number) < self._largest(self.top[-1]):
             self.top[-1] = number
             self.top.sort(key=self._largest)
+            self.top_moved = True
+
+    def _follow(self, number: int, key: RequestNumber, hosts: set[int]) -> None:
+        """Whether the host passes for the request now, and where it will stop: for a request
+        the claims decide, the count `_drop_at` finds; for the others with the walk followed
+        from the claims, tested again when the certificate is next evaluated (the host is
+        `touched`); with `final`, once (every count above 0 is tested in the final fleet)."""
+        if self._passes(number, key):
+            hosts.add(number)
+        else:
+            hosts.discard(number)
+            return
+        if self.final is not None or self.fleet.needs(key, self.requests[key]) is None:
+            return
+        drop = self._drop_at(number, key)
+        if drop is not None:
+            self.drops.setdefault(number, {}).setdefault(drop, []).append(key)
+
+    def _drop_at(self, number: int, key: RequestNumber) -> int | None:
+        """For a request the claims decide and a host that passes for it now (with instances on
+        it), the count of instances on the host at which it stops passing (None: not before the
+        request's last instance). `ConsumedHost.passes`'s test, whose rooms only shrink as
+        instances land: the first count that fails is found by bisection."""
+        needs = self.fleet.needs(key, self.requests[key])
+        if needs is None:
+            raise ValueError("expected a request the claims decide")
+        rooms = self.fleet.rooms(number)
+        amounts = dict(self.fleet.amounts(self.sold_key, self.demand))
+
+        def passes(count: int) -> bool:
+            for resource, need in needs:
+                room = rooms.get(resource)
+                if room is not None:
+                    claimed = count * amounts.get(resource, 0)
+                    if need > room[0] - placement_units(resource, room[1] + claimed):
+                        return False
+            return True
+
+        low, high = self.counts[number], self.most[number] + 1  # passes at low
+        if passes(self.most[number]):
+            return None
+        while high - low > 1:
+            middle = (low + high) // 2
+            if passes(middle):
+                low = middle
+            else:
+                high = middle
+        return high
 
     def _passes(self, number: int, key: RequestNumber) -> bool:
         """Whether the host passes for the request as the instances placed so far left it."""
@@ -220,26 +467,67 @@ class _ReserveWalk:
             return final.passes(final.states[number], demand, final.key(demand))
         return self.consumed[number].passes(self.fleet, demand, key)
 
-    def certain(self) -> bool:
-        """Whether the certificate shows every evacuation of the reserve placing every domain."""
+    def _refresh(self) -> None:
+        """Brings what the certificate reads up to date with the hosts touched since it was
+        last evaluated: their rooms, and whether they pass for the requests `_drop_at` does not
+        follow (tested again, once per host)."""
+        if self.final is None:
+            lazy = [
+                (key, hosts)
+                for key, hosts in self.passing.items()
+                if self.fleet.needs(key, self.requests[key]) is None
+            ]
+            for number in self.touched:
+                self._rooms.moved(number, self.consumed[number].left)
+                for key, hosts in lazy:
+                    if self._passes(number, key):
+                        hosts.add(number)
+                    else:
+                        hosts.discard(number)
+        self.touched.clear()
+
+    def slack(self) -> int | None:
+        """None where the certificate does not show every evacuation of the reserve placing every
+        domain; else how many more instances it shows so without being evaluated again.
+
+        Until an instance lands on one of the top hosts (or they change), the evacuations move
+        the same domains in the same order, and one instance changes one host: the hosts that
+        pass for a request, the lost ones left out, lose at most that one, so the first test's
+        margin (hosts that pass less the last position) drops by at most 1 per instance. The
+        room test (`_room_margin`) holds while the hosts that pass outnumber those the claims
+        before can close, and one instance lowers that margin by at most 1 plus the classes
+        the request needs (one host fewer passes; the host's room lower can add at most one
+        host to each class's count, its closing amount still at least 1 while it passes). The
+        least margin over every request and loss, each divided by what one instance can take
+        from it, is the count of instances certain without looking."""
+        self._refresh()
+        self.top_moved = False
+        slack: int | None = None
         for lost in range(1, self.reserve + 1):
             gone = self.top[:lost]
             lasts, before = self._last_positions(gone)
             for key, last in lasts.items():
                 hosts = self.passing[key]
                 untouched = len(hosts) - sum(1 for number in gone if number in hosts)
-                if last > untouched and not self._room_enough(key, last, before[key], hosts, gone):
-                    return False
-        return True
+                if last <= untouched:
+                    margin = untouched - last
+                else:
+                    room = self._room_margin(key, last, before[key], hosts, gone)
+                    if room is None:
+                        return None
+                    needs = self.fleet.needs(key, self.requests[key])
+                    margin = room // (1 + len(needs or ()))
+                slack = margin if slack is None else min(slack, margin)
+        return slack if slack is not None else self.instances  # nothing to evacuate
 
-    def _room_enough(
+    def _room_margin(
         self,
         key: RequestNumber,
         last: int,
         before: Mapping[Resource, int],
         hosts: set[int],
         gone: Sequence[int],
-    ) -> bool:
+    ) -> int | None:
         """The certificate's second test, for a request the claims alone decide (`FleetIndex.needs`)
         while the instances are followed from their claims: a host that passes for it stops
         passing only once the domains placed on it claimed more of some class than its room
@@ -247,13 +535,14 @@ class _ReserveWalk:
         last one claim `before` in all (each rounded up, so at least what they take), and
         however they are shared out, the hosts they can close are at most, per class, the most
         of the passing hosts whose closing amounts, smallest first, add up to that class's
-        claims, and at most one per domain. When hosts that pass outnumber those, one is left
-        for every domain of the request."""
+        claims. When hosts that pass outnumber those, one is left for every domain of the
+        request. The margin: how many more hosts pass than that (and than the domains before),
+        less one (None: no more pass)."""
         if self.final is not None:
-            return False
+            return None
         needs = self.fleet.needs(key, self.requests[key])
         if needs is None:
-            return False
+            return None
         available = len(hosts) - sum(1 for number in gone if number in hosts)
         closable = 0
         for resource, need in needs:
@@ -263,8 +552,9 @@ class _ReserveWalk:
                     resource, need, claimed, hosts, gone, most=available - closable
                 )
                 if closable >= available:
-                    return False
-        return available - min(last - 1, closable) >= 1
+                    return None
+        margin = available - min(last - 1, closable) - 1
+        return margin if margin >= 0 else None
 
     def _last_positions(
         self, gone: Sequence[int]
@@ -301,9 +591,10 @@ class _ReserveWalk:
                 claimed[resource] = claimed.get(resource, 0) + placement_units(resource, amount)
             if key not in self.passing:
                 self.requests[key] = guest.demand
-                self.passing[key] = {
-                    number for number in range(len(fleet.states)) if self._passes(number, key)
-                }
+                hosts = self.passing[key] = set(fleet.passing_hosts(key, guest.demand))
+                for number, count in enumerate(self.counts):
+                    if count > 0:
+                        self._follow(number, key, hosts)
         if len(self.orders) > len(fleet.states):  # the top hosts change as instances land
             self.orders.clear()
         self.orders[identity] = lasts, before

@@ -251,7 +251,12 @@ def choose_host(
 
 
 def evacuate(
-    fleet: FleetIndex, failed: Sequence[int], multipliers: Multipliers, prefix: Sequence[StepTrace] = ()
+    fleet: FleetIndex,
+    failed: Sequence[int],
+    multipliers: Multipliers,
+    prefix: Sequence[StepTrace] = (),
+    *,
+    domains: int | None = None,
 ) -> tuple[list[tuple[str, str]], list[Unplaced], dict[int, ConsumedHost], list[StepTrace] | None]:
     """The domains of the `failed` hosts (indices of the fleet), largest first, each through the
     scheduler on the others as `schedule` would place one instance: the hosts that pass for it
@@ -268,7 +273,8 @@ def evacuate(
 
     The first domains may be given their hosts: the steps of a `prefix` (of a trace whose
     choices are known to stand, see `steps_that_stand`), consumed without a search and kept as the
-    beginning of the trace."""
+    beginning of the trace. `domains`: only the first so many domains of the order are placed
+    (the others are left as if the evacuation stopped there; None: all of them)."""
     gone = set(failed)
     moved: dict[int, ConsumedHost] = {}
     clipped = list(fleet.clipped)
@@ -286,7 +292,8 @@ def evacuate(
     orders = fleet.orders_for(multipliers)
     lost: frozenset[int] | None = None
     """The failed hosts, kept by the domains that find no host."""
-    for step, (guest, key) in enumerate(fleet.evacuation_order(failed)):
+    order = fleet.evacuation_order(failed)
+    for step, (guest, key) in enumerate(order if domains is None else order[:domains]):
         demand = guest.demand
         if step < len(prefix):
             chosen = prefix[step].chosen
