@@ -4,11 +4,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 # Upstream Nova and Placement, for the conformance suite only (tests/conformance): their own virtualenv.
 UPSTREAM_VENV := .venv-upstream
+KEYSTONE_VENV := .venv-keystone
 # The lowest releases pyproject.toml accepts, for `make lower-bounds` only: their own virtualenv.
 LOWER_VENV := .venv-lower
 LOWER_BOUNDS := constraints/lower-bounds.txt
 
-.PHONY: demo test lint typecheck unit lower-bounds conformance upstream-venv bench generate system-deps clean
+.PHONY: demo test lint typecheck unit lower-bounds conformance upstream-venv keystone-venv bench generate system-deps clean
 
 system-deps:
 	@bash scripts/install-system-deps.sh
@@ -50,6 +51,10 @@ typecheck: $(BIN)/virtcap
 upstream-venv: system-deps
 	@PYTHON=$(PYTHON) bash scripts/upstream-venv.sh $(UPSTREAM_VENV)
 
+# Keystone for the Placement harness's tests with Keystone-issued tokens; cached the same way.
+keystone-venv: system-deps
+	@PYTHON=$(PYTHON) bash scripts/keystone-venv.sh $(KEYSTONE_VENV)
+
 # Workers (pytest-xdist), each with its own private libvirtd, PostgreSQL cluster and Nova oracle
 # when its tests ask for them. Twice the 2 cores of the smallest machine it runs on: most of a test's
 # time is spent waiting for the processes it starts (`virtcap serve`, Prometheus, libvirtd, QEMU),
@@ -57,8 +62,8 @@ upstream-venv: system-deps
 WORKERS ?= 4
 PYTEST_PARALLEL = -n $(WORKERS) --dist loadfile
 
-unit: $(BIN)/virtcap upstream-venv
-	VIRTCAP_UPSTREAM_VENV=$(abspath $(UPSTREAM_VENV)) $(BIN)/pytest $(PYTEST_PARALLEL) --durations=15
+unit: $(BIN)/virtcap upstream-venv keystone-venv
+	VIRTCAP_UPSTREAM_VENV=$(abspath $(UPSTREAM_VENV)) VIRTCAP_KEYSTONE_VENV=$(abspath $(KEYSTONE_VENV)) $(BIN)/pytest $(PYTEST_PARALLEL) --durations=15
 
 # The unit tests under the lowest releases pyproject.toml accepts: each lower bound must be one that
 # works. Those of a private libvirtd and of upstream Nova are left to `make unit`: they test libvirt
@@ -91,4 +96,4 @@ bench: system-deps $(BIN)/virtcap
 	$(BIN)/python bench/run.py
 
 clean:
-	rm -rf $(VENV) $(UPSTREAM_VENV) $(LOWER_VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis exporter/*.egg-info
+	rm -rf $(VENV) $(UPSTREAM_VENV) $(KEYSTONE_VENV) $(LOWER_VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis exporter/*.egg-info

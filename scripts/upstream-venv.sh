@@ -17,7 +17,7 @@ constraints=tests/conformance/upstream-constraints.txt
 stamp="$venv/.virtcap-upstream-complete"
 
 python_version=$("$python" -c 'import sys; print(".".join(map(str, sys.version_info[:3])))')
-key="nova==$NOVA_VERSION openstack-placement==$PLACEMENT_VERSION python==$python_version"
+key="nova==$NOVA_VERSION openstack-placement==$PLACEMENT_VERSION gunicorn python==$python_version"
 if [ -z "${UPSTREAM_UNPINNED:-}" ]; then
     key="$key constraints:$(sha256sum "$constraints" | cut -c1-16)"
 else
@@ -37,10 +37,12 @@ if [ -n "${UPSTREAM_UNPINNED:-}" ]; then
     pins=()
 fi
 # libvirt-python for Nova's libvirt driver (the oracle connects it to libvirt's test driver), built
-# against libvirt-dev like the project's own.
+# against libvirt-dev like the project's own; gunicorn to serve Placement over HTTP for the tests
+# of the Placement reader (tests/support/placement_server.py): Placement's wheel installs no
+# placement-api script.
 "$venv/bin/pip" install --quiet --disable-pip-version-check "${pins[@]}" \
-    "nova==$NOVA_VERSION" "openstack-placement==$PLACEMENT_VERSION" libvirt-python
+    "nova==$NOVA_VERSION" "openstack-placement==$PLACEMENT_VERSION" libvirt-python gunicorn
 # The oracle's imports, as a smoke test of the installation.
-"$venv/bin/python" -W ignore -c 'import libvirt, nova.virt.libvirt.driver, nova.scheduler.utils, placement.deploy'
+"$venv/bin/python" -W ignore -c 'import libvirt, nova.virt.libvirt.driver, nova.scheduler.utils, placement.deploy, gunicorn'
 echo "$key" > "$stamp"
 echo "upstream-venv: ready in $(($(date +%s) - started)) s"
