@@ -69,7 +69,7 @@ unit: $(BIN)/virtcap upstream-venv keystone-venv
 # works. Those of a private libvirtd and of upstream Nova are left to `make unit`: they test libvirt
 # and Nova more than these libraries, and take long.
 lower-bounds: system-deps $(LOWER_VENV)/bin/virtcap
-	$(LOWER_VENV)/bin/pytest $(PYTEST_PARALLEL) -m "not libvirtd" --ignore=tests/conformance
+	$(LOWER_VENV)/bin/pytest $(PYTEST_PARALLEL) -m "not libvirtd and not upstream" --ignore=tests/conformance
 
 # The conformance suite alone (`make unit` runs it too): virtcap against upstream Nova and Placement.
 conformance: $(BIN)/virtcap upstream-venv

@@ -31,6 +31,9 @@ LEAKED = str(uuid.uuid4())
 VGPU_PROVIDER = "hv1_pci_0000_84_00_0"
 
 
+pytestmark = pytest.mark.upstream
+
+
 @pytest.fixture(scope="module")
 def placement(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PlacementServer]:
     with running_placement(tmp_path_factory.mktemp("placement")) as server:
