@@ -9,6 +9,7 @@ one-line `file: key: what was expected` form as the schema's (see virtcap.config
 
 from __future__ import annotations
 
+import os
 import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -18,6 +19,7 @@ from typing import Any, TypeVar
 from pydantic import ValidationError
 
 from virtcap.config.errors import clip, explain_validation_error
+from virtcap.config.placement import SECRET_NAMES, PlacementSection
 from virtcap.config.schema import (
     AVAILABILITY_ZONE,
     AllocationRatios,
@@ -87,6 +89,8 @@ class Hypervisor:
 
     ownership: OwnershipMetadata | None = None
     """Where its domains' metadata names their project (`ownership`), besides Nova's own."""
+    placement_provider: str | None = None
+    """Its root provider in Placement (name or UUID) where not its hostname (`placement`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +141,8 @@ class Config:
     reclaim: ReclaimSettings = field(default_factory=ReclaimSettings)
     """`reclaim`: when a shut-off or idle domain's allocation counts as reclaimable."""
     policy_layers: PolicyLayers = field(default_factory=PolicyLayers)
+    placement: PlacementSection | None = None
+    """`placement`: the Placement to reconcile with; None: none (the default)."""
 
     @property
     def configured_hypervisors(self) -> tuple[Hypervisor, ...]:
@@ -245,6 +251,7 @@ def build_config(parsed: ConfigFile, source: str) -> Config:
                 maintenance=maintenance,
                 groups=groups,
                 ownership=ownership,
+                placement_provider=entry.placement_provider,
             )
         )
     flavors = tuple(
@@ -264,6 +271,8 @@ def build_config(parsed: ConfigFile, source: str) -> Config:
             )
     for index, section in enumerate(parsed.flavors):
         _check_alias_request(section, aliases, f"{source}: flavors[{index}].extra_specs")
+    if parsed.placement is not None:
+        _check_secrets(parsed.placement, source)
     shard = _file_shard(parsed.sharding, source)
     config = Config(
         source=source,
@@ -278,8 +287,32 @@ def build_config(parsed: ConfigFile, source: str) -> Config:
         discover_flavors=parsed.discover_flavors,
         reclaim=parsed.reclaim,
         policy_layers=PolicyLayers(parsed.defaults, group_policies),
+        placement=parsed.placement,
     )
     return select_shard(config, shard) if shard.sharded else config
+
+
+def _check_secrets(section: PlacementSection, source: str) -> None:
+    """Each secret the Placement reader will read is there now: a file it can read, a variable
+    that is set (read again when the reader starts; never kept in the configuration)."""
+    auth = section.auth
+    for name in SECRET_NAMES:
+        path = getattr(auth, f"{name}_file")
+        if path is not None:
+            try:
+                with Path(path).open("rb") as secret:
+                    secret.read(1)
+            except OSError as error:
+                raise ConfigError(
+                    f"{source}: placement.auth.{name}_file: cannot read {clip(path, 120)}: "
+                    f"{error.strerror or error}"
+                ) from None
+        variable = getattr(auth, f"{name}_env")
+        if variable is not None and not os.environ.get(variable):
+            raise ConfigError(
+                f"{source}: placement.auth.{name}_env: ${clip(variable, 60)} is not set; "
+                f"expected the {name} in it"
+            )
 
 
 def configure_new_hypervisor(config: Config, name: str, own: PolicySection, where: str) -> Hypervisor:

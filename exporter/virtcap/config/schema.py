@@ -30,6 +30,8 @@ from pydantic import (
 )
 
 from virtcap.config.bcrypt_hash import BcryptHash
+from virtcap.config.placement import PlacementSection
+from virtcap.config.section import MAX_NAME_CHARS, MAX_PATH_CHARS, MAX_URI_CHARS, Duration
 from virtcap.model.nova import extra_spec_problems
 from virtcap.model.pci import (
     DEVICE_TYPES,
@@ -48,7 +50,6 @@ from virtcap.units import (
     MAX_RATIO,
     brief_repr,
     parse_cpu_set,
-    parse_duration,
     parse_ratio,
     parse_size,
 )
@@ -91,9 +92,6 @@ volume resized under an unchanged domain) can go unseen by incremental audits.""
 MAX_HOST_CPUS = MAX_CPU + 1
 MAX_FLAVOR_CPUS = 1_000_000
 """As for claims in the HTTP API."""
-MAX_NAME_CHARS = 255
-MAX_URI_CHARS = 1024
-MAX_PATH_CHARS = 4096
 MAX_CONFIG_CPUS = 2**18
 """CPUs named by all CPU sets together, each distinct spelling counted once: a set is a Python
 frozenset of up to 65536 numbers, so a thousand hypervisors each with its own large set would
@@ -131,7 +129,6 @@ class _CpuBudget:
 
 
 Size = Annotated[int, BeforeValidator(parse_size)]
-Duration = Annotated[float, BeforeValidator(parse_duration)]
 Ratio = Annotated[float, BeforeValidator(parse_ratio)]
 # PlainValidator: pydantic would otherwise copy each set, validating up to 65536 numbers again.
 CpuSet = Annotated[frozenset[int], PlainValidator(_cpu_set)]
@@ -646,6 +643,9 @@ class HypervisorSection(PolicySection):
     uri: str = Field(min_length=1, max_length=MAX_URI_CHARS)
     maintenance: Annotated[MaintenanceSection | None, BeforeValidator(_maintenance_shorthand)] = None
     """Per hypervisor only (never in `defaults`): it offers nothing while in maintenance."""
+    placement_provider: str | None = Field(default=None, min_length=1, max_length=MAX_NAME_CHARS)
+    """Its root resource provider in Placement, by name or UUID, where it is not named after the
+    hypervisor's hostname (as Nova names a compute node's)."""
 
 
 MAX_EXTRA_SPECS = 128
@@ -896,6 +896,8 @@ class ConfigFile(_Section):
     exposition: ExpositionSection = ExpositionSection()
     sharding: ShardingSection = ShardingSection()
     reclaim: ReclaimSettings = ReclaimSettings()
+    placement: PlacementSection | None = None
+    """The Placement to reconcile with (docs/placement.md); none by default."""
 
     @model_validator(mode="after")
     def _unique_names(self) -> Self:
