@@ -15,6 +15,7 @@ from pathlib import Path
 
 from virtcap.exposition.metric_family import UNIT_LABEL, MetricFamily
 from virtcap.exposition.packing_catalogue import PACKING_FAMILIES
+from virtcap.exposition.placement_catalogue import PLACEMENT_FAMILIES
 from virtcap.exposition.reclaim_families import RECLAIM_FAMILIES
 
 AUDIT_OUTCOMES = ("success", "failure", "timeout")
@@ -786,6 +787,7 @@ CATALOGUE: tuple[MetricFamily, ...] = (
     + FLEET_FAMILIES
     + PACKING_FAMILIES
     + RECLAIM_FAMILIES
+    + PLACEMENT_FAMILIES
     + STORAGE_FAMILIES
     + EXPORTER_FAMILIES
 )

@@ -21,7 +21,9 @@ from virtcap.exposition import catalogue
 from virtcap.exposition.catalogue import AUDIT_OUTCOMES, CLAIM_OUTCOMES
 from virtcap.exposition.metric_family import MetricFamily
 from virtcap.exposition.packing_families import packing_families
+from virtcap.exposition.placement_families import placement_families
 from virtcap.exposition.reclaim_families import reclaim_families
+from virtcap.fleet.placement import PlacementReport
 from virtcap.fleet.snapshot import HypervisorSnapshot
 from virtcap.fleet.store import SnapshotStore
 from virtcap.fleet.tolerance import ToleranceReport
@@ -144,6 +146,7 @@ def render(
     flavors: Mapping[str, str] | None = None,
     database_up: bool | None = None,
     reclaimable: Sequence[ReclaimableDomain] = (),
+    placement: PlacementShown | None = None,
 ) -> bytes:
     """The exposition; the fleet's failure tolerance and the exporter's own families (build info,
     claim outcomes, task health) come with `claim_outcomes`, and are left out of a single
@@ -155,6 +158,7 @@ def render(
         families += fleet_families(tolerance, views)
         shown = projects_shown(views, exposition) if projects is None else projects
         families += reclaim_families(reclaimable, shown, exposition.top_projects)
+        families += _placement(placement, views)
         families += storage_families(views)
         families += exporter_families(claim_outcomes, tasks, flavors, database_up)
     return _generate(families)
@@ -196,6 +200,7 @@ class FragmentCache:
         database_up: bool | None = None,
         shard: Shard = UNSHARDED,
         reclaimable: Sequence[ReclaimableDomain] = (),
+        placement: PlacementShown | None = None,
     ) -> bytes:
         hypervisors = tuple(hypervisors)
         for view in hypervisors:
@@ -228,6 +233,7 @@ class FragmentCache:
             body += _generate(
                 fleet_families(tolerance, shown)
                 + reclaim_families(reclaimable, projects, exposition.top_projects)
+                + _placement(placement, shown)
                 + storage_families(shown)
                 + exporter_families(claim_outcomes, tasks, flavors, database_up, shard)
             )
@@ -246,6 +252,19 @@ def _family_chunks(text: str) -> list[str]:
 def _samples_only(chunk: str) -> str:
     """A family's chunk without its `# HELP` and `# TYPE` lines."""
     return chunk.split("\n", 2)[2]
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementShown:
+    """`placement:` is configured: its families are shown, with the last reading (None before)."""
+
+    report: PlacementReport | None
+
+
+def _placement(placement: PlacementShown | None, hypervisors: Iterable[HypervisorView]) -> list[Metric]:
+    if placement is None:  # not configured: a fleet without OpenStack never sees these families
+        return []
+    return placement_families(placement.report, {view.name for view in hypervisors if view.data is not None})
 
 
 def fleet_families(tolerance: ToleranceReport | None, hypervisors: Iterable[HypervisorView]) -> list[Metric]:
