@@ -11,6 +11,7 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 
 from virtcap.fleet.packing import PackingReport
+from virtcap.fleet.placement import PlacementReport
 from virtcap.fleet.snapshot import HypervisorSnapshot
 from virtcap.fleet.tolerance import ToleranceReport
 from virtcap.model.facts import CpuIdentity
@@ -47,6 +48,9 @@ class SnapshotStore:
         """The fleet's failure tolerance as last computed (None until the first computation)."""
         self.packing: PackingReport | None = None
         """The packing answers last published (shown with the tolerance, see `publish_packing`)."""
+        self.placement: PlacementReport | None = None
+        """What the last reading of Placement found (None before the first, or without
+        `placement:`), see `publish_placement`."""
         self._watchers: list[asyncio.Event] = []
 
     def track(self, names: list[str]) -> None:
@@ -106,6 +110,10 @@ class SnapshotStore:
         if self.tolerance is not None:
             self.tolerance = replace(self.tolerance, packing=packing)
             self._bump()
+
+    def publish_placement(self, report: PlacementReport) -> None:
+        self.placement = report
+        self._bump()
 
     def watch(self) -> asyncio.Event:
         """An event of one's own, set at every change: `changed` is the renderer's, which clears it."""

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 
 from virtcap.claims.ledger import ClaimLedger
 from virtcap.config.schema import ExpositionSection
-from virtcap.exposition.families import FragmentCache, TaskHealth, views
+from virtcap.exposition.families import FragmentCache, PlacementShown, TaskHealth, views
 from virtcap.fleet.store import SnapshotStore
 from virtcap.model.sharding import UNSHARDED
 from virtcap.service.reclaim import ReclaimTracker
@@ -47,6 +47,8 @@ class MetricsCache:
         self.shard = UNSHARDED
         """This exporter's shard, exported as kube-state-metrics exports its own."""
         self.reclaim: ReclaimTracker | None = None
+        self.placement = False
+        """`placement:` is configured: its families are shown (the store's last reading)."""
         """Where the reclaimable domains come from (None: no such series)."""
         self.flavor_sources: Callable[[], Mapping[str, str]] | None = None
         """Each flavor of the headroom families and its source, as of now (read on the event loop)."""
@@ -91,6 +93,7 @@ class MetricsCache:
                 database_up=self.claims.database.up,
                 shard=self.shard,
                 reclaimable=reclaimable,
+                placement=PlacementShown(self.store.placement) if self.placement else None,
             )
             body = await asyncio.get_running_loop().run_in_executor(self._renderer, render)
             self.body, self.version, self._gzipped = body, version, None

@@ -20,6 +20,7 @@ from virtcap.claims.ledger import ClaimLedger
 from virtcap.config import Config, ConfigError
 from virtcap.fleet.store import SnapshotStore
 from virtcap.service.auditor import FleetAuditor
+from virtcap.service.placement import PlacementTask
 from virtcap.service.reclaim import ReclaimTracker, policy_of
 from virtcap.service.supervise import Supervisor
 from virtcap.service.tolerance_task import ToleranceTracker
@@ -63,6 +64,16 @@ def parse_listen_address(text: str) -> tuple[str | None, int]:
         raise ConfigError(f"--web.listen-address: expected HOST:PORT such as :{DEFAULT_PORT}, got {text!r}")
     host = host.strip("[]")
     return (host or None), int(port)
+
+
+def _start_placement(
+    config: Config, store: SnapshotStore, supervisor: Supervisor, cache: MetricsCache
+) -> None:
+    """Where `placement:` is configured, its reconciliation, supervised, and its families shown."""
+    if config.placement is None:
+        return
+    supervisor.start("placement", "placement", PlacementTask(config, store).run)
+    cache.placement = True
 
 
 async def serve(
@@ -136,6 +147,7 @@ async def serve(
         supervisor.start("follow-claims", "follow-claims", claims.follow_forever)
     supervisor.start("connection-sweeper", "connections", exporter.connections.sweep_forever)
     exporter.tolerance.start()
+    _start_placement(config, store, supervisor, cache)
     scheme = "https" if web_config.ssl_context else "http"
     log.info(
         "listening",

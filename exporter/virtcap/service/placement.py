@@ -1,0 +1,141 @@
+"""The Placement reconciliation's background task: every `placement.interval` (the audit interval
+by default), Placement's provider trees read (audit/placement.py, in a daemon thread: a hung
+Placement holds up nothing else) and compared with the hypervisors' last good audits
+(model/placement_drift.py), the answer kept in the store (`store.placement`) for /metrics and the
+API. Placement down, slow or answering garbage: one log line, `up` 0 and no per-hypervisor
+families (never stale values); the next round tries again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from virtcap.audit.placement import PlacementError, PlacementRead, PlacementReader
+from virtcap.audit.threads import run_in_daemon_thread
+from virtcap.config import Config
+from virtcap.config.placement import PlacementSection
+from virtcap.fleet.placement import PlacementReport
+from virtcap.fleet.store import SnapshotStore
+from virtcap.model.placement_drift import HypervisorView, domain_record, reconcile_fleet
+
+log = logging.getLogger(__name__)
+
+ROUND_TIMEOUT_FACTOR = 4
+"""A round (its requests, four at a time) is given up after this many request timeouts plus one
+per 25 providers: a Placement that answers each request just in time still ends its round."""
+
+
+class PlacementTask:
+    """Reads Placement and reconciles, forever (supervised by the exporter's Supervisor)."""
+
+    def __init__(self, config: Config, store: SnapshotStore) -> None:
+        if config.placement is None:
+            raise ValueError("no placement: section to read")
+        self.section: PlacementSection = config.placement
+        self.config = config
+        self.store = store
+        self.interval = self.section.interval or config.audit.interval
+        self._reader: PlacementReader | None = None
+        self._requests_total = {"ok": 0, "error": 0}
+        self._last_success: float | None = None
+        self._last_error: str | None = None
+
+    async def run(self) -> None:
+        while True:
+            started = time.monotonic()
+            await self.read_once()
+            await asyncio.sleep(max(self.interval - (time.monotonic() - started), 0.0))
+
+    async def read_once(self) -> PlacementReport:
+        """One round: the trees read, the fleet reconciled, the report stored (and returned)."""
+        began = time.monotonic()
+        hosts = self._hosts()
+        mapping = {name: provider for name, (provider, _view) in hosts.items()}
+        local = {name: {record.uuid for record in view.domains} for name, (_provider, view) in hosts.items()}
+
+        def foreign(hypervisor: str, consumer: str) -> bool:
+            """A consumer with no domain of its UUID on the hypervisor: Placement is asked what it is."""
+            return consumer.lower() not in local.get(hypervisor, ())
+
+        try:
+            reader = await self._started()
+            limit = self.section.timeout * (ROUND_TIMEOUT_FACTOR + len(mapping) / 25)
+            read: PlacementRead = await asyncio.wait_for(
+                run_in_daemon_thread(lambda: reader.read_trees(mapping, foreign), name="placement-read"),
+                timeout=limit,
+            )
+        except PlacementError as error:
+            return self._failed(str(error), began)
+        except TimeoutError:
+            return self._failed(f"the round took longer than {limit:g} s", began)
+        views = [
+            HypervisorView(name, read.trees.get(name), view.capacity, view.domains)
+            for name, (_provider, view) in hosts.items()
+        ]
+        drifts = await asyncio.to_thread(reconcile_fleet, views)
+        now = time.time()
+        self._requests_total["ok"] += read.total_requests
+        self._last_success = now
+        if self._last_error is not None:
+            log.info("placement: read again after: %s", self._last_error)
+            self._last_error = None
+        report = PlacementReport(
+            up=True,
+            drifts=drifts,
+            unmatched=tuple(sorted(name for name, tree in read.trees.items() if tree is None)),
+            read_at=now,
+            last_success_at=now,
+            duration_seconds=time.monotonic() - began,
+            requests=read.total_requests,
+            requests_total=dict(self._requests_total),
+        )
+        self._publish(report)
+        return report
+
+    def _failed(self, message: str, began: float) -> PlacementReport:
+        self._requests_total["error"] += 1
+        if message != self._last_error:  # once per kind of failure, not every round
+            log.warning("placement: not read: %s", message)
+        self._last_error = message
+        report = PlacementReport(
+            up=False,
+            drifts=None,
+            error=message,
+            read_at=time.time(),
+            last_success_at=self._last_success,
+            duration_seconds=time.monotonic() - began,
+            requests_total=dict(self._requests_total),
+        )
+        self._publish(report)
+        return report
+
+    def _publish(self, report: PlacementReport) -> None:
+        self.store.publish_placement(report)
+
+    async def _started(self) -> PlacementReader:
+        if self._reader is None:
+            # reads its secrets from their files: a thread, as any file read
+            self._reader = await asyncio.to_thread(PlacementReader, self.section)
+        return self._reader
+
+    def _hosts(self) -> dict[str, tuple[str, HypervisorView]]:
+        """Per hypervisor with a good audit: the provider it matches (its configured
+        `placement_provider`, else the hostname libvirt gives, as Nova names its compute node)
+        and what the reconciliation reads of it."""
+        configured = {hypervisor.name: hypervisor for hypervisor in self.config.hypervisors}
+        found: dict[str, tuple[str, HypervisorView]] = {}
+        for name, state in self.store.hypervisors.items():
+            good = state.last_good
+            hypervisor = configured.get(name)
+            if good is None or good.facts is None or good.capacity is None or hypervisor is None:
+                continue
+            provider = hypervisor.placement_provider or good.facts.hostname
+            records = tuple(domain_record(domain, name, hypervisor.policy) for domain in good.facts.domains)
+            found[name] = (provider, HypervisorView(name, None, good.capacity, records))
+        return found
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
