@@ -1,0 +1,125 @@
+"""The Placement reconciliation end to end: a real Placement 16 over HTTP (tests/support), loaded
+through its own API with providers and allocations that mirror two hypervisors' audits, every kind
+of drift planted on purpose, read and reconciled by the exporter's task (service/placement.py), and
+each answer checked against what was planted. Then Placement stopped: the task says so and drops
+the per-hypervisor answers, within its bound."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from tests.support.factories import GIB, MIB, domain, host
+from tests.support.placement_loader import PROJECT_ID, PlacementLoader, nova_inventories
+from tests.support.placement_server import PlacementServer, running_placement
+from virtcap.config import Config, parse_config
+from virtcap.fleet.snapshot import HypervisorSnapshot
+from virtcap.fleet.store import SnapshotStore
+from virtcap.model.facts import DomainFacts, NovaFlavor, NovaInstance, NovaOwner
+from virtcap.model.resources import Resource
+from virtcap.service.placement import PlacementTask
+
+pytestmark = pytest.mark.upstream
+
+SMALL = NovaFlavor("m1.small", 1, 2048, 20, 0, 0)
+SMALL_ALLOCATION = {"VCPU": 1, "MEMORY_MB": 2048, "DISK_GB": 20}
+UUIDS = {name: f"00000000-0000-4000-8000-00000000000{index}" for index, name in enumerate("abcdm", start=1)}
+LEAKED = "00000000-0000-4000-8000-0000000000ff"
+
+
+def instance(name: str) -> DomainFacts:
+    """A Nova instance of m1.small, with a UUID Placement takes as a consumer's."""
+    owner = NovaOwner(PROJECT_ID, "demo", "u", "u")
+    return replace(
+        domain(name, vcpus=1, memory=2048 * MIB, nova=NovaInstance(SMALL, owner=owner)), uuid=UUIDS[name]
+    )
+
+
+@pytest.fixture(scope="module")
+def placement(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PlacementServer]:
+    with running_placement(tmp_path_factory.mktemp("placement")) as server:
+        yield server
+
+
+def fleet_config(url: str) -> Config:
+    return parse_config(
+        f"""
+placement: {{endpoint: '{url}', timeout: 3s, interval: 1h}}
+hypervisors:
+  - {{name: hv1, uri: 'test:///default', placement_provider: hv1-node}}
+  - {{name: hv2, uri: 'test:///default', placement_provider: hv2-node}}
+""",
+        "x.yaml",
+    )
+
+
+def audited(config: Config) -> SnapshotStore:
+    """hv1 runs a, b, c and d (d migrating to hv2, which shows it too); 16 CPUs, 64 GiB, 1000 GiB."""
+    store = SnapshotStore()
+    store.track(["hv1", "hv2"])
+    guests = {"hv1": (instance("a"), instance("b"), instance("c"), instance("d")), "hv2": (instance("d"),)}
+    for hypervisor in config.hypervisors:
+        facts = host(cpus=16, memory=64 * GIB, disk=1000 * GIB, domains=guests[hypervisor.name])
+        store.record(HypervisorSnapshot.audited(hypervisor, facts, {}), "ok")
+    return store
+
+
+def plant(loader: PlacementLoader) -> None:
+    """Each drift on purpose: hv1's reserved memory wrong, hv2's disk total stale; a correct
+    allocation (a), a missing one (b), a resized one (c), a leaked one, and d migrating from hv1
+    to hv2 (its migration record on hv1, its own allocation on hv2)."""
+    loader.load(
+        {
+            "providers": [
+                {
+                    "name": "hv1-node",
+                    "inventories": nova_inventories(16, 64 * 1024, 1000, reserved_host_memory_mb=4096),
+                },
+                {"name": "hv2-node", "inventories": nova_inventories(16, 64 * 1024, 800)},
+            ],
+            "consumers": [
+                {"uuid": UUIDS["a"], "allocations": {"hv1-node": SMALL_ALLOCATION}},
+                {"uuid": UUIDS["c"], "allocations": {"hv1-node": {**SMALL_ALLOCATION, "VCPU": 2}}},
+                {"uuid": LEAKED, "allocations": {"hv1-node": SMALL_ALLOCATION}},
+            ],
+        }
+    )
+    loader.migrate(UUIDS["d"], UUIDS["m"], "hv1-node", "hv2-node", SMALL_ALLOCATION)
+
+
+def test_every_planted_drift_is_found_and_nothing_else(placement: PlacementServer) -> None:
+    plant(PlacementLoader(placement.base_url))
+    config = fleet_config(placement.base_url)
+    store = audited(config)
+    report = asyncio.run(PlacementTask(config, store).read_once())
+    assert report.up and report.drifts is not None and store.placement is report
+    hv1, hv2 = report.drifts["hv1"], report.drifts["hv2"]
+    assert hv1.inventory[Resource.MEMORY, "reserved"] == (4096 - 512) * MIB
+    assert hv2.inventory[Resource.DISK, "total"] == -200 * GIB
+    assert {value for key, value in hv1.inventory.items() if key != (Resource.MEMORY, "reserved")} == {0}
+    assert [consumer.uuid for consumer in hv1.orphaned] == [LEAKED]
+    assert [record.uuid for record in hv1.unallocated] == [UUIDS["b"]]
+    assert [mismatch.uuid for mismatch in hv1.mismatched] == [UUIDS["c"]]
+    assert hv1.migrations == (UUIDS["m"],)
+    assert not hv2.orphaned and not hv2.unallocated and not hv2.mismatched
+    # Placement holds a, c (one more vCPU), the leak and d's migration record; the domains a-d
+    assert hv1.usage[Resource.VCPU] == (1 + 2 + 1 + 1) - 4
+    assert report.requests <= 3 * 2 + 1 + 2  # per provider, the list, the consumers described
+
+
+def test_placement_gone_is_up_0_without_answers_within_the_bound(tmp_path: Path) -> None:
+    with running_placement(tmp_path / "placement") as server:
+        config = fleet_config(server.base_url)
+        task = PlacementTask(config, audited(config))
+        assert asyncio.run(task.read_once()).up
+        server.kill()
+        began = time.monotonic()
+        report = asyncio.run(task.read_once())
+    assert time.monotonic() - began < 30
+    assert not report.up and report.drifts is None and report.error
+    assert report.last_success_at is not None
