@@ -1,8 +1,11 @@
 """docs/scenarios.md's examples (docs/examples/scenarios/) parse, run on the demo fleet and still say
-what the page says of them, so that the page cannot rot."""
+what the page says of them, so that the page cannot rot; and `virtcap plan scenario` names the
+file in every error, those found once the document is read against the fleet too."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from functools import cache
 from pathlib import Path
 
@@ -15,6 +18,7 @@ from virtcap.service.scenarios import read_scenario_file, scenario_locally
 
 EXAMPLES = ROOT / "docs" / "examples" / "scenarios"
 PAGE = ROOT / "docs" / "scenarios.md"
+EXIT_USAGE = 2
 
 
 def examples() -> list[Path]:
@@ -75,3 +79,19 @@ def test_raising_the_cpu_ratio_sells_more_in_its_zone_and_strands_vcpus() -> Non
     assert after["az-2"]["m1.small"] > before["az-2"]["m1.small"]
     assert after["az-1"] == before["az-1"]
     assert found.after.stranded["vcpu"] > found.before.stranded["vcpu"]
+
+
+def test_a_scenario_naming_what_the_fleet_lacks_is_refused_naming_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "missing-rack.yaml"
+    path.write_text("drain:\n  groups: {rack: [r9]}\n", encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, "-m", "virtcap", "plan", "scenario", str(path), "--demo"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == EXIT_USAGE
+    assert done.stdout == ""
+    assert f"{path}: drain.groups.rack:" in done.stderr
+    assert "Traceback" not in done.stderr
