@@ -20,9 +20,9 @@ MAX_REQUEST_BYTES = 64 * 1024
 """The most a request may send (aiohttp's client_max_size)."""
 
 _MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
-READ_ONLY_POSTS = frozenset({"/api/v1/placements", "/api/v1/plans/consolidation"})
-"""POSTs that change nothing (a dry-run placement holds nothing, a plan moves nothing): readers',
-like any GET."""
+READ_ONLY_POSTS = frozenset({"/api/v1/placements", "/api/v1/plans/consolidation", "/api/v1/plans/scenarios"})
+"""POSTs that change nothing (a dry-run placement holds nothing, a plan moves nothing, a scenario
+changes nothing): readers', like any GET."""
 
 
 def writes(request: web.Request) -> bool:
