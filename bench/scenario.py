@@ -18,21 +18,20 @@ from __future__ import annotations
 import os
 import random
 import time
-from collections.abc import Sequence
 from dataclasses import replace
 
 from harness import cell, print_table
 from packing import RACKS, ZONES
 from stranded import demo_flavors
 from tolerance import tolerance_facts
-from virtcap.fleet.scenario import FleetAnswers, ScenarioSettings, fleet_answers, run_scenario
+from virtcap.fleet.scenario import ScenarioSettings, fleet_answers, scenario_fleet
 from virtcap.model.policy import HostPolicy
 from virtcap.model.resources import GIB
 from virtcap.model.scenario.hosts import PlannedHost
 from virtcap.model.scenario.sku import Sku, sku_facts
 from virtcap.model.scenario.spec import AddedHypervisors, DemandItem, GroupKey, Scenario
-from virtcap.model.scheduler import SPREAD, HostState
-from virtcap.service.scenarios import compute_scenario, scenario_answer
+from virtcap.model.scheduler import SPREAD
+from virtcap.service.scenarios import compute_scenario
 
 ADDED = 100
 PER_FLAVOR = 1_000
@@ -94,38 +93,27 @@ def bench_scenario(*, zoned: bool, count: int = ADDED) -> tuple[Scenario, Scenar
     return Scenario(add=added(count, zoned=zoned), demand=demand), settings
 
 
-class TimedAnswers:
-    """`fleet_answers`, each call's seconds kept in order (before, then after)."""
-
-    def __init__(self) -> None:
-        self.seconds: list[float] = []
-
-    def __call__(self, states: Sequence[HostState], settings: ScenarioSettings, reserve: int) -> FleetAnswers:
-        began = time.perf_counter()
-        found = fleet_answers(states, settings, reserve)
-        self.seconds.append(time.perf_counter() - began)
-        return found
-
-
 def _timed_scenario(runs: int, hypervisors: int, domains: int, *, zoned: bool) -> tuple[str, ...]:
-    """compute_scenario's two steps (`run_scenario`, then `scenario_answer`), the answers before
-    and after timed as `run_scenario` asks for them: the parts of one computation, not a second one
-    (at this size each takes minutes). The scenario's fleet: the rest of `run_scenario`."""
+    """compute_scenario end to end as the command runs it (the answers before in a process of their
+    own beside the rest), then its parts one by one, each alone: the scenario's fleet, the answers
+    before, the answers after."""
     hosts = scenario_hosts(hypervisors, domains, zoned=zoned)
     scenario, settings = bench_scenario(zoned=zoned)
     spent: dict[str, list[float]] = {part: [] for part in PARTS}
     placed = unplaced = 0
     for _ in range(runs):
-        timed = TimedAnswers()
         began = time.perf_counter()
-        answer = scenario_answer(run_scenario(hosts, scenario, settings, answers=timed))
-        whole = time.perf_counter() - began
-        spent[PARTS[0]].append(whole)
-        spent[PARTS[1]].append(whole - sum(timed.seconds))
-        spent[PARTS[2]].append(timed.seconds[0])
-        spent[PARTS[3]].append(timed.seconds[1])
+        answer = compute_scenario(hosts, scenario, settings, None)
+        spent[PARTS[0]].append(time.perf_counter() - began)
         placed = sum(entry.count for entry in answer.placed)
         unplaced = sum(entry.count for entry in answer.unplaced)
+        began = time.perf_counter()
+        _, fleet = scenario_fleet(hosts, scenario, settings.multipliers)
+        spent[PARTS[1]].append(time.perf_counter() - began)
+        for part, states in ((PARTS[2], [host.state() for host in hosts]), (PARTS[3], fleet.states)):
+            began = time.perf_counter()
+            fleet_answers(states, settings, RESERVE)
+            spent[part].append(time.perf_counter() - began)
     where = f"{ZONES} zones, {RACKS} racks" if zoned else "one zone"
     return (
         where,
@@ -153,8 +141,9 @@ def _timed_solve(runs: int, hypervisors: int, domains: int) -> tuple[str, ...]:
 def scenario(runs: int, hypervisors: int, domains: int) -> None:
     for zoned in (False, True):  # a table each: the zoned one takes longest
         print_table(
-            f"plan scenario on {hypervisors:,} hypervisors x {domains} domains, {os.cpu_count()} CPUs, "
-            f"one process: {ADDED} hypervisors added (128 threads, 1.5 TiB, 8 TiB), {PER_FLAVOR:,} "
+            f"plan scenario on {hypervisors:,} hypervisors x {domains} domains, {os.cpu_count()} CPUs "
+            f"(end to end: the answers before in a second process; the parts each alone): {ADDED} "
+            f"hypervisors added (128 threads, 1.5 TiB, 8 TiB), {PER_FLAVOR:,} "
             f"instances of each of the demo's five flavors placed, reserve {RESERVE}",
             ("fleet", "demand", *PARTS, "target"),
             [_timed_scenario(runs, hypervisors, domains, zoned=zoned)],
