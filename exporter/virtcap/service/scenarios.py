@@ -13,7 +13,7 @@ import ctypes
 import multiprocessing
 import pickle
 import signal
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import replace
@@ -49,11 +49,13 @@ from virtcap.fleet.scenario import (
     FleetAnswers,
     ScenarioOutcome,
     ScenarioSettings,
+    SoldAnswers,
     SolveError,
     fleet_answers,
     planned_hosts,
     run_scenario,
     scenario_reserve,
+    sold_answers,
     solve_for_added,
 )
 from virtcap.fleet.scheduling import FleetEntry
@@ -72,6 +74,7 @@ from virtcap.model.scenario.spec import (
     PolicyChange,
     Scenario,
 )
+from virtcap.model.scheduler import HostState
 from virtcap.service.flavors import with_discovered_flavors
 from virtcap.service.oneshot import audit_fleet_once
 from virtcap.service.planner import Job, Planner
@@ -245,15 +248,21 @@ def compute_scenario(
 
     The answers before do not depend on the scenario (but for its reserve): with `parallel`, they
     are computed in a process of their own (spawned, killed with this one) while this one places
-    the scenario, searches and answers after, so that both sides take the time of one on a machine
-    of two CPUs. By default (None), for fleets of PARALLEL_FROM_HYPERVISORS and more."""
+    the scenario, searches and answers after; the sellable instances after go to that process
+    too, behind them (the answers after take longer than those before: the fleet is larger), so
+    that both sides take about the time of one on a machine of two CPUs. By default (None), for
+    fleets of PARALLEL_FROM_HYPERVISORS and more."""
     reserve = scenario_reserve(scenario, settings)
     with _BeforeAnswers(hosts, settings, reserve, parallel=parallel) as before:
         try:
             if solve_for == "add_hypervisors":
-                outcome = solve_for_added(hosts, scenario, settings, before=before.result)
+                outcome = solve_for_added(
+                    hosts, scenario, settings, before=before.result, sold_elsewhere=before.sold_after
+                )
             else:
-                outcome = run_scenario(hosts, scenario, settings, before=before.result)
+                outcome = run_scenario(
+                    hosts, scenario, settings, before=before.result, sold_elsewhere=before.sold_after
+                )
         except (SolveError, ValueError) as error:
             raise ScenarioError(str(error)) from None
     return scenario_answer(outcome)
@@ -263,6 +272,12 @@ def _answers_before(pickled: bytes, settings: ScenarioSettings, reserve: int) ->
     """In the process of the answers before: the fleet as given."""
     hosts: list[PlannedHost] = pickle.loads(pickled)
     return fleet_answers([host.state() for host in hosts], settings, reserve)
+
+
+def _sold_after(pickled: bytes, settings: ScenarioSettings, reserve: int) -> SoldAnswers:
+    """In the same process, after them: the sellable instances of the fleet after the scenario."""
+    states: list[HostState] = pickle.loads(pickled)
+    return sold_answers(states, settings, reserve)
 
 
 def _die_with_parent() -> None:
@@ -299,6 +314,22 @@ class _BeforeAnswers:
             pickled = pickle.dumps(list(self._hosts), pickle.HIGHEST_PROTOCOL)
             self._future = self._pool.submit(_answers_before, pickled, self._settings, self._reserve)
         return self
+
+    def sold_after(self, states: Sequence[HostState], reserve: int) -> Callable[[], SoldAnswers]:
+        """The sellable instances after, queued to the process behind the answers before (computed
+        when read, here, without it)."""
+        if self._pool is None:
+            return lambda: sold_answers(states, self._settings, reserve)
+        pickled = pickle.dumps(list(states), pickle.HIGHEST_PROTOCOL)
+        future = self._pool.submit(_sold_after, pickled, self._settings, reserve)
+
+        def read() -> SoldAnswers:
+            try:
+                return future.result()
+            except BrokenProcessPool:  # the same answers here
+                return sold_answers(states, self._settings, reserve)
+
+        return read
 
     def result(self) -> FleetAnswers:
         if self._future is not None:
