@@ -113,16 +113,39 @@ class SoldAnswers:
     by_zone: Mapping[tuple[str, str], int]
 
 
-def sold_answers(states: Sequence[HostState], settings: ScenarioSettings, reserve: int) -> SoldAnswers:
-    """Per flavor, the sellable instances in the fleet and in each zone, as the exporter's packing
-    steps compute them (fleet/packing.py)."""
-    memo = CandidateMemo()
-    sellable = {
-        flavor: sellable_count(states, demand, settings.multipliers, reserve, memo=memo)
-        for flavor, demand in settings.flavors.items()
-    }
+SoldUnit = tuple[str | None, str]
+"""One sellable count: (availability zone, flavor), the zone None for the fleet."""
+
+
+def sold_units(states: Sequence[HostState], settings: ScenarioSettings) -> list[SoldUnit]:
+    """The sellable counts the answers hold: each flavor in the fleet, then in each zone."""
+    zones = sorted({state.availability_zone for state in states if state.availability_zone is not None})
+    return [(None, flavor) for flavor in settings.flavors] + [
+        (zone, flavor) for zone in zones for flavor in settings.flavors
+    ]
+
+
+def sold_unit(states: Sequence[HostState], settings: ScenarioSettings, reserve: int, unit: SoldUnit) -> int:
+    """One sellable count, as the exporter's packing step computes it (fleet/packing.py)."""
+    zone, flavor = unit
+    demand = settings.flavors[flavor]
+    if zone is None:
+        return sellable_count(states, demand, settings.multipliers, reserve, memo=CandidateMemo())
+    members = [state for state in states if state.availability_zone == zone]
+    return sellable_by_zone(members, {flavor: demand}, settings.multipliers, reserve)[zone, flavor]
+
+
+def sold_from(counts: Mapping[SoldUnit, int]) -> SoldAnswers:
     return SoldAnswers(
-        sellable, dict(sellable_by_zone(states, settings.flavors, settings.multipliers, reserve))
+        {flavor: count for (zone, flavor), count in counts.items() if zone is None},
+        {(zone, flavor): count for (zone, flavor), count in counts.items() if zone is not None},
+    )
+
+
+def sold_answers(states: Sequence[HostState], settings: ScenarioSettings, reserve: int) -> SoldAnswers:
+    """Per flavor, the sellable instances in the fleet and in each zone."""
+    return sold_from(
+        {unit: sold_unit(states, settings, reserve, unit) for unit in sold_units(states, settings)}
     )
 
 

@@ -13,6 +13,7 @@ import ctypes
 import multiprocessing
 import pickle
 import signal
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -50,12 +51,16 @@ from virtcap.fleet.scenario import (
     ScenarioOutcome,
     ScenarioSettings,
     SoldAnswers,
+    SoldUnit,
     SolveError,
     fleet_answers,
     planned_hosts,
     run_scenario,
     scenario_reserve,
     sold_answers,
+    sold_from,
+    sold_unit,
+    sold_units,
     solve_for_added,
 )
 from virtcap.fleet.scheduling import FleetEntry
@@ -274,10 +279,19 @@ def _answers_before(pickled: bytes, settings: ScenarioSettings, reserve: int) ->
     return fleet_answers([host.state() for host in hosts], settings, reserve)
 
 
-def _sold_after(pickled: bytes, settings: ScenarioSettings, reserve: int) -> SoldAnswers:
-    """In the same process, after them: the sellable instances of the fleet after the scenario."""
-    states: list[HostState] = pickle.loads(pickled)
-    return sold_answers(states, settings, reserve)
+_AFTER: list[HostState] = []
+"""In the second process: the fleet after the scenario, loaded once for its sellable counts."""
+
+
+def _load_after(pickled: bytes) -> None:
+    _AFTER[:] = pickle.loads(pickled)
+
+
+def _sold_unit_apart(settings: ScenarioSettings, reserve: int, unit: SoldUnit) -> int:
+    """In the second process: one sellable count of the fleet after (`_load_after` first)."""
+    if not _AFTER:
+        raise RuntimeError("the fleet after was not loaded")
+    return sold_unit(_AFTER, settings, reserve, unit)
 
 
 def _die_with_parent() -> None:
@@ -290,6 +304,80 @@ def _die_with_parent() -> None:
 _PR_SET_PDEATHSIG = 1
 PARALLEL_FROM_HYPERVISORS = 100
 """Below this, the answers before take less than starting a process (a second or two) saves."""
+
+
+class _SharedCounts:
+    """The sellable counts of the fleet after, count by count: the second process takes the
+    largest left (the fleet's first) as soon as it is done with the answers before and after each
+    count it finishes; this one the smallest left once it reads them. Whichever side is free first
+    helps the other (a zoned fleet's answers before take longer than the rest of those after; a
+    fleet in one zone's, less). A count the second process fails is computed here."""
+
+    def __init__(
+        self, pool: ProcessPoolExecutor, states: Sequence[HostState], settings: ScenarioSettings, reserve: int
+    ) -> None:
+        self._pool = pool
+        self._states = states
+        self._settings = settings
+        self._reserve = reserve
+        self._lock = threading.Lock()
+        self._units = sold_units(states, settings)
+        self._counts: dict[SoldUnit, int] = {}
+        self._failed: list[SoldUnit] = []
+        self._apart = 0
+        """Counts handed to the second process and not answered yet."""
+        self._settled = threading.Condition(self._lock)
+
+    def start(self, before: Future[FleetAnswers]) -> None:
+        """The answers before are done (a callback of their future, in the pool's thread)."""
+        if before.cancelled() or before.exception() is not None:
+            return  # computed here instead
+        try:
+            self._pool.submit(_load_after, pickle.dumps(list(self._states), pickle.HIGHEST_PROTOCOL))
+        except (BrokenProcessPool, RuntimeError):  # shut down: computed here
+            return
+        self._next()
+
+    def _next(self) -> None:
+        with self._lock:
+            if not self._units:
+                return
+            unit = self._units.pop(0)
+            self._apart += 1
+        try:
+            future = self._pool.submit(_sold_unit_apart, self._settings, self._reserve, unit)
+        except (BrokenProcessPool, RuntimeError):
+            self._answered(unit, None)
+            return
+        future.add_done_callback(lambda done: self._answered(unit, done))
+
+    def _answered(self, unit: SoldUnit, done: Future[int] | None) -> None:
+        count = None
+        if done is not None and not done.cancelled() and done.exception() is None:
+            count = done.result()
+        with self._lock:
+            self._apart -= 1
+            if count is None:
+                self._failed.append(unit)
+            else:
+                self._counts[unit] = count
+            self._settled.notify_all()
+        if count is not None:
+            self._next()
+
+    def read(self) -> SoldAnswers:
+        while True:
+            with self._lock:
+                unit = self._units.pop() if self._units else (self._failed.pop() if self._failed else None)
+                if unit is None:
+                    while self._apart and not self._failed:
+                        self._settled.wait()
+                    if not self._failed:
+                        return sold_from(self._counts)
+                    continue
+            count = sold_unit(self._states, self._settings, self._reserve, unit)
+            with self._lock:
+                self._counts[unit] = count
 
 
 class _BeforeAnswers:
@@ -316,20 +404,14 @@ class _BeforeAnswers:
         return self
 
     def sold_after(self, states: Sequence[HostState], reserve: int) -> Callable[[], SoldAnswers]:
-        """The sellable instances after, queued to the process behind the answers before (computed
-        when read, here, without it)."""
-        if self._pool is None:
+        """The sellable instances after, shared between the second process, from the moment it is
+        done with the answers before, and this one, once it is done with the rest of the answers
+        after (`_SharedCounts`); computed here alone without a second process."""
+        if self._pool is None or self._future is None:
             return lambda: sold_answers(states, self._settings, reserve)
-        pickled = pickle.dumps(list(states), pickle.HIGHEST_PROTOCOL)
-        future = self._pool.submit(_sold_after, pickled, self._settings, reserve)
-
-        def read() -> SoldAnswers:
-            try:
-                return future.result()
-            except BrokenProcessPool:  # the same answers here
-                return sold_answers(states, self._settings, reserve)
-
-        return read
+        shared = _SharedCounts(self._pool, states, self._settings, reserve)
+        self._future.add_done_callback(shared.start)
+        return shared.read
 
     def result(self) -> FleetAnswers:
         if self._future is not None:
