@@ -13,8 +13,8 @@ from virtcap.contract.placements import parse_placement_body
 from virtcap.contract.scenarios import parse_scenario
 from virtcap.demo import demo_config
 from virtcap.fleet.packing import FleetPacking, PackingSettings
-from virtcap.fleet.scenario import fleet_answers, planned_hosts
-from virtcap.fleet.scheduling import FleetEntry
+from virtcap.fleet.scenario import fleet_answers
+from virtcap.fleet.scheduling import FleetEntry, planned_hosts
 from virtcap.model.resources import Resource
 from virtcap.service.dryrun import dry_run
 from virtcap.service.flavors import with_discovered_flavors

@@ -10,9 +10,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from virtcap.fleet.claim_records import Claim
 from virtcap.fleet.packing import FLEET_COMPACTION_SECONDS, CompactionSummary
-from virtcap.fleet.scheduling import FleetEntry, pending_claims
 from virtcap.model.host_fit import Demand
 from virtcap.model.packing.compaction import compaction
 from virtcap.model.packing.sellable import sellable_by_zone, sellable_count
@@ -77,31 +75,6 @@ class ScenarioOutcome:
     tries: tuple[tuple[int, bool], ...] = ()
     """With `solve_for_added`: each count tried and whether the demand fitted with the reserve."""
     seconds: float = 0.0
-
-
-def planned_hosts(fleet: Sequence[FleetEntry], claims: Sequence[Claim]) -> list[PlannedHost]:
-    """The audited hypervisors as a scenario starts from them, each with its pending claims (as
-    `host_states` gives them to a dry-run placement); those never audited are left out."""
-    hosts = []
-    for entry in fleet:
-        good = entry.good
-        if good is None or good.facts is None or good.hypervisor is None:
-            continue
-        pending = pending_claims(claims, entry.name)
-        hosts.append(
-            PlannedHost(
-                entry.name,
-                good.facts,
-                good.hypervisor.policy,
-                good.hypervisor.groups,
-                up=entry.up,
-                stale=entry.stale,
-                maintenance=good.capacity.maintenance if good.capacity is not None else None,
-                claimed=pending.amounts,
-                pending=pending.claims,
-            )
-        )
-    return hosts
 
 
 @dataclass(frozen=True, slots=True)

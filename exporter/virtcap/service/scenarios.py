@@ -54,7 +54,6 @@ from virtcap.fleet.scenario import (
     SoldUnit,
     SolveError,
     fleet_answers,
-    planned_hosts,
     run_scenario,
     scenario_reserve,
     sold_answers,
@@ -63,7 +62,7 @@ from virtcap.fleet.scenario import (
     sold_units,
     solve_for_added,
 )
-from virtcap.fleet.scheduling import FleetEntry
+from virtcap.fleet.scheduling import FleetEntry, planned_hosts
 from virtcap.model.facts import HostFacts
 from virtcap.model.host_fit import Demand
 from virtcap.model.pci import PCI_ALIAS_SPEC, alias_request_problem
