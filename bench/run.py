@@ -45,12 +45,17 @@
    1,000 x 50 fleet in 2 zones and 20 racks, first and after one hypervisor changed; then
    `virtcap serve` on the serving fleet: /metrics latency while the worker computes them, and
    the worker's peak RSS.
+17. plan runway (`--only runway`, bench/runway.py): `virtcap plan runway` over 30 days of 1,000
+   hypervisors x 5 flavors backfilled into a real Prometheus.
+18. What-if scenarios (`--only scenario`, bench/scenario.py): `compute_scenario` on the 1,000 x 50
+   fleet adding 100 hypervisors and placing 5,000 instances, end to end and per part, and
+   `--solve-for add_hypervisors` on a demand the fleet cannot hold without buying.
 
 Each figure is the median of --runs runs, with half the range as the spread.
 
 Each measurement is a module of its own (bench/scrape.py, scale.py, cycle.py, events.py, hung.py,
 convoy.py, numa.py, tolerance.py, serving.py, latency.py, sharding.py, sellable.py, stranded.py,
-compaction.py, consolidation.py, packing.py, hostile.py) on the
+compaction.py, consolidation.py, packing.py, hostile.py, runway.py, scenario.py) on the
 machinery they share, bench/harness.py; this one reads the flags and runs them in this order.
 """
 
@@ -79,6 +84,7 @@ from numa import numa_fit
 from packing import packing
 from runway import runway
 from scale import scrape_at_scale
+from scenario import scenario
 from scrape import scrape_comparison
 from sellable import sellable
 from serving import tolerance_while_scraped
@@ -126,6 +132,7 @@ def main() -> int:
             "consolidation",
             "packing",
             "runway",
+            "scenario",
         ),
         help="run one measurement only",
     )
@@ -168,6 +175,7 @@ def main() -> int:
             "consolidation": lambda: consolidation(runs, 200 if args.quick else 1000, 50),
             "packing": lambda: packing(scratch, runs, 200 if args.quick else 1000, 50),
             "runway": lambda: runway(scratch, runs, 100 if args.quick else 1000),
+            "scenario": lambda: scenario(runs, 200 if args.quick else 1000, 50),
         }
         for name, measure in measurements.items():
             if args.only in (None, name):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -379,6 +380,12 @@ def test_serving_captures_exposes_what_serving_the_hosts_does(
     # Both fleets also have a host whose capture is broken: down, its error on the landing page.
     broken_host = f'  - name: broken\n    uri: "{replay_uri(broken)}"\nflavors:'
     demo = demo.replace("flavors:", broken_host, 1)
+    # Reclaimable capacity is judged at each scrape against when the domain was first seen: with
+    # the demo's windows of 10 s, a server scraped sooner after its first audits than the other
+    # would show fewer. Shut-off domains count from 1 s, and no idle one within the test (the
+    # captures replay vCPU time, the test driver none).
+    assert "shutoff_after: 10s" in demo and "idle_for: 10s" in demo
+    demo = demo.replace("shutoff_after: 10s", "shutoff_after: 1s").replace("idle_for: 10s", "idle_for: 168h")
     replayed = demo
     for name, path in captures.items():
         replayed = replayed.replace(TEST_HOSTS[name][0], replay_uri(path))
@@ -395,6 +402,7 @@ def test_serving_captures_exposes_what_serving_the_hosts_does(
     def settled(kind: str) -> tuple[dict[Any, float], str]:
         with running_server(["--config", str(tmp_path / f"{kind}.yaml")], tmp_path / kind) as server:
             wait_for(lambda: len(series(server.samples(), "hypervisor_info")) == up, 20, what="the hosts up")
+            every_domain_seen = time.monotonic()
 
             def every_flavor_fitted() -> bool:
                 # a flavor discovered on one host is fitted on those audited before it right after
@@ -412,6 +420,8 @@ def test_serving_captures_exposes_what_serving_the_hosts_does(
             # and the packing answers that follow it, every one computed
             pending = "virtcap_packing_pending_answers"
             wait_for(lambda: value(server.samples(), pending) == 0, 60, what="every packing answer")
+            # every domain shut off at the first audits is reclaimable 1 s after them
+            time.sleep(max(0.0, every_domain_seen + 1.5 - time.monotonic()))
             samples = server.samples()
             page = server.get("/")[1].decode()
         return samples, page
@@ -437,6 +447,7 @@ def test_serving_captures_exposes_what_serving_the_hosts_does(
         }
 
     assert hypervisor_series(served) == hypervisor_series(live)
+    assert series(served, "hypervisor_reclaimable") != {}
     started = "hypervisor_maintenance_start_timestamp_seconds"
     assert series(served, started).keys() == series(live, started).keys() != set()
     assert value(served, "hypervisor_up", hypervisor="compute-02") == 1.0

@@ -349,3 +349,30 @@ def test_zones_no_domain_is_held_to_are_no_part_of_the_program() -> None:
     hosts = crowded_fleet(1)
     apart = [replace(h, availability_zone=f"az{index % 2 + 1}") for index, h in enumerate(hosts)]
     assert compaction(apart, max_nodes=200) == compaction(hosts, max_nodes=200)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_on_a_fleet_beyond_its_limits_no_domain_left_unplaced_fits_anywhere(seed: int) -> None:
+    """Hypervisors holding more than they have (as one whose memory shrank, or overcommitted
+    by hand): the validation leaves domains unplaced, and each of them fits on no hypervisor as
+    the assignment leaves it (so none was given up on while one could still take it)."""
+    rng = random.Random(seed)
+    hosts = []
+    for index in range(12):
+        cpus, memory, disk = rng.choice(CROWDED_SIZES)
+        hypervisor = state(f"h{index}", cpus=cpus, memory_gib=memory // 2, disk_gib=disk)
+        wanted = [demand(*rng.choice(CROWDED_DOMAIN_SIZES)) for _ in range(rng.randint(3, 9))]
+        hosts.append(holding(hypervisor, *wanted))
+    result = compaction(hosts)
+    assert result.unplaced, "the fleet was meant to be beyond its limits"
+    assert replay(hosts, result.assignment)
+    demands = {DomainRef(h.name, g.name): g.demand for h in hosts for g in h.guests}
+    final: dict[str, HostState] = {}
+    for hypervisor in hosts:
+        name, current = hypervisor.name, hypervisor
+        for domain in sorted(d for d, target in result.assignment.items() if target == name):
+            current = current.consume(demands[domain])
+        final[name] = current
+    for domain in result.unplaced:
+        request = FilterRequest.of(demands[domain])
+        assert all(first_rejection(current, request) is not None for current in final.values()), domain

@@ -12,7 +12,6 @@ import math
 import shutil
 import subprocess
 import sys
-import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -323,24 +322,6 @@ def test_a_second_scenario_while_one_is_computed_is_told_when_to_ask_again() -> 
     assert busy.retry_after >= 1
     assert isinstance(third, str)
     assert without_time(json.loads(answered)) == without_time(json.loads(third))
-
-
-def test_two_scenarios_at_once_over_http_one_is_a_503_with_retry_after(demo: Server) -> None:
-    """The first asks for a search of a few seconds in the worker; the second, sent a moment
-    later, overlaps it: whichever reaches the planner second is a 503 (both orders are fine)."""
-    answers: list[tuple[int, Any, dict[str, str]]] = []
-    slow = threading.Thread(target=lambda: answers.append(post(demo, TO_SOLVE, "?solve_for=add_hypervisors")))
-    slow.start()
-    try:
-        threading.Event().wait(0.3)
-        quick = post(demo, {})
-    finally:
-        slow.join(timeout=300)
-    statuses = sorted([answers[0][0], quick[0]])
-    assert statuses == [200, 503], (answers, quick)
-    busy = answers[0] if answers[0][0] == 503 else quick
-    assert int(busy[2]["Retry-After"]) >= 1
-    assert set(busy[1]) == {"error"}
 
 
 # --- the command --------------------------------------------------------------------------------

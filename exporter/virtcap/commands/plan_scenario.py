@@ -73,12 +73,10 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as error:  # the file (unreadable, not YAML, too large) or --config's
         print(f"virtcap: plan scenario: {error}", file=sys.stderr)
         return EXIT_USAGE
-    except ScenarioError as error:  # the resolution's and computation's lines name no file yet
+    except ScenarioError as error:  # the parser's lines name the file, the resolution's do not
         for line in str(error).splitlines():
-            print(
-                f"virtcap: plan scenario: {line if line.startswith(f'{path}:') else f'{path}: {line}'}",
-                file=sys.stderr,
-            )
+            named = line if line.startswith(f"{path}:") else f"{path}: {line}"
+            print(f"virtcap: plan scenario: {named}", file=sys.stderr)
         return EXIT_USAGE
     if args.format == "json":
         sys.stdout.write(answer.as_json())

@@ -10,10 +10,11 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from virtcap.fleet.claim_records import Claim
-from virtcap.fleet.packing import CompactionSummary, FleetPacking, PackingSettings
-from virtcap.fleet.scheduling import FleetEntry, pending_claims
+from virtcap.fleet.packing import FLEET_COMPACTION_SECONDS, CompactionSummary
 from virtcap.model.host_fit import Demand
+from virtcap.model.packing.compaction import compaction
+from virtcap.model.packing.sellable import sellable_by_zone, sellable_count
+from virtcap.model.packing.stranded import fleet_stranded_capacity
 from virtcap.model.resources import Resource
 from virtcap.model.scenario.hosts import AppliedScenario, PlannedHost, apply_scenario
 from virtcap.model.scenario.placement import (
@@ -27,6 +28,7 @@ from virtcap.model.scenario.placement import (
 from virtcap.model.scenario.spec import MAX_ADDED_HYPERVISORS, Scenario
 from virtcap.model.scheduler import HostState, Multipliers
 from virtcap.model.scheduler.failure_tolerance import tolerated_failures
+from virtcap.model.scheduler.filters import CandidateMemo
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,34 +77,61 @@ class ScenarioOutcome:
     seconds: float = 0.0
 
 
-def planned_hosts(fleet: Sequence[FleetEntry], claims: Sequence[Claim]) -> list[PlannedHost]:
-    """The audited hypervisors as a scenario starts from them, each with its pending claims (as
-    `host_states` gives them to a dry-run placement); those never audited are left out."""
-    hosts = []
-    for entry in fleet:
-        good = entry.good
-        if good is None or good.facts is None or good.hypervisor is None:
-            continue
-        pending = pending_claims(claims, entry.name)
-        hosts.append(
-            PlannedHost(
-                entry.name,
-                good.facts,
-                good.hypervisor.policy,
-                good.hypervisor.groups,
-                up=entry.up,
-                stale=entry.stale,
-                maintenance=good.capacity.maintenance if good.capacity is not None else None,
-                claimed=pending.amounts,
-                pending=pending.claims,
-            )
-        )
-    return hosts
+@dataclass(frozen=True, slots=True)
+class SoldAnswers:
+    """The sellable instances, per flavor in the fleet and per (zone, flavor): the longest of the
+    answers, computed apart where a second process can take them (service/scenarios.py)."""
+
+    sellable: Mapping[str, int]
+    by_zone: Mapping[tuple[str, str], int]
 
 
-def fleet_answers(states: Sequence[HostState], settings: ScenarioSettings, reserve: int) -> FleetAnswers:
-    """Every answer on these states (the packing's through `FleetPacking`, as the exporter's worker
-    computes them, without group compactions: a scenario's groups are its zones)."""
+SoldUnit = tuple[str | None, str]
+"""One sellable count: (availability zone, flavor), the zone None for the fleet."""
+
+
+def sold_units(states: Sequence[HostState], settings: ScenarioSettings) -> list[SoldUnit]:
+    """The sellable counts the answers hold: each flavor in the fleet, then in each zone."""
+    zones = sorted({state.availability_zone for state in states if state.availability_zone is not None})
+    return [(None, flavor) for flavor in settings.flavors] + [
+        (zone, flavor) for zone in zones for flavor in settings.flavors
+    ]
+
+
+def sold_unit(states: Sequence[HostState], settings: ScenarioSettings, reserve: int, unit: SoldUnit) -> int:
+    """One sellable count, as the exporter's packing step computes it (fleet/packing.py)."""
+    zone, flavor = unit
+    demand = settings.flavors[flavor]
+    if zone is None:
+        return sellable_count(states, demand, settings.multipliers, reserve, memo=CandidateMemo())
+    members = [state for state in states if state.availability_zone == zone]
+    return sellable_by_zone(members, {flavor: demand}, settings.multipliers, reserve)[zone, flavor]
+
+
+def sold_from(counts: Mapping[SoldUnit, int]) -> SoldAnswers:
+    return SoldAnswers(
+        {flavor: count for (zone, flavor), count in counts.items() if zone is None},
+        {(zone, flavor): count for (zone, flavor), count in counts.items() if zone is not None},
+    )
+
+
+def sold_answers(states: Sequence[HostState], settings: ScenarioSettings, reserve: int) -> SoldAnswers:
+    """Per flavor, the sellable instances in the fleet and in each zone."""
+    return sold_from(
+        {unit: sold_unit(states, settings, reserve, unit) for unit in sold_units(states, settings)}
+    )
+
+
+def fleet_answers(
+    states: Sequence[HostState],
+    settings: ScenarioSettings,
+    reserve: int,
+    *,
+    sold: Callable[[], SoldAnswers] | None = None,
+) -> FleetAnswers:
+    """Every answer on these states, each as the exporter computes it (the packing's as its worker's
+    steps, fleet/packing.py, without group compactions: a scenario's groups are its zones). `sold`:
+    the sellable instances where the caller computes them elsewhere, read once the rest is done."""
     eligible = [state for state in states if not state.refused_by_compute]
     zones = sorted({state.availability_zone for state in eligible if state.availability_zone is not None})
     schedulable = {
@@ -116,26 +145,24 @@ def fleet_answers(states: Sequence[HostState], settings: ScenarioSettings, reser
         for zone in zones
         for flavor, demand in settings.flavors.items()
     }
-    packing = FleetPacking().apply(
-        states,
-        PackingSettings(flavors=settings.flavors, groups={}, reserve_host_failures=reserve),
-        settings.multipliers,
-    )
     stranded: dict[Resource, int] = {}
-    for found in packing.stranded.values():
+    for found in fleet_stranded_capacity(states, settings.flavors).values():
         for resource, amount in found.amounts.items():
             stranded[resource] = stranded.get(resource, 0) + amount
+    compacted = CompactionSummary.of(compaction(states, time_limit_seconds=FLEET_COMPACTION_SECONDS))
+    tolerated = tolerated_failures(states, settings.failure_bound, settings.multipliers)
+    found_sold = sold() if sold is not None else sold_answers(states, settings, reserve)
     return FleetAnswers(
         hypervisors=len(states),
         eligible=len(eligible),
         schedulable=schedulable,
         schedulable_by_zone=by_zone,
-        sellable=dict(packing.sellable),
-        sellable_by_zone=dict(packing.sellable_by_zone),
-        failures_tolerated=tolerated_failures(states, settings.failure_bound, settings.multipliers),
+        sellable=dict(found_sold.sellable),
+        sellable_by_zone=dict(found_sold.by_zone),
+        failures_tolerated=tolerated,
         failure_bound=settings.failure_bound,
         stranded=stranded,
-        compaction=packing.compaction,
+        compaction=compacted,
     )
 
 
@@ -156,14 +183,18 @@ def run_scenario(
     settings: ScenarioSettings,
     *,
     before: Callable[[], FleetAnswers] | None = None,
+    sold_elsewhere: Callable[[Sequence[HostState], int], Callable[[], SoldAnswers]] | None = None,
 ) -> ScenarioOutcome:
     """The scenario's answers before and after (`fleet_answers` of the fleet as given, and of the
     fleet it makes). `before`: the answers before, where the caller computes them elsewhere (they
-    do not depend on the scenario but for its reserve: `scenario_reserve`), read once after's are."""
+    do not depend on the scenario but for its reserve: `scenario_reserve`), read once after's are;
+    `sold_elsewhere`: given the fleet after and the reserve, the sellable instances after, computed
+    elsewhere while the rest of the answers after are computed here."""
     began = time.perf_counter()
     reserve = scenario_reserve(scenario, settings)
     applied, placed = scenario_fleet(hosts, scenario, settings.multipliers)
-    after = fleet_answers(placed.states, settings, reserve)
+    sold = sold_elsewhere(placed.states, reserve) if sold_elsewhere is not None else None
+    after = fleet_answers(placed.states, settings, reserve, sold=sold)
     if before is None:
         before_answers = fleet_answers([host.state() for host in hosts], settings, reserve)
     else:
@@ -210,6 +241,7 @@ def solve_for_added(
     *,
     limit: int = MAX_ADDED_HYPERVISORS,
     before: Callable[[], FleetAnswers] | None = None,
+    sold_elsewhere: Callable[[Sequence[HostState], int], Callable[[], SoldAnswers]] | None = None,
 ) -> ScenarioOutcome:
     """The scenario with the count of its one `add_hypervisors` entry replaced by the fewest copies
     found that make it fit (`fits_with_reserve`), and that count's answers.
@@ -253,7 +285,7 @@ def solve_for_added(
         fits(high - 1)
         found = high
     solved = replace(scenario, add=(replace(entry, count=found),) if found else ())
-    outcome = run_scenario(hosts, solved, settings, before=before)
+    outcome = run_scenario(hosts, solved, settings, before=before, sold_elsewhere=sold_elsewhere)
     return replace(
         outcome,
         added_count=found,

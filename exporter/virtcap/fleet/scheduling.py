@@ -19,6 +19,7 @@ from virtcap.fleet.snapshot import HypervisorSnapshot, PendingClaims
 from virtcap.fleet.store import SnapshotStore
 from virtcap.model.host_fit import NOTHING_WITHIN, Demand, WithinHost, within_host
 from virtcap.model.resources import Amounts, Resource
+from virtcap.model.scenario.hosts import PlannedHost
 from virtcap.model.scheduler import (
     COMPUTE,
     FORCE_HOSTS,
@@ -28,7 +29,6 @@ from virtcap.model.scheduler import (
     Multipliers,
     Rejection,
     ScheduleResult,
-    host_state,
     schedule,
 )
 
@@ -102,28 +102,34 @@ def claim_within(amounts: Amounts, extra_specs: Mapping[str, str]) -> WithinHost
 
 def host_states(fleet: Sequence[FleetEntry], claims: Iterable[Claim]) -> list[HostState]:
     """The audited hypervisors' states, each with its pending claims as usage."""
-    held = list(claims)
-    states = []
+    return [host.state() for host in planned_hosts(fleet, list(claims))]
+
+
+def planned_hosts(fleet: Sequence[FleetEntry], claims: Sequence[Claim]) -> list[PlannedHost]:
+    """The audited hypervisors as the scheduler takes them (what they have, the operator's policy,
+    where they are, their pending claims), each made a state by `PlannedHost.state` (a scenario
+    changes them first); those never audited are left out. The maintenance is the one its last good
+    audit was recomputed with."""
+    hosts = []
     for entry in fleet:
         good = entry.good
         if good is None or good.facts is None or good.hypervisor is None:
             continue
-        pending = pending_claims(held, entry.name)
-        states.append(
-            host_state(
+        pending = pending_claims(claims, entry.name)
+        hosts.append(
+            PlannedHost(
                 entry.name,
                 good.facts,
                 good.hypervisor.policy,
-                claimed=pending.amounts,
-                pending=pending.claims,
+                good.hypervisor.groups,
                 up=entry.up,
                 stale=entry.stale,
-                # as its last good audit was recomputed with the maintenance in effect
                 maintenance=good.capacity.maintenance if good.capacity is not None else None,
-                availability_zone=good.hypervisor.availability_zone,
+                claimed=pending.amounts,
+                pending=pending.claims,
             )
         )
-    return states
+    return hosts
 
 
 @dataclass(frozen=True, slots=True)

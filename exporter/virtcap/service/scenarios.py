@@ -13,7 +13,8 @@ import ctypes
 import multiprocessing
 import pickle
 import signal
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import replace
@@ -49,14 +50,19 @@ from virtcap.fleet.scenario import (
     FleetAnswers,
     ScenarioOutcome,
     ScenarioSettings,
+    SoldAnswers,
+    SoldUnit,
     SolveError,
     fleet_answers,
-    planned_hosts,
     run_scenario,
     scenario_reserve,
+    sold_answers,
+    sold_from,
+    sold_unit,
+    sold_units,
     solve_for_added,
 )
-from virtcap.fleet.scheduling import FleetEntry
+from virtcap.fleet.scheduling import FleetEntry, planned_hosts
 from virtcap.model.facts import HostFacts
 from virtcap.model.host_fit import Demand
 from virtcap.model.pci import PCI_ALIAS_SPEC, alias_request_problem
@@ -72,6 +78,7 @@ from virtcap.model.scenario.spec import (
     PolicyChange,
     Scenario,
 )
+from virtcap.model.scheduler import HostState
 from virtcap.service.flavors import with_discovered_flavors
 from virtcap.service.oneshot import audit_fleet_once
 from virtcap.service.planner import Job, Planner
@@ -245,15 +252,21 @@ def compute_scenario(
 
     The answers before do not depend on the scenario (but for its reserve): with `parallel`, they
     are computed in a process of their own (spawned, killed with this one) while this one places
-    the scenario, searches and answers after, so that both sides take the time of one on a machine
-    of two CPUs. By default (None), for fleets of PARALLEL_FROM_HYPERVISORS and more."""
+    the scenario, searches and answers after; the sellable instances after go to that process
+    too, behind them (the answers after take longer than those before: the fleet is larger), so
+    that both sides take about the time of one on a machine of two CPUs. By default (None), for
+    fleets of PARALLEL_FROM_HYPERVISORS and more."""
     reserve = scenario_reserve(scenario, settings)
     with _BeforeAnswers(hosts, settings, reserve, parallel=parallel) as before:
         try:
             if solve_for == "add_hypervisors":
-                outcome = solve_for_added(hosts, scenario, settings, before=before.result)
+                outcome = solve_for_added(
+                    hosts, scenario, settings, before=before.result, sold_elsewhere=before.sold_after
+                )
             else:
-                outcome = run_scenario(hosts, scenario, settings, before=before.result)
+                outcome = run_scenario(
+                    hosts, scenario, settings, before=before.result, sold_elsewhere=before.sold_after
+                )
         except (SolveError, ValueError) as error:
             raise ScenarioError(str(error)) from None
     return scenario_answer(outcome)
@@ -263,6 +276,21 @@ def _answers_before(pickled: bytes, settings: ScenarioSettings, reserve: int) ->
     """In the process of the answers before: the fleet as given."""
     hosts: list[PlannedHost] = pickle.loads(pickled)
     return fleet_answers([host.state() for host in hosts], settings, reserve)
+
+
+_AFTER: list[HostState] = []
+"""In the second process: the fleet after the scenario, loaded once for its sellable counts."""
+
+
+def _load_after(pickled: bytes) -> None:
+    _AFTER[:] = pickle.loads(pickled)
+
+
+def _sold_unit_apart(settings: ScenarioSettings, reserve: int, unit: SoldUnit) -> int:
+    """In the second process: one sellable count of the fleet after (`_load_after` first)."""
+    if not _AFTER:
+        raise RuntimeError("the fleet after was not loaded")
+    return sold_unit(_AFTER, settings, reserve, unit)
 
 
 def _die_with_parent() -> None:
@@ -275,6 +303,80 @@ def _die_with_parent() -> None:
 _PR_SET_PDEATHSIG = 1
 PARALLEL_FROM_HYPERVISORS = 100
 """Below this, the answers before take less than starting a process (a second or two) saves."""
+
+
+class _SharedCounts:
+    """The sellable counts of the fleet after, count by count: the second process takes the
+    largest left (the fleet's first) as soon as it is done with the answers before and after each
+    count it finishes; this one the smallest left once it reads them. Whichever side is free first
+    helps the other (a zoned fleet's answers before take longer than the rest of those after; a
+    fleet in one zone's, less). A count the second process fails is computed here."""
+
+    def __init__(
+        self, pool: ProcessPoolExecutor, states: Sequence[HostState], settings: ScenarioSettings, reserve: int
+    ) -> None:
+        self._pool = pool
+        self._states = states
+        self._settings = settings
+        self._reserve = reserve
+        self._lock = threading.Lock()
+        self._units = sold_units(states, settings)
+        self._counts: dict[SoldUnit, int] = {}
+        self._failed: list[SoldUnit] = []
+        self._apart = 0
+        """Counts handed to the second process and not answered yet."""
+        self._settled = threading.Condition(self._lock)
+
+    def start(self, before: Future[FleetAnswers]) -> None:
+        """The answers before are done (a callback of their future, in the pool's thread)."""
+        if before.cancelled() or before.exception() is not None:
+            return  # computed here instead
+        try:
+            self._pool.submit(_load_after, pickle.dumps(list(self._states), pickle.HIGHEST_PROTOCOL))
+        except (BrokenProcessPool, RuntimeError):  # shut down: computed here
+            return
+        self._next()
+
+    def _next(self) -> None:
+        with self._lock:
+            if not self._units:
+                return
+            unit = self._units.pop(0)
+            self._apart += 1
+        try:
+            future = self._pool.submit(_sold_unit_apart, self._settings, self._reserve, unit)
+        except (BrokenProcessPool, RuntimeError):
+            self._answered(unit, None)
+            return
+        future.add_done_callback(lambda done: self._answered(unit, done))
+
+    def _answered(self, unit: SoldUnit, done: Future[int] | None) -> None:
+        count = None
+        if done is not None and not done.cancelled() and done.exception() is None:
+            count = done.result()
+        with self._lock:
+            self._apart -= 1
+            if count is None:
+                self._failed.append(unit)
+            else:
+                self._counts[unit] = count
+            self._settled.notify_all()
+        if count is not None:
+            self._next()
+
+    def read(self) -> SoldAnswers:
+        while True:
+            with self._lock:
+                unit = self._units.pop() if self._units else (self._failed.pop() if self._failed else None)
+                if unit is None:
+                    while self._apart and not self._failed:
+                        self._settled.wait()
+                    if not self._failed:
+                        return sold_from(self._counts)
+                    continue
+            count = sold_unit(self._states, self._settings, self._reserve, unit)
+            with self._lock:
+                self._counts[unit] = count
 
 
 class _BeforeAnswers:
@@ -299,6 +401,16 @@ class _BeforeAnswers:
             pickled = pickle.dumps(list(self._hosts), pickle.HIGHEST_PROTOCOL)
             self._future = self._pool.submit(_answers_before, pickled, self._settings, self._reserve)
         return self
+
+    def sold_after(self, states: Sequence[HostState], reserve: int) -> Callable[[], SoldAnswers]:
+        """The sellable instances after, shared between the second process, from the moment it is
+        done with the answers before, and this one, once it is done with the rest of the answers
+        after (`_SharedCounts`); computed here alone without a second process."""
+        if self._pool is None or self._future is None:
+            return lambda: sold_answers(states, self._settings, reserve)
+        shared = _SharedCounts(self._pool, states, self._settings, reserve)
+        self._future.add_done_callback(shared.start)
+        return shared.read
 
     def result(self) -> FleetAnswers:
         if self._future is not None:

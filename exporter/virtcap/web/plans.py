@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable
 
 from aiohttp import web
 
@@ -41,19 +42,7 @@ async def consolidation(request: web.Request) -> web.Response:
     fleet = fleet_entries(exporter.store, time.time(), config.audit.staleness_bound)
     claims = list(exporter.claims.claims.values())
     target = compaction_target(exporter.store.tolerance, fleet, body)
-    try:
-        text = await exporter.planner.plan(fleet, claims, config.multipliers, body, target)
-    except PlanError as error:
-        raise json_error(web.HTTPBadRequest, str(error)) from None
-    except PlannerBusyError as error:
-        raise json_error(
-            web.HTTPServiceUnavailable, str(error), headers={"Retry-After": str(error.retry_after)}
-        ) from None
-    except PlannerFailedError as error:
-        raise json_error(
-            web.HTTPServiceUnavailable, str(error), headers={"Retry-After": str(FAILED_RETRY_AFTER_SECONDS)}
-        ) from None
-    return web.Response(text=text, content_type="application/json")
+    return await _planned(exporter.planner.plan(fleet, claims, config.multipliers, body, target), PlanError)
 
 
 async def scenarios(request: web.Request) -> web.Response:
@@ -74,11 +63,18 @@ async def scenarios(request: web.Request) -> web.Response:
     config = exporter.fleet.catalog.effective(exporter.config)
     fleet = fleet_entries(exporter.store, time.time(), config.audit.staleness_bound)
     claims = list(exporter.claims.claims.values())
+    computing = plan_scenario(
+        exporter.planner, fleet, claims, config, config.flavor_demands, document=body, solve_for=solve_for
+    )
+    return await _planned(computing, ScenarioError)
+
+
+async def _planned(computing: Awaitable[str], refused: type[ValueError]) -> web.Response:
+    """The planner's answer: 400 where the request does not fit the fleet (`refused`), 503 with
+    Retry-After where the planner is busy or failed."""
     try:
-        text = await plan_scenario(
-            exporter.planner, fleet, claims, config, config.flavor_demands, document=body, solve_for=solve_for
-        )
-    except ScenarioError as error:
+        text = await computing
+    except refused as error:
         raise json_error(web.HTTPBadRequest, _one_line(str(error))) from None
     except PlannerBusyError as error:
         raise json_error(
@@ -92,5 +88,6 @@ async def scenarios(request: web.Request) -> web.Response:
 
 
 def _one_line(message: str) -> str:
-    """The problems of a scenario, one per line in a file's error, in one line as the API's are."""
+    """The problems of a request, one per line in a file's error, in one line as the API's are (a
+    consolidation plan's are one line already)."""
     return "; ".join(line.removeprefix("body: ") for line in message.splitlines())

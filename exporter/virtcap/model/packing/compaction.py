@@ -320,7 +320,8 @@ def _compaction(hosts: Sequence[HostState], deadline: float, max_nodes: int) -> 
     planned = _planned(shapes, counts)
     for name in forced:
         planned.setdefault(name, [])
-    outcome = _validate(hosts, base, planned, guests)
+    shape_of = {member: index for index, shape in enumerate(shapes) for member in shape.members}
+    outcome = _validate(hosts, base, planned, guests, shape_of)
     outcome.assignment.update((member, member.hypervisor) for member in stuck)
     validated = time.perf_counter()
     kept = tuple(state.name for state in hosts if state.name in set(outcome.assignment.values()) | forced)
@@ -666,10 +667,17 @@ def _validate(
     base: Mapping[str, HostState],
     planned: Mapping[str, list[DomainRef]],
     guests: Mapping[DomainRef, Demand],
+    shape_of: Mapping[DomainRef, int],
 ) -> _Outcome:
     """Each kept hypervisor, from its base state, consumes its domains largest first, each only
     where the filters pass on the hypervisor as those before left it; a refused domain goes to
-    the first kept hypervisor that passes for it, else to the first unused one that does."""
+    the first kept hypervisor that passes for it, else to the first unused one that does.
+
+    A hypervisor only ever consumes more, so one that refused a shape (domains of one demand)
+    refuses it for good: each is tested once per shape, and once no hypervisor takes a shape, its
+    next domains are unplaced at once. On a fleet beyond its limits, where the program's counts
+    leave thousands of domains to repair, this is what keeps the validation to seconds (each
+    domain tested against every hypervisor, the repair took longer than the solvers' limit)."""
     outcome = _Outcome({}, [], [])
     current: dict[str, HostState] = {}
     requests: dict[int, FilterRequest] = {}
@@ -694,16 +702,37 @@ def _validate(
                 refused.append(member)
         current[name] = state
     spare = [state.name for state in hosts if state.name not in current]
+    refusing: dict[int, set[str]] = {}
+    """Per shape, the hypervisors known to refuse it."""
+    homeless: set[int] = set()
+    """The shapes no hypervisor takes any more."""
     for member in sorted(refused, key=lambda member: _largest_first(guests[member], member)):
         demand = guests[member]
+        shape = shape_of.get(member, -1 - len(refusing))  # a stuck domain is no shape: its own
+        if shape in homeless:
+            outcome.unplaced.append(member)
+            continue
         request = request_of(demand)
-        target = next((name for name in current if first_rejection(current[name], request) is None), None)
+        known = refusing.setdefault(shape, set())
+
+        def takes(
+            name: str, state: HostState, request: FilterRequest = request, known: set[str] = known
+        ) -> bool:
+            if name in known:
+                return False
+            if first_rejection(state, request) is None:
+                return True
+            known.add(name)
+            return False
+
+        target = next((name for name in current if takes(name, current[name])), None)
         if target is None:
-            target = next((name for name in spare if first_rejection(base[name], request) is None), None)
+            target = next((name for name in spare if takes(name, base[name])), None)
             if target is not None:
                 spare.remove(target)
                 current[target] = base[target]
         if target is None:
+            homeless.add(shape)
             outcome.unplaced.append(member)
             continue
         current[target] = consume_in_turn(current[target], (demand,))
