@@ -50,7 +50,10 @@ _T = TypeVar("_T")
 
 
 class PlacementError(Exception):
-    """Placement could not be read this round; the message is one line, without a secret."""
+    """Placement could not be read this round; the message is one line, without a secret.
+    `requests`: those the round made (the one that failed included)."""
+
+    requests: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,12 +201,13 @@ class PlacementReader:
             counter = _Counter()
             try:
                 return self._read(hypervisors, describe, counter)
-            except PlacementError:
+            except PlacementError as error:
+                error.requests = sum(counter.requests.values())
                 raise
             except Exception as error:  # a boundary: nothing but PlacementError leaves a round
-                raise PlacementError(
-                    self._scrubbed(f"reading Placement failed: {_first_line(error)}")
-                ) from None
+                failed = PlacementError(self._scrubbed(f"reading Placement failed: {_first_line(error)}"))
+                failed.requests = sum(counter.requests.values())
+                raise failed from None
 
     def _read(
         self, hypervisors: Mapping[str, str], describe: DescribeWanted, counter: _Counter

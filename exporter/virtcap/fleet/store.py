@@ -111,7 +111,7 @@ class SnapshotStore:
             self.tolerance = replace(self.tolerance, packing=packing)
             self._bump()
 
-    def publish_placement(self, report: PlacementReport) -> None:
+    def publish_placement(self, report: PlacementReport | None) -> None:
         self.placement = report
         self._bump()
 

@@ -28,24 +28,45 @@ per 25 providers: a Placement that answers each request just in time still ends 
 
 
 class PlacementTask:
-    """Reads Placement and reconciles, forever (supervised by the exporter's Supervisor)."""
+    """Reads Placement and reconciles, forever (supervised by the exporter's Supervisor), with
+    the running configuration: `configure()` gives it a reloaded one."""
 
     def __init__(self, config: Config, store: SnapshotStore) -> None:
-        if config.placement is None:
-            raise ValueError("no placement: section to read")
-        self.section: PlacementSection = config.placement
-        self.config = config
         self.store = store
-        self.interval = self.section.interval or config.audit.interval
+        self.config = config
+        self.section: PlacementSection | None = None
         self._reader: PlacementReader | None = None
+        self._retired: list[PlacementReader] = []
         self._requests_total = {"ok": 0, "error": 0}
         self._last_success: float | None = None
         self._last_error: str | None = None
+        self.configure(config)
+
+    def configure(self, config: Config) -> None:
+        """The configuration from now on. A changed `placement:` section is read with a new
+        session from the next round (the old one is closed then: a round may still use it), and
+        what was read with the old one is dropped."""
+        self.config = config
+        if config.placement == self.section:
+            return
+        self.section = config.placement
+        if self._reader is not None:
+            self._retired.append(self._reader)
+            self._reader = None
+        self._last_success = None
+        self._last_error = None
+        self.store.publish_placement(None)
+
+    @property
+    def interval(self) -> float:
+        configured = self.section.interval if self.section is not None else None
+        return float(configured or self.config.audit.interval)
 
     async def run(self) -> None:
         while True:
             started = time.monotonic()
-            await self.read_once()
+            if self.section is not None:
+                await self.read_once()
             await asyncio.sleep(max(self.interval - (time.monotonic() - started), 0.0))
 
     async def read_once(self) -> PlacementReport:
@@ -59,17 +80,19 @@ class PlacementTask:
             """A consumer with no domain of its UUID on the hypervisor: Placement is asked what it is."""
             return consumer.lower() not in local.get(hypervisor, ())
 
+        section = self.section
+        limit = (section.timeout if section is not None else 0.0) * (ROUND_TIMEOUT_FACTOR + len(mapping) / 25)
         try:
             reader = await self._started()
-            limit = self.section.timeout * (ROUND_TIMEOUT_FACTOR + len(mapping) / 25)
             read: PlacementRead = await asyncio.wait_for(
                 run_in_daemon_thread(lambda: reader.read_trees(mapping, foreign), name="placement-read"),
                 timeout=limit,
             )
         except PlacementError as error:
-            return self._failed(str(error), began)
+            self._requests_total["ok"] += max(error.requests - 1, 0)
+            return self._failed(str(error), began, section)
         except TimeoutError:
-            return self._failed(f"the round took longer than {limit:g} s", began)
+            return self._failed(f"the round took longer than {limit:g} s", began, section)
         views = [
             HypervisorView(name, read.trees.get(name), view.capacity, view.domains)
             for name, (_provider, view) in hosts.items()
@@ -91,10 +114,10 @@ class PlacementTask:
             requests=read.total_requests,
             requests_total=dict(self._requests_total),
         )
-        self._publish(report)
+        self._publish(report, section)
         return report
 
-    def _failed(self, message: str, began: float) -> PlacementReport:
+    def _failed(self, message: str, began: float, section: PlacementSection | None) -> PlacementReport:
         self._requests_total["error"] += 1
         if message != self._last_error:  # once per kind of failure, not every round
             log.warning("placement: not read: %s", message)
@@ -108,13 +131,19 @@ class PlacementTask:
             duration_seconds=time.monotonic() - began,
             requests_total=dict(self._requests_total),
         )
-        self._publish(report)
+        self._publish(report, section)
         return report
 
-    def _publish(self, report: PlacementReport) -> None:
+    def _publish(self, report: PlacementReport, section: PlacementSection | None) -> None:
+        if section is not self.section:
+            return  # read with a configuration a reload has replaced since
         self.store.publish_placement(report)
 
     async def _started(self) -> PlacementReader:
+        while self._retired:
+            self._retired.pop().close()
+        if self.section is None:
+            raise PlacementError("placement: is no longer configured")
         if self._reader is None:
             # reads its secrets from their files: a thread, as any file read
             self._reader = await asyncio.to_thread(PlacementReader, self.section)
@@ -137,5 +166,7 @@ class PlacementTask:
         return found
 
     def close(self) -> None:
-        if self._reader is not None:
-            self._reader.close()
+        for reader in [*self._retired, *([self._reader] if self._reader is not None else [])]:
+            reader.close()
+        self._retired.clear()
+        self._reader = None

@@ -73,6 +73,9 @@ class Supervisor:
     async def stop_all(self) -> None:
         await asyncio.gather(*(self.stop(name) for name in list(self._tasks)))
 
+    def supervises(self, name: str) -> bool:
+        return name in self._tasks
+
     def dead(self) -> dict[str, str]:
         """Tasks waiting for a restart after a crash, with their last error."""
         return {task.name: task.last_error for task in self._tasks.values() if task.dead_since is not None}

@@ -11,6 +11,7 @@ from virtcap.config import Config
 from virtcap.fleet.store import SnapshotStore
 from virtcap.service.auditor import FleetAuditor
 from virtcap.service.consolidation import ConsolidationPlanner
+from virtcap.service.placement import PlacementTask
 from virtcap.service.supervise import Supervisor
 from virtcap.service.tolerance_task import ToleranceTracker
 from virtcap.web.access import WebConfigSource
@@ -34,6 +35,8 @@ class Exporter:
     connections: ConnectionGuard | None = None
     tolerance: ToleranceTracker | None = None
     """The fleet's failure tolerance, computed in the background (None where nothing runs it)."""
+    placement: PlacementTask | None = None
+    """The Placement reconciliation, running while `placement:` is configured (reload.py)."""
     planner: ConsolidationPlanner = field(default_factory=ConsolidationPlanner)
     """Consolidation plans on request, in a worker process started on the first (stopped with
     the exporter)."""

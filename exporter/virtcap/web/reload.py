@@ -86,6 +86,7 @@ class ConfigReloads:
                 config.failure_tolerance, config.multipliers, config.audit.staleness_bound
             )
         exporter.writers.replace_users(writer_hashes(config))
+        await follow_placement(exporter)
         await exporter.fleet.apply(
             config.hypervisors, config.audit, config.flavor_demands, discover_flavors=config.discover_flavors
         )
@@ -99,3 +100,24 @@ class ConfigReloads:
                 "total_shards": config.shard.total,
             },
         )
+
+
+PLACEMENT_TASK = "placement"
+
+
+async def follow_placement(exporter: Exporter) -> None:
+    """The Placement reconciliation as the running configuration wants it: where `placement:` is
+    configured (from the start or by a reload) it runs, supervised, and its families are shown;
+    where it is not (any more), neither, and a fleet without OpenStack has no trace of it."""
+    task = exporter.placement
+    if task is None:
+        return
+    task.configure(exporter.config)
+    wanted = exporter.config.placement is not None
+    exporter.cache.placement = wanted
+    running = exporter.supervisor.supervises(PLACEMENT_TASK)
+    if wanted and not running:
+        exporter.supervisor.start(PLACEMENT_TASK, "placement", task.run)
+    elif running and not wanted:
+        await exporter.supervisor.stop(PLACEMENT_TASK)
+        task.close()

@@ -36,7 +36,7 @@ from virtcap.web.connections import (
 )
 from virtcap.web.exporter import Exporter
 from virtcap.web.middleware import writer_hashes
-from virtcap.web.reload import ConfigReloads
+from virtcap.web.reload import ConfigReloads, follow_placement
 from virtcap.web.render import MetricsCache
 
 __all__ = [  # what the command line and the tests take from here; each is defined in its own module
@@ -64,16 +64,6 @@ def parse_listen_address(text: str) -> tuple[str | None, int]:
         raise ConfigError(f"--web.listen-address: expected HOST:PORT such as :{DEFAULT_PORT}, got {text!r}")
     host = host.strip("[]")
     return (host or None), int(port)
-
-
-def _start_placement(
-    config: Config, store: SnapshotStore, supervisor: Supervisor, cache: MetricsCache
-) -> None:
-    """Where `placement:` is configured, its reconciliation, supervised, and its families shown."""
-    if config.placement is None:
-        return
-    supervisor.start("placement", "placement", PlacementTask(config, store).run)
-    cache.placement = True
 
 
 async def serve(
@@ -147,7 +137,8 @@ async def serve(
         supervisor.start("follow-claims", "follow-claims", claims.follow_forever)
     supervisor.start("connection-sweeper", "connections", exporter.connections.sweep_forever)
     exporter.tolerance.start()
-    _start_placement(config, store, supervisor, cache)
+    exporter.placement = PlacementTask(config, store)
+    await follow_placement(exporter)
     scheme = "https" if web_config.ssl_context else "http"
     log.info(
         "listening",
