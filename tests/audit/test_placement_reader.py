@@ -379,3 +379,47 @@ def test_keystone_refusals_fail_the_round_plainly_without_the_secret(
     assert "auditor-secret" not in str(forbidden)
     noauth = failing_round(reader(server.base_url), {"kv1": "kv1"})
     assert "401" in str(noauth)
+
+
+class _DeletingAfterTheList(MisbehavingProxy):
+    """Forwards; once Placement has listed its providers, deletes some of them before the list
+    reaches the reader: as if a compute node and a GPU were removed while a round runs."""
+
+    def __init__(self, upstream: str, loader: PlacementLoader, doomed: list[str]) -> None:
+        super().__init__(upstream)
+        self.loader, self.doomed = loader, doomed
+
+    def answer(
+        self, method: str, path: str, headers: dict[str, str], body: bytes
+    ) -> tuple[int, list[tuple[str, str]], bytes]:
+        answered = super().answer(method, path, headers, body)
+        if method == "GET" and path.split("?", maxsplit=1)[0] == "/resource_providers":
+            while self.doomed:
+                self.loader.call(
+                    "DELETE",
+                    f"/resource_providers/{self.loader.provider_uuid(self.doomed.pop())}",
+                    expect=(204,),
+                )
+        return answered
+
+
+def test_providers_deleted_during_a_round_are_left_out(placement: PlacementServer) -> None:
+    stays, goes = unique("stays"), unique("goes")
+    loader = PlacementLoader(placement.base_url)
+    loader.load(
+        {
+            "providers": [
+                {
+                    "name": stays,
+                    "inventories": nova_inventories(4, 8192, 100),
+                    "children": [{"name": f"{stays}-gpu", "inventories": {"VGPU": {"total": 4}}}],
+                },
+                {"name": goes, "inventories": nova_inventories(4, 8192, 100)},
+            ]
+        }
+    )
+    with _DeletingAfterTheList(placement.base_url, loader, [goes, f"{stays}-gpu"]) as proxy:
+        read = reader(proxy.base_url).read_trees({stays: stays, goes: goes})
+    kept = read.trees[stays]
+    assert kept is not None and kept.nested == {} and kept.root["VCPU"].total == 4
+    assert read.trees[goes] is None

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+import typing
 import uuid as uuid_module
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
@@ -226,6 +227,17 @@ class PlacementReader:
             [(uuid, "inventories") for uuid in to_read] + [(uuid, "allocations") for uuid in to_read],
             lambda job: self._read_provider(counter, *job),
         )
+        # A provider deleted since the list (a compute node removed, a GPU gone) is left out; a
+        # tree whose root went is as if no provider had matched its hypervisor this round.
+        gone = {uuid for uuid in to_read if inventories[uuid] is None or allocations[uuid] is None}
+        for hypervisor, root in matched.items():
+            if root is not None and root.uuid in gone:
+                matched[hypervisor] = None
+        members = {
+            root: [provider for provider in tree if provider.uuid not in gone]
+            for root, tree in members.items()
+            if root not in gone
+        }
         summed = {
             root: _consumers(allocations[provider.uuid] for provider in tree)
             for root, tree in members.items()
@@ -257,9 +269,12 @@ class PlacementReader:
 
     def _read_provider(
         self, counter: _Counter, uuid: str, kind: str
-    ) -> tuple[str, str, dict[str, ProviderInventory] | dict[str, dict[str, int]]]:
+    ) -> tuple[str, str, dict[str, ProviderInventory] | dict[str, dict[str, int]] | None]:
+        """A provider's inventories or allocations; None: the provider is gone (404)."""
         path = f"/resource_providers/{uuid}/{kind}"
-        body = self._get(counter, kind, path)
+        body = self._get(counter, kind, path, missing_ok=True)
+        if body is None:
+            return uuid, kind, None
         if kind == "inventories":
             return uuid, kind, _inventories(body, path)
         return uuid, kind, _allocations(body, path)
@@ -326,8 +341,17 @@ class PlacementReader:
             return Consumer(uuid, dict(resources))
         return Consumer(uuid, dict(resources), known.consumer_type, known.project_id)
 
-    def _get(self, counter: _Counter, kind: str, path: str) -> dict[str, Any]:
-        """One GET, its JSON object; PlacementError for anything else."""
+    @typing.overload
+    def _get(self, counter: _Counter, kind: str, path: str) -> dict[str, Any]: ...
+
+    @typing.overload
+    def _get(self, counter: _Counter, kind: str, path: str, *, missing_ok: bool) -> dict[str, Any] | None: ...
+
+    def _get(
+        self, counter: _Counter, kind: str, path: str, *, missing_ok: bool = False
+    ) -> dict[str, Any] | None:
+        """One GET, its JSON object (None for a 404 where `missing_ok`); PlacementError for
+        anything else."""
         started = time.monotonic()
         try:
             response = self._adapter.get(path, raise_exc=False, headers={"Accept": "application/json"})
@@ -335,6 +359,8 @@ class PlacementReader:
             raise PlacementError(self._scrubbed(self._failure(path, error))) from None
         finally:
             counter.add(kind, time.monotonic() - started)
+        if missing_ok and response.status_code == HTTPStatus.NOT_FOUND:
+            return None
         return self._answer(path, response)
 
     def _answer(self, path: str, response: requests.Response) -> dict[str, Any]:
