@@ -1,6 +1,7 @@
-"""The harness of the Placement reader's tests (issue 29): a real Placement over HTTP, filled
-through its own API, made to misbehave; and a real Keystone whose tokens it validates, when
-scripts/keystone-venv.sh has installed one."""
+"""The harness of the Placement reader's tests: a real Placement over HTTP, filled through its
+own API, made to misbehave. The Keystone in front of it is proved by the reader's tests
+(tests/audit/test_placement_reader.py: its tokens read trees, a reader role and noauth2's token
+are refused, the catalog names Placement), which start one Keystone for all of them."""
 
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.keystone_server import READER_USER, keystone_venv, running_keystone
 from tests.support.placement_loader import PlacementLoader, nova_inventories
 from tests.support.placement_server import (
     MisbehavingProxy,
@@ -129,23 +129,3 @@ def test_placement_hangs_resumes_is_killed_and_leaves_no_process(tmp_path: Path)
         server.hang()  # the context's end kills a hung group too
     wait_for(lambda: not group_alive(pgid), timeout=20, what="Placement's processes gone")
     assert server.process.returncode == -signal.SIGKILL
-
-
-def test_placement_validates_keystone_tokens(tmp_path: Path) -> None:
-    venv = keystone_venv()
-    if venv is None:
-        pytest.skip("no Keystone virtualenv: scripts/keystone-venv.sh installs it")
-    with (
-        running_keystone(tmp_path / "keystone", venv) as keystone,
-        running_placement(tmp_path / "placement", keystone) as placement,
-    ):
-        keystone.register_placement(placement.base_url)
-        token = keystone.issue_token(*READER_USER)
-        assert json_request(placement.base_url, "GET", "/resource_providers", token=token)[0] == 200
-        assert json_request(placement.base_url, "GET", "/resource_providers", token="admin")[0] == 401
-        keystone.add_user("auditor", "auditor-secret", role="reader")
-        reader_only = keystone.issue_token("auditor", "auditor-secret")
-        assert json_request(placement.base_url, "GET", "/resource_providers", token=reader_only)[0] == 403
-        _, catalog, _ = keystone.call("GET", "/auth/catalog", token=token)
-        placements = [entry for entry in catalog["catalog"] if entry["type"] == "placement"]
-        assert [endpoint["url"] for endpoint in placements[0]["endpoints"]] == [placement.base_url]
