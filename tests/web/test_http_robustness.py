@@ -50,6 +50,7 @@ PATHS = [
     "/api/v1/plans/consolidation",
     "/api/v1/plans/scenarios",
     "/api/v1/reclaimable",
+    "/api/v1/placement/drift",
     "/api/v1/openapi.json",
     "/api/v1/maintenance",
     "/api/v1/hypervisors/{id}/maintenance",

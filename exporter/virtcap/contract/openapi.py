@@ -17,6 +17,7 @@ from virtcap.contract.bodies import BODY_TIMEOUT_SECONDS, MAX_BODY_BYTES, ErrorB
 from virtcap.contract.capacity import CapacityDocument
 from virtcap.contract.claims import ClaimBody, ClaimDocument, ClaimList
 from virtcap.contract.maintenance import MaintenanceBody, MaintenanceDocument, MaintenanceList
+from virtcap.contract.placement import PlacementDriftDocument
 from virtcap.contract.placements import PlacementAnswer, PlacementBody
 from virtcap.contract.plans import ConsolidationAnswer, ConsolidationBody
 from virtcap.contract.reclaim import ReclaimableList
@@ -37,6 +38,7 @@ _MODELS: tuple[tuple[type[BaseModel], Literal["validation", "serialization"]], .
     (MaintenanceDocument, "serialization"),
     (MaintenanceList, "serialization"),
     (ReclaimableList, "serialization"),
+    (PlacementDriftDocument, "serialization"),
     (ScenarioDocument, "validation"),
     (ScenarioAnswer, "serialization"),
 )
@@ -278,6 +280,37 @@ def openapi_document() -> dict[str, Any]:
                     "longer than the configuration's `reclaim` windows, with what each holds.",
                     "responses": {
                         "200": _json(ReclaimableList, "By hypervisor and name, and totals per reason.")
+                    },
+                }
+            },
+            "/api/v1/placement/drift": {
+                "get": {
+                    "summary": "The last OpenStack Placement reconciliation (`placement:`): per hypervisor, "
+                    "its provider's inventory drift, the orphaned consumers, unallocated domains and "
+                    "mismatched allocations by UUID with their amounts, the usage drift and the "
+                    "migrations excused. Placement is read in the background: this never waits for it.",
+                    "parameters": [
+                        {
+                            "name": "hypervisor",
+                            "in": "query",
+                            "required": False,
+                            "schema": {"type": "string"},
+                            "description": "That hypervisor only (an unknown name lists none).",
+                        }
+                    ],
+                    "responses": {
+                        "200": _json(PlacementDriftDocument, "As of the last successful reading."),
+                        "404": _json(ErrorBody, "This exporter does not read Placement (no `placement:`)."),
+                        "503": {
+                            **_json(
+                                ErrorBody,
+                                "Placement is not read: the first reading has not ended, or the last "
+                                "one failed (why, in `error`).",
+                            ),
+                            "headers": {
+                                "Retry-After": {"schema": {"type": "integer"}, "description": "Seconds."}
+                            },
+                        },
                     },
                 }
             },

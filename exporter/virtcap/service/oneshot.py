@@ -1,5 +1,6 @@
 """One audit of the whole fleet, for `virtcap audit`: every hypervisor concurrently, each bounded
-by the audit timeout, a failing one reported as down without holding up the others."""
+by the audit timeout, a failing one reported as down without holding up the others; and, for
+`virtcap audit --placement`, one reading of Placement reconciled with those audits."""
 
 from __future__ import annotations
 
@@ -9,9 +10,12 @@ from virtcap.audit.connection import AuditError, open_read_only, redact_uri
 from virtcap.audit.hypervisor import audit_host
 from virtcap.audit.threads import run_in_daemon_thread
 from virtcap.config import Config, Hypervisor
+from virtcap.fleet.placement import PlacementReport
 from virtcap.fleet.snapshot import HypervisorSnapshot
+from virtcap.fleet.store import SnapshotStore
 from virtcap.model.facts import HostFacts
 from virtcap.service.flavors import with_discovered_flavors
+from virtcap.service.placement import PlacementTask
 
 CPU_SAMPLE_WINDOW = 0.5
 """Seconds between the two host CPU samples a one-shot audit needs to tell busy CPUs."""
@@ -58,3 +62,17 @@ async def audit_fleet_once(config: Config, cpu_window: float = CPU_SAMPLE_WINDOW
         HypervisorSnapshot.audited(hypervisor, facts, flavors) if isinstance(facts, HostFacts) else facts
         for hypervisor, facts in zip(config.hypervisors, found, strict=True)
     ]
+
+
+async def reconcile_placement_once(config: Config, snapshots: list[HypervisorSnapshot]) -> PlacementReport:
+    """One round of the exporter's Placement task (its bounds, its matching of providers), on a
+    store holding these audits: the hypervisors that failed theirs are left out."""
+    store = SnapshotStore()
+    store.track([snapshot.name for snapshot in snapshots])
+    for snapshot in snapshots:
+        store.record(snapshot, "success" if snapshot.up else "failure")
+    task = PlacementTask(config, store)
+    try:
+        return await task.read_once()
+    finally:
+        task.close()

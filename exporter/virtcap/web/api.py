@@ -43,6 +43,7 @@ from virtcap.units import brief_repr, format_utc
 from virtcap.web.auth import parse_basic_credentials
 from virtcap.web.body import json_error, parse_json, read_body
 from virtcap.web.exporter import EXPORTER
+from virtcap.web.placement import PLACEMENT_DRIFT_PATH, placement_drift
 from virtcap.web.plans import CONSOLIDATION_PATH, SCENARIOS_PATH, consolidation, scenarios
 from virtcap.web.reclaim import RECLAIMABLE_PATH, reclaimable
 
@@ -359,6 +360,7 @@ def add_routes(app: web.Application) -> None:
     router.add_post(CONSOLIDATION_PATH, consolidation)
     router.add_post(SCENARIOS_PATH, scenarios)
     router.add_get(RECLAIMABLE_PATH, reclaimable)
+    router.add_get(PLACEMENT_DRIFT_PATH, placement_drift)
     router.add_get("/api/v1/maintenance", list_maintenance)
     router.add_get("/api/v1/hypervisors/{name}/maintenance", get_maintenance)
     router.add_put("/api/v1/hypervisors/{name}/maintenance", put_maintenance)
