@@ -35,12 +35,14 @@ def test_a_reload_starts_and_stops_the_reconciliation(tmp_path: Path) -> None:
         without = config.read_text()
         with running_server(["--config", str(config)], tmp_path) as server:
             assert _placement_series(server.samples()) == set()
+            assert server.get("/api/v1/placement/drift")[0] == 404
 
             config.write_text(
                 f"placement: {{endpoint: '{placement.base_url}', timeout: 3s, interval: 1s}}\n{without}"
             )
             server.process.send_signal(signal.SIGHUP)
             wait_for(lambda: value(server.samples(), "virtcap_placement_up") == 1, 30, what="Placement read")
+            assert server.get("/api/v1/placement/drift")[0] == 200
             samples = server.samples()
             # compute-01 matched by its configured provider; compute-02's hostname names none
             assert value(samples, "virtcap_placement_unmatched_hypervisors") == 1
@@ -56,6 +58,7 @@ def test_a_reload_starts_and_stops_the_reconciliation(tmp_path: Path) -> None:
                 30,
                 what="Placement forgotten",
             )
+            assert server.get("/api/v1/placement/drift")[0] == 404
             left = _placement_series(server.samples())
             # the supervisor's count of failures of the task it ran stays, as for any task kind
             assert left <= {"virtcap_task_failures_total"}
