@@ -2,8 +2,8 @@
 (contract/placement.py), as the store keeps it (service/placement.py reads Placement in the
 background: the request never waits for it); read access, as any GET.
 
-404 where this exporter does not read Placement (no `placement:` when it started, as /metrics
-shows no Placement family then); 503 while Placement is not read (before the first reading ends,
+404 where this exporter does not read Placement (no `placement:` in the running configuration,
+as /metrics shows no Placement family then); 503 while Placement is not read (before the first reading ends,
 or the last one failed), with why; an unknown `hypervisor` lists none."""
 
 from __future__ import annotations
