@@ -283,6 +283,12 @@ class MisbehavingProxy:
             return 500, [("Content-Type", "text/html")], ERROR_PAGE
         if self.misbehaviour is Misbehaviour.HTML:
             return 200, [("Content-Type", "text/html; charset=utf-8")], PORTAL_PAGE
+        return self.forward(method, path, headers, body)
+
+    def forward(
+        self, method: str, path: str, headers: dict[str, str], body: bytes
+    ) -> tuple[int, list[tuple[str, str]], bytes]:
+        """The request passed to Placement, its answer as it is (502 if Placement is gone)."""
         kept = {name: value for name, value in headers.items() if name.lower() not in HOP_BY_HOP}
         request = urllib.request.Request(self.upstream + path, data=body or None, headers=kept, method=method)
         try:

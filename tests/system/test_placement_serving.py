@@ -44,10 +44,12 @@ MIB = 1024 * 1024
 
 PLACEMENT_TIMEOUT = 1.0
 """Each request's bound, short so that a hung Placement costs a round little."""
+ROUNDS = "500ms"
+"""Audits and Placement rounds this far apart: every step below waits for a few of them."""
 FAMILIES_SECONDS = 20.0
-"""Rounds are a second apart; a few of them (Placement's first answers are slower)."""
+"""For the families after serve starts or Placement is back (the first answers are slower)."""
 FAILURE_SECONDS = 10.0
-"""A failed round takes at most its requests' timeout; rounds are a second apart."""
+"""For a failed round and the next: each takes at most its requests' timeout."""
 PER_HYPERVISOR = (
     "hypervisor_placement_inventory_drift",
     "hypervisor_placement_orphaned_consumers",
@@ -88,9 +90,9 @@ def write_config(directory: Path, endpoint: str) -> Path:
     path = directory / "virtcap.yaml"
     path.write_text(
         f"""
-audit: {{interval: 1s}}
+audit: {{interval: {ROUNDS}}}
 claims: {{database: {directory / "claims.sqlite"}}}
-placement: {{endpoint: '{endpoint}', timeout: {PLACEMENT_TIMEOUT:g}s, interval: 1s}}
+placement: {{endpoint: '{endpoint}', timeout: {PLACEMENT_TIMEOUT:g}s, interval: {ROUNDS}}}
 hypervisors:
   - {{name: hv1, uri: 'test://{node}', placement_provider: hv1-node}}
   - {{name: hv2, uri: 'test:///default', placement_provider: nowhere}}
@@ -137,27 +139,35 @@ class WatchedProxy(MisbehavingProxy):
             self.arrivals += 1
             self.last_arrival = time.monotonic()
         if self.misbehaving_paths not in path:
-            return self.forwarded(method, path, headers, body)
+            return self.forward(method, path, headers, body)
         return super().answer(method, path, headers, body)
-
-    def forwarded(
-        self, method: str, path: str, headers: dict[str, str], body: bytes
-    ) -> tuple[int, list[tuple[str, str]], bytes]:
-        misbehaviour, self.misbehaviour = self.misbehaviour, Misbehaviour.FORWARD
-        try:
-            return super().answer(method, path, headers, body)
-        finally:
-            self.misbehaviour = misbehaviour
 
     def behave(self) -> None:
         self.misbehaviour, self.misbehaving_paths = Misbehaviour.FORWARD, ""
 
 
+class RestartablePlacement:
+    """The module's Placement, planted once; killed, it can be started again at the same address
+    with the same database, so that a test that kills it leaves it as it found it."""
+
+    def __init__(self, directory: Path, stack: contextlib.ExitStack) -> None:
+        self.directory, self.port, self._stack = directory, free_port(), stack
+        self.server = self._started()
+        self.base_url = self.server.base_url
+
+    def restart(self) -> None:
+        self.server = self._started()
+
+    def _started(self) -> PlacementServer:
+        return self._stack.enter_context(running_placement(self.directory, port=self.port))
+
+
 @pytest.fixture(scope="module")
-def placement(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PlacementServer]:
-    with running_placement(tmp_path_factory.mktemp("placement")) as server:
-        plant(server.base_url)
-        yield server
+def placement(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RestartablePlacement]:
+    with contextlib.ExitStack() as stack:
+        restartable = RestartablePlacement(tmp_path_factory.mktemp("placement"), stack)
+        plant(restartable.base_url)
+        yield restartable
 
 
 def samples_of(server: Server) -> Samples:
@@ -210,22 +220,6 @@ def assert_planted(samples: Samples) -> None:
     assert value(samples, "virtcap_placement_requests_total", outcome="error") is not None
 
 
-@pytest.mark.upstream
-def test_every_family_is_served_with_the_planted_values_and_promtool_is_silent(
-    placement: PlacementServer, tmp_path: Path
-) -> None:
-    config = write_config(tmp_path, placement.base_url)
-    with running_server(["--config", str(config)], tmp_path) as server:
-        wait_for(lambda: reconciled(server), FAMILIES_SECONDS, what="the placement families")
-        status, body = server.get("/metrics")
-    assert status == 200
-    assert_planted(parse_samples(body.decode()))
-    checked = subprocess.run(
-        ["promtool", "check", "metrics"], input=body, capture_output=True, check=False, timeout=60
-    )
-    assert (checked.returncode, checked.stdout + checked.stderr) == (0, b"")
-
-
 def audited_at(server: Server) -> float:
     return value(samples_of(server), "hypervisor_audit_timestamp_seconds", hypervisor="hv1") or 0.0
 
@@ -264,9 +258,10 @@ def goes_down_and_back(
 
 @pytest.mark.upstream
 def test_a_misbehaving_placement_is_up_0_without_stale_families_and_comes_back(
-    placement: PlacementServer, tmp_path: Path
+    placement: RestartablePlacement, tmp_path: Path
 ) -> None:
-    with WatchedProxy(placement.base_url) as proxy:
+    proxy = WatchedProxy(placement.base_url)
+    with proxy:
         config = write_config(tmp_path, proxy.base_url)
         with running_server(["--config", str(config)], tmp_path) as server:
             wait_for(lambda: reconciled(server), FAMILIES_SECONDS, what="the placement families")
@@ -286,7 +281,7 @@ def test_a_misbehaving_placement_is_up_0_without_stale_families_and_comes_back(
             goes_down_and_back(server, answers_html, proxy.behave, "text/html")
 
             def hangs() -> None:
-                placement.hang()
+                placement.server.hang()
                 arrived = proxy.arrivals
                 wait_for(
                     lambda: proxy.arrivals > arrived, FAILURE_SECONDS, what="a request to the hung Placement"
@@ -296,25 +291,26 @@ def test_a_misbehaving_placement_is_up_0_without_stale_families_and_comes_back(
                 status, _ = server.get("/metrics", timeout=PLACEMENT_TIMEOUT)
                 assert status == 200 and time.monotonic() < hung_since + PLACEMENT_TIMEOUT
 
-            goes_down_and_back(server, hangs, placement.resume, "no answer within")
+            goes_down_and_back(server, hangs, placement.server.resume, "no answer within")
             assert "Traceback" not in server.log_text()
 
 
 @pytest.mark.upstream
-def test_a_killed_placement_is_up_0_and_once_restarted_read_again(tmp_path: Path) -> None:
-    port = free_port()
-    with contextlib.ExitStack() as stack:
-        placement = stack.enter_context(running_placement(tmp_path / "placement", port=port))
-        plant(placement.base_url)
-        config = write_config(tmp_path, placement.base_url)
-        server = stack.enter_context(running_server(["--config", str(config)], tmp_path))
+def test_every_family_is_served_as_planted_promtool_is_silent_and_a_killed_placement_is_up_0(
+    placement: RestartablePlacement, tmp_path: Path
+) -> None:
+    config = write_config(tmp_path, placement.base_url)
+    with running_server(["--config", str(config)], tmp_path) as server:
         wait_for(lambda: reconciled(server), FAMILIES_SECONDS, what="the placement families")
+        status, body = server.get("/metrics")
+        assert status == 200
+        assert_planted(parse_samples(body.decode()))
+        checked = subprocess.run(
+            ["promtool", "check", "metrics"], input=body, capture_output=True, check=False, timeout=60
+        )
+        assert (checked.returncode, checked.stdout + checked.stderr) == (0, b"")
 
-        def restarted() -> None:
-            # the same database and address: Placement as it was before it was killed
-            stack.enter_context(running_placement(tmp_path / "placement", port=port))
-
-        goes_down_and_back(server, placement.kill, restarted, "cannot connect")
+        goes_down_and_back(server, placement.server.kill, placement.restart, "cannot connect")
         assert "Traceback" not in server.log_text()
 
 
