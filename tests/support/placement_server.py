@@ -119,14 +119,14 @@ PlacementServer = GunicornProcess
 """What `running_placement` yields: its base URL, and kill, hang and resume."""
 
 
-def gunicorn_settings(directory: Path, wsgi_app: str, environment: dict[str, str]) -> Path:
+def gunicorn_settings(directory: Path, wsgi_app: str, environment: dict[str, str], port: int = 0) -> Path:
     """gunicorn.conf.py, read from the working directory: the command line stays bare, since
-    Keystone's application parses the process's arguments as its own."""
+    Keystone's application parses the process's arguments as its own. Port 0: the kernel picks
+    a free one, read back from gunicorn's log (no race)."""
     settings = directory / "gunicorn.conf.py"
     settings.write_text(
         f"wsgi_app = {wsgi_app!r}\n"
-        # Port 0: the kernel picks a free one, read back from gunicorn's log (no race).
-        "bind = ['127.0.0.1:0']\n"
+        f"bind = ['127.0.0.1:{port}']\n"
         # Threads, so that a reader's concurrent requests are served side by side.
         "workers = 1\nthreads = 4\n"
         # A worker hung by the tests is not replaced while it is stopped for less than this.
@@ -140,11 +140,16 @@ def gunicorn_settings(directory: Path, wsgi_app: str, environment: dict[str, str
 
 @contextmanager
 def running_gunicorn(
-    gunicorn: Path, directory: Path, wsgi_app: str, environment: dict[str, str], ready_path: str
+    gunicorn: Path,
+    directory: Path,
+    wsgi_app: str,
+    environment: dict[str, str],
+    ready_path: str,
+    port: int = 0,
 ) -> Iterator[GunicornProcess]:
     """Serves `wsgi_app` until the context exits, then kills it; waits until `ready_path`
     answers 200 (at most START_SECONDS), failing with the log's tail if it does not."""
-    gunicorn_settings(directory, wsgi_app, environment)
+    gunicorn_settings(directory, wsgi_app, environment, port)
     log = directory / "gunicorn.log"
     with log.open("wb") as output:
         process = subprocess.Popen(
@@ -208,9 +213,12 @@ def placement_conf(directory: Path, keystone: Keystone | None) -> str:
 
 
 @contextmanager
-def running_placement(directory: Path, keystone: Keystone | None = None) -> Iterator[PlacementServer]:
-    """A real Placement on an empty database in `directory`, with noauth2 unless given a
-    Keystone; killed when the context exits."""
+def running_placement(
+    directory: Path, keystone: Keystone | None = None, port: int = 0
+) -> Iterator[PlacementServer]:
+    """A real Placement on the database in `directory` (empty the first time), with noauth2
+    unless given a Keystone; killed when the context exits. Given the `port` a Placement killed
+    before served on, the same directory brings it back at the same address with its data."""
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "placement.conf").write_text(placement_conf(directory, keystone))
     with running_gunicorn(
@@ -219,6 +227,7 @@ def running_placement(directory: Path, keystone: Keystone | None = None) -> Iter
         "placement.wsgi.api:application",
         {"OS_PLACEMENT_CONFIG_DIR": str(directory)},
         ready_path="/",  # the version document, answered without a token
+        port=port,
     ) as server:
         yield server
 
@@ -274,6 +283,12 @@ class MisbehavingProxy:
             return 500, [("Content-Type", "text/html")], ERROR_PAGE
         if self.misbehaviour is Misbehaviour.HTML:
             return 200, [("Content-Type", "text/html; charset=utf-8")], PORTAL_PAGE
+        return self.forward(method, path, headers, body)
+
+    def forward(
+        self, method: str, path: str, headers: dict[str, str], body: bytes
+    ) -> tuple[int, list[tuple[str, str]], bytes]:
+        """The request passed to Placement, its answer as it is (502 if Placement is gone)."""
         kept = {name: value for name, value in headers.items() if name.lower() not in HOP_BY_HOP}
         request = urllib.request.Request(self.upstream + path, data=body or None, headers=kept, method=method)
         try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 
 from virtcap.audit.placement import PlacementError, PlacementRead, PlacementReader
@@ -25,6 +26,13 @@ log = logging.getLogger(__name__)
 ROUND_TIMEOUT_FACTOR = 4
 """A round (its requests, four at a time) is given up after this many request timeouts plus one
 per 25 providers: a Placement that answers each request just in time still ends its round."""
+_REQUEST_PATH = re.compile(r"GET /\S*")
+
+
+def failure_kind(message: str) -> str:
+    """A failure's message without the request it names: a Placement that breaks in the middle of
+    a round fails a provider's read first, then every next round its list; one kind, one line."""
+    return _REQUEST_PATH.sub("GET", message)
 
 
 class PlacementTask:
@@ -119,8 +127,8 @@ class PlacementTask:
 
     def _failed(self, message: str, began: float, section: PlacementSection | None) -> PlacementReport:
         self._requests_total["error"] += 1
-        if message != self._last_error:  # once per kind of failure, not every round
-            log.warning("placement: not read: %s", message)
+        if self._last_error is None or failure_kind(message) != failure_kind(self._last_error):
+            log.warning("placement: not read: %s", message)  # once per kind of failure, not every round
         self._last_error = message
         report = PlacementReport(
             up=False,
