@@ -50,12 +50,16 @@
 18. What-if scenarios (`--only scenario`, bench/scenario.py): `compute_scenario` on the 1,000 x 50
    fleet adding 100 hypervisors and placing 5,000 instances, end to end and per part, and
    `--solve-for add_hypervisors` on a demand the fleet cannot hold without buying.
+19. Placement reconciliation (`--only placement`, bench/reconciliation.py; needs the upstream
+   virtualenv, `make upstream-venv`): a real Placement with 1,000 providers x 50 consumers, one
+   round read and reconciled in process (time, requests per provider, CPU, peak RSS), the render
+   with and without the placement families, and `virtcap serve`'s /metrics with and without them.
 
 Each figure is the median of --runs runs, with half the range as the spread.
 
 Each measurement is a module of its own (bench/scrape.py, scale.py, cycle.py, events.py, hung.py,
 convoy.py, numa.py, tolerance.py, serving.py, latency.py, sharding.py, sellable.py, stranded.py,
-compaction.py, consolidation.py, packing.py, hostile.py, runway.py, scenario.py) on the
+compaction.py, consolidation.py, packing.py, hostile.py, runway.py, scenario.py, reconciliation.py) on the
 machinery they share, bench/harness.py; this one reads the flags and runs them in this order.
 """
 
@@ -82,6 +86,7 @@ from hostile import hostile_fleet
 from hung import hung_hypervisor
 from numa import numa_fit
 from packing import packing
+from reconciliation import placement_reconciliation
 from runway import runway
 from scale import scrape_at_scale
 from scenario import scenario
@@ -133,6 +138,7 @@ def main() -> int:
             "packing",
             "runway",
             "scenario",
+            "placement",
         ),
         help="run one measurement only",
     )
@@ -176,6 +182,9 @@ def main() -> int:
             "packing": lambda: packing(scratch, runs, 200 if args.quick else 1000, 50),
             "runway": lambda: runway(scratch, runs, 100 if args.quick else 1000),
             "scenario": lambda: scenario(runs, 200 if args.quick else 1000, 50),
+            "placement": lambda: placement_reconciliation(
+                scratch, runs, 200 if args.quick else 1000, 50, args.quick
+            ),
         }
         for name, measure in measurements.items():
             if args.only in (None, name):
