@@ -18,13 +18,16 @@ from virtcap.config import parse_config
 from virtcap.demo import demo_config
 from virtcap.exposition import families as exposition_module
 from virtcap.exposition.catalogue import HYPERVISOR_FAMILIES
-from virtcap.exposition.families import FragmentCache, HypervisorView, render, views
+from virtcap.exposition.families import FragmentCache, HypervisorView, PlacementShown, render, views
+from virtcap.exposition.placement_families import placement_families
 from virtcap.exposition.report import fleet_document, render_tables
+from virtcap.fleet.placement import PlacementReport
 from virtcap.fleet.snapshot import HypervisorSnapshot
 from virtcap.fleet.store import SnapshotStore
 from virtcap.model.capacity import ResourceCapacity
 from virtcap.model.facts import CpuIdentity, DomainState, PciDevice
 from virtcap.model.pci import PciDeviceSpec
+from virtcap.model.placement_drift import Drift, HeldConsumer
 from virtcap.model.resources import MIB, Resource
 from virtcap.service.oneshot import audit_fleet_once
 
@@ -392,3 +395,58 @@ def test_pci_pools_the_labels_cannot_tell_apart_share_one_series() -> None:
     for family in ("hypervisor_pci_pool_devices", "hypervisor_pci_pool_devices_free"):
         (line,) = [line for line in text.splitlines() if line.startswith(family + "{")]
         assert line.endswith(" 3.0"), line
+
+
+def _drift(hypervisor: str, orphans: int) -> Drift:
+    held = tuple(HeldConsumer(f"leak-{index}", {Resource.VCPU: 1}) for index in range(orphans))
+    return Drift(
+        hypervisor,
+        f"{hypervisor}-node",
+        {(Resource.VCPU, "total"): 0.0},
+        held,
+        (),
+        (),
+        {Resource.VCPU: orphans},
+    )
+
+
+def test_the_placement_families_are_rendered_once_a_reading_and_never_stale(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The fragment cache keeps the Placement families' text while the reading and the shown
+    hypervisors stay the same: byte for byte what a whole render gives, rendered again only when
+    a new reading or a hypervisor turning stale changes them."""
+    store = SnapshotStore()
+    config = demo_config()
+    store.track([h.name for h in config.hypervisors])
+    for snapshot in asyncio.run(audit_fleet_once(config, cpu_window=0.0)):
+        store.record(snapshot, "success" if snapshot.up else "failure")
+    audited = [name for name, state in store.hypervisors.items() if state.last_good is not None]
+    built: list[int] = []
+
+    def counting(report: PlacementReport | None, shown: Any) -> list[Metric]:
+        built.append(1)
+        return placement_families(report, shown)
+
+    monkeypatch.setattr(exposition_module, "placement_families", counting)
+    cache = FragmentCache()
+    now = time.time()
+
+    def rendered(report: PlacementReport, at: float = now) -> Samples:
+        fleet = views(store, at, 600)
+        body = cache.render(fleet, {}, placement=PlacementShown(report))
+        assert body == render(fleet, {}, placement=PlacementShown(report))
+        return parse_samples(body.decode())
+
+    first = PlacementReport(up=True, drifts={name: _drift(name, 1) for name in audited}, last_success_at=now)
+    assert value(rendered(first), "hypervisor_placement_orphaned_consumers", hypervisor=audited[0]) == 1
+    built.clear()
+    rendered(first)
+    assert len(built) == 1  # the whole render's only: the cache kept its text
+    second = replace(first, drifts={name: _drift(name, 3) for name in audited})
+    assert value(rendered(second), "hypervisor_placement_orphaned_consumers", hypervisor=audited[0]) == 3
+    later = rendered(second, at=now + 3600)  # every hypervisor's data stale: none of its series
+    assert series(later, "hypervisor_placement_orphaned_consumers") == {}
+    failed = PlacementReport(up=False, drifts=None, error="down", last_success_at=now)
+    assert series(rendered(failed), "hypervisor_placement_orphaned_consumers") == {}
+    assert value(rendered(failed), "virtcap_placement_up") == 0

@@ -158,7 +158,9 @@ def render(
         families += fleet_families(tolerance, views)
         shown = projects_shown(views, exposition) if projects is None else projects
         families += reclaim_families(reclaimable, shown, exposition.top_projects)
-        families += _placement(placement, views)
+        if placement is not None:  # not configured: a fleet without OpenStack never sees these families
+            with_data = {view.name for view in views if view.data is not None}
+            families += placement_families(placement.report, with_data)
         families += storage_families(views)
         families += exporter_families(claim_outcomes, tasks, flavors, database_up)
     return _generate(families)
@@ -182,6 +184,9 @@ class FragmentCache:
         self._rendered_with: tuple[ExpositionSection, dict[str, str]] | None = None
         """The options and shown projects the kept fragments were rendered with."""
         self._ranking = ProjectRanking()
+        self._placement: tuple[PlacementReport | None, frozenset[str], bytes] | None = None
+        """The Placement families' text, with the reading and the hypervisors shown it was
+        rendered for: a round's answers change once an interval, a render happens at every scrape."""
 
     @property
     def projects(self) -> Mapping[str, str]:
@@ -233,11 +238,26 @@ class FragmentCache:
             body += _generate(
                 fleet_families(tolerance, shown)
                 + reclaim_families(reclaimable, projects, exposition.top_projects)
-                + _placement(placement, shown)
-                + storage_families(shown)
+            )
+            body += self._placement_text(placement, shown)
+            body += _generate(
+                storage_families(shown)
                 + exporter_families(claim_outcomes, tasks, flavors, database_up, shard)
             )
         return body
+
+    def _placement_text(
+        self, placement: PlacementShown | None, hypervisors: Iterable[HypervisorView]
+    ) -> bytes:
+        if placement is None:  # not configured: a fleet without OpenStack never sees these families
+            self._placement = None
+            return b""
+        shown = frozenset(view.name for view in hypervisors if view.data is not None)
+        kept = self._placement
+        if kept is None or kept[0] is not placement.report or kept[1] != shown:
+            kept = (placement.report, shown, _generate(placement_families(placement.report, shown)))
+            self._placement = kept
+        return kept[2]
 
 
 _FAMILY_START = re.compile(r"^(?=# HELP )", re.MULTILINE)
@@ -259,12 +279,6 @@ class PlacementShown:
     """`placement:` is configured: its families are shown, with the last reading (None before)."""
 
     report: PlacementReport | None
-
-
-def _placement(placement: PlacementShown | None, hypervisors: Iterable[HypervisorView]) -> list[Metric]:
-    if placement is None:  # not configured: a fleet without OpenStack never sees these families
-        return []
-    return placement_families(placement.report, {view.name for view in hypervisors if view.data is not None})
 
 
 def fleet_families(tolerance: ToleranceReport | None, hypervisors: Iterable[HypervisorView]) -> list[Metric]:
