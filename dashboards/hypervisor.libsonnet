@@ -1,4 +1,5 @@
-// Every resource of the selected hypervisors, their NUMA cells, hugepages and devices.
+// Every resource of the selected hypervisors, their NUMA cells, hugepages and devices, and their
+// Placement reconciliation.
 local g = import '../mixin/lib/grafana.libsonnet';
 local common = import 'common.libsonnet';
 
@@ -25,7 +26,7 @@ local hypervisorDashboard(config) =
   c.dashboard(
     'virtcap-hypervisor',
     'virtcap / Hypervisor detail',
-    'Every resource of the selected hypervisors: total, reserved, limit, used by domain state, claimed, free, and what the host really uses; whether their domains would find a host if they were lost; their NUMA cells, hugepages and passthrough devices.',
+    'Every resource of the selected hypervisors: total, reserved, limit, used by domain state, claimed, free, and what the host really uses; whether their domains would find a host if they were lost; their NUMA cells, hugepages and passthrough devices; and, where Placement is read, how its allocations and inventories drift from them.',
     [
       g.table(
         'Resources',
@@ -212,6 +213,88 @@ local hypervisorDashboard(config) =
         ],
         organize={ excludeByName: c.hidden },
         width=12,
+      ),
+      // Placement reconciliation (`placement:`): empty where it is not configured. The per-hypervisor
+      // families are absent while Placement is unreadable, never stale: a gap in the lines, not a 0.
+      g.row('Placement reconciliation'),
+      g.stat(
+        'Placement read',
+        'Per exporter: up while its last reading of Placement succeeded; down while Placement is unreadable (down, too slow, refusing virtcap or answering garbage), and the per-hypervisor panels below are empty (VirtcapPlacementDown). No value: the exporter has no `placement:`.',
+        'short',
+        [t('min by (%(fleetLabel)s, instance) (virtcap_placement_up{%(s)s})' % c, '{{instance}}')],
+        thresholds=[{ color: 'red', value: null }, { color: 'green', value: 1 }],
+      ) + { fieldConfig+: { defaults+: { mappings: g.valueTexts({ '0': 'down', '1': 'up' }) } } },
+      g.stat(
+        'Placement data age',
+        'Per exporter: seconds since its last successful reading of Placement, which the panels below are as of. It stays below placement.interval (by default the audit interval) while readings succeed.',
+        's',
+        [t('max by (%(fleetLabel)s, instance) (time() - virtcap_placement_last_success_timestamp_seconds{%(s)s})' % c, '{{instance}}')],
+      ),
+      g.stat(
+        'Hypervisors without a provider',
+        'Per exporter: audited hypervisors no resource provider in Placement matched, by their hostname or placement_provider: nova-compute does not run there, or their provider has another name (set placement_provider). They are not reconciled.',
+        'short',
+        [t('max by (%(fleetLabel)s, instance) (virtcap_placement_unmatched_hypervisors{%(s)s})' % c, '{{instance}}')],
+        thresholds=g.usedSteps(1, 1),
+      ),
+      g.stat(
+        'Placement read duration',
+        'Per exporter: how long its last reading of Placement took, its requests and the comparison; close to placement.interval, readings fall behind.',
+        's',
+        [t('max by (%(fleetLabel)s, instance) (virtcap_placement_read_duration_seconds{%(s)s})' % c, '{{instance}}')],
+      ),
+      g.timeseries(
+        'Orphaned consumers',
+        'Consumers holding allocations on the Placement providers of each selected hypervisor with no domain of theirs running there, migrations in progress left out: leaked allocations the scheduler counts as used (HypervisorPlacementOrphanedAllocations: `nova-manage placement audit --verbose`, then `--delete`).',
+        'short',
+        [t(c.once('hypervisor_placement_orphaned_consumers{%(h)s}' % c), '{{hypervisor}}')],
+        width=8,
+      ),
+      g.timeseries(
+        'Unallocated domains',
+        'Nova instances running on each selected hypervisor with no allocation on its Placement providers, the source side of a live migration left out: Placement believes their capacity free (HypervisorPlacementUnallocatedDomains: `nova-manage placement heal_allocations`).',
+        'short',
+        [t(c.once('hypervisor_placement_unallocated_domains{%(h)s}' % c), '{{hypervisor}}')],
+        width=8,
+      ),
+      g.timeseries(
+        'Mismatched allocations',
+        'Instances on each selected hypervisor whose allocation differs from what their flavor and extra specs ask: a resize to confirm or revert, a flavor edited in place.',
+        'short',
+        [t(c.once('hypervisor_placement_mismatched_allocations{%(h)s}' % c), '{{hypervisor}}')],
+        width=8,
+      ),
+      g.table(
+        'Orphaned and unallocated allocation',
+        'Per selected hypervisor and class (in cpus or bytes), where not 0: what the orphaned consumers hold in Placement though nothing of theirs runs there, and what the unallocated instances\' flavors ask though Placement holds nothing for them.',
+        'short',
+        [
+          t(c.once('hypervisor_placement_orphaned_allocation{%(h)s} != 0' % c, ['resource', 'unit']), instant=true, format='table'),
+          t(c.once('hypervisor_placement_unallocated_allocation{%(h)s} != 0' % c, ['resource', 'unit']), instant=true, format='table'),
+        ],
+        overrides=[
+          g.column('Value #A', 'short', display='orphaned'),
+          g.column('Value #B', 'short', display='unallocated'),
+        ],
+        organize={ excludeByName: c.hidden },
+        width=12,
+      ),
+      g.table(
+        'Usage drift per class',
+        'Per selected hypervisor and class (in cpus or bytes), where not 0: Placement\'s usage on its providers minus what its counted domains are allocated, virtcap\'s own claims left out. Positive: Placement counts more than runs (orphaned allocations); negative: less (unallocated instances); the sum of the drifts above, seen from the totals.',
+        'short',
+        [t(c.once('hypervisor_placement_usage_drift{%(h)s} != 0' % c, ['resource', 'unit']), instant=true, format='table')],
+        overrides=[g.column('Value', 'short', display='Placement - virtcap')],
+        organize={ excludeByName: c.hidden },
+        width=12,
+      ),
+      g.table(
+        'Placement inventory drift',
+        'Per selected hypervisor, class and inventory field, where not 0: Placement\'s value minus the one nova-compute would report for the audited host and its configuration (bytes for memory and disk, a plain ratio for allocation_ratio). A stale or misconfigured nova-compute, or hardware changed under it (HypervisorPlacementInventoryDrift: restart nova-compute, or align its reserved_host_* and allocation ratios with virtcap\'s configuration).',
+        'short',
+        [t(c.once('hypervisor_placement_inventory_drift{%(h)s} != 0' % c, ['resource', 'field']), instant=true, format='table')],
+        overrides=[g.column('Value', 'short', display='Placement - Nova')],
+        organize={ excludeByName: c.hidden },
       ),
     ],
     [c.hypervisorVariable],

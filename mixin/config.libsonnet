@@ -61,6 +61,14 @@
     // HypervisorFlavorRunwayShort below this runway. Prometheus durations both.
     runwayWindow: '7d',
     runwayWarning: '14d',
+    // Placement reconciliation (`placement:` in virtcap's configuration). The per-hypervisor
+    // Placement families exist only while Placement is read successfully: they vanish, never stale,
+    // while it is unreadable (and before the first reading after a restart). The drift alerts take
+    // the last value read within this window, so that an outage shorter than it neither resolves
+    // nor restarts them (VirtcapPlacementDown says so after its own `for`: keep the window longer),
+    // while a value read as 0 resolves them at once. An exporter without `placement:` has none of
+    // these series: nothing fires.
+    placementGapWindow: '30m',
 
     // How long each condition must hold before the alert fires.
     'for': {
@@ -87,6 +95,12 @@
       strandedCapacity: '1h',
       flavorSellable: '30m',
       runway: '1h',
+      // a consumer is briefly orphaned while an instance is built (allocated before its domain
+      // exists) or deleted (its domain gone before its allocation)
+      placementOrphaned: '1h',
+      placementUnallocated: '30m',
+      placementInventoryDrift: '30m',
+      placementDown: '15m',
     },
     severity: {
       overcommitted: 'warning',
@@ -112,6 +126,10 @@
       strandedCapacity: 'warning',
       flavorSellable: 'warning',
       runway: 'warning',
+      placementOrphaned: 'warning',
+      placementUnallocated: 'warning',
+      placementInventoryDrift: 'warning',
+      placementDown: 'warning',
     },
     // Each alert's runbook_url is this, '#', and the alert's name in lower case (its section).
     runbookURL: 'https://github.com/virtcap/virtcap/blob/main/docs/runbook.md',

@@ -8,3 +8,4 @@
 + (import 'packing.libsonnet')
 + (import 'runway.libsonnet')
 + (import 'exporter.libsonnet')
++ (import 'placement.libsonnet')

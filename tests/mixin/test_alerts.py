@@ -184,7 +184,7 @@ def test_alerts_follow_the_mixin_conventions() -> None:
     anchors = _github_anchors(RUNBOOK.read_text())
     runbook_path = "/" + RUNBOOK.relative_to(ROOT).as_posix()
     rules = alert_rules()
-    assert len(rules) == 23
+    assert len(rules) == 27
     for rule in rules:
         name = rule["alert"]
         # CamelCase words, or an acronym before one, as kubernetes-mixin's KubeCPUOvercommit

@@ -1,6 +1,7 @@
 """The Grafana dashboards of the mixin: generated from Jsonnet, linted like Grafana's dashboard-linter
 (and held to the fleet variable), and every panel's query proven to have data on the demo, scraped
-by a real Prometheus, its variables resolved as Grafana resolves them, without exception."""
+by a real Prometheus, its variables resolved as Grafana resolves them, without exception: the
+Placement reconciliation's panels on the demo reconciled with a real Placement, drift planted."""
 
 from __future__ import annotations
 
@@ -33,8 +34,11 @@ from tests.support.mixin import (
     jsonnet_dashboards,
     vector_selectors,
 )
+from tests.support.placement_loader import PlacementLoader, nova_inventories
+from tests.support.placement_server import running_placement
 from tests.support.prometheus import FLEET, Prometheus, running_prometheus, scrape_config
 from tests.support.serving import running_server, wait_for
+from virtcap.demo import demo_config_text
 
 PROVISIONING = ROOT / "deploy/grafana/provisioning"
 UIDS = {
@@ -304,17 +308,114 @@ def variables(prometheus: Prometheus) -> dict[str, dict[str, Variable]]:
     return {name: resolve(prometheus, dashboard) for name, dashboard in dashboards().items()}
 
 
-@pytest.mark.parametrize(("dashboard", "panel", "expression"), panel_targets())
+@pytest.fixture(scope="module")
+def placement_variables(placement_prometheus: Prometheus) -> dict[str, dict[str, Variable]]:
+    return {name: resolve(placement_prometheus, dashboard) for name, dashboard in dashboards().items()}
+
+
+# compute-02 of the demo as a real Placement holds it, every kind of drift planted: a stale
+# inventory (totals nova-compute would not report), a leaked allocation (a consumer that runs
+# nowhere), compute-02-vm0001 (m1.medium: 2 vCPUs) allocated 1 vCPU, and its other Nova instances
+# allocated nothing. The demo's other hypervisors have no provider (unmatched).
+PLACEMENT_PROVIDER = "compute-02"
+LEAKED_CONSUMER = "00000000-0000-4000-8000-0000000000ff"
+RESIZED_INSTANCE = "d0b97e03-b366-5b06-81c3-55bda0255815"
+PLANTED = {
+    f'hypervisor_placement_orphaned_consumers{{hypervisor="{PLACEMENT_PROVIDER}"}}': 1.0,
+    f'hypervisor_placement_mismatched_allocations{{hypervisor="{PLACEMENT_PROVIDER}"}}': 1.0,
+    f'count(hypervisor_placement_unallocated_domains{{hypervisor="{PLACEMENT_PROVIDER}"}} > 0)': 1.0,
+    f'count(hypervisor_placement_inventory_drift{{hypervisor="{PLACEMENT_PROVIDER}", field="total"}} != 0)': (
+        3.0
+    ),
+}
+"""The planted drift seen: one leaked consumer, one resized instance, instances unallocated, and the
+three totals stale (nova_inventories' VCPU, MEMORY_MB and DISK_GB)."""
+
+
+def reads_placement(expression: str) -> bool:
+    """A query of the Placement reconciliation's families, which the demo alone does not have."""
+    return "_placement_" in expression
+
+
+def _plant_drift(placement_url: str) -> None:
+    PlacementLoader(placement_url).load(
+        {
+            "providers": [{"name": PLACEMENT_PROVIDER, "inventories": nova_inventories(64, 131072, 1000)}],
+            "consumers": [
+                {
+                    "uuid": LEAKED_CONSUMER,
+                    "allocations": {PLACEMENT_PROVIDER: {"VCPU": 1, "MEMORY_MB": 2048}},
+                },
+                {
+                    "uuid": RESIZED_INSTANCE,
+                    "allocations": {PLACEMENT_PROVIDER: {"VCPU": 1, "MEMORY_MB": 4096}},
+                },
+            ],
+        }
+    )
+
+
+def demo_with_placement(placement_url: str) -> str:
+    """demo.yaml as `virtcap serve --demo` loads it, reading Placement every second, compute-02
+    matched to its provider by name (the test driver's hostname is not the demo's)."""
+    text = demo_config_text()
+    compute_02 = 'compute-02.xml"\n'
+    assert text.count(compute_02) == 1
+    text = text.replace(compute_02, f"{compute_02}    placement_provider: {PLACEMENT_PROVIDER}\n")
+    return text + f"\nplacement: {{endpoint: '{placement_url}', timeout: 5s, interval: 1s}}\n"
+
+
+@pytest.fixture(scope="module")
+def placement_prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
+    """A real Prometheus with the project's rules, scraping the demo fleet reconciled with a real
+    Placement (tests/support/placement_server.py) where drift is planted, once it has scraped a
+    successful reading: the Placement panels' queries are instant, no rate needs two."""
+    directory = tmp_path_factory.mktemp("placement-query-proof")
+    with running_placement(directory / "placement") as placement:
+        _plant_drift(placement.base_url)
+        config = directory / "demo-with-placement.yaml"
+        config.write_text(demo_with_placement(placement.base_url))
+        with running_server(["--config", str(config)], directory) as server:
+            target = server.base_url.removeprefix("http://")
+            with running_prometheus(
+                scrape_config(target, rule_files=[RULES_FILE, ALERTS_FILE]), directory
+            ) as running:
+                read = (
+                    "virtcap_placement_up == 1"
+                    " and on (fleet) count by (fleet) (hypervisor_placement_inventory_drift) > 0"
+                )
+                wait_for(
+                    lambda: running.query(read), 60, interval=0.25, what="a reading of Placement scraped"
+                )
+                # what was planted, as the panels read it (one reading: the families agree)
+                for query, expected in PLANTED.items():
+                    found = [float(sample["value"][1]) for sample in running.query(query)]
+                    assert found == [expected], (query, found)
+                yield running
+
+
+def _panel_cases() -> list[Any]:
+    """Every panel query; the Placement ones last, so that their fixture (which needs the upstream
+    virtualenv's Placement) starts once the demo's panels are done."""
+    targets = panel_targets()
+    return [target for target in targets if not reads_placement(target[2])] + [
+        pytest.param(*target, marks=pytest.mark.upstream) for target in targets if reads_placement(target[2])
+    ]
+
+
+@pytest.mark.parametrize(("dashboard", "panel", "expression"), _panel_cases())
 def test_every_panel_query_has_data_on_the_demo(
-    prometheus: Prometheus,
-    variables: dict[str, dict[str, Variable]],
+    request: pytest.FixtureRequest,
     dashboard: str,
     panel: str,
     expression: str,
 ) -> None:
     """With no exception: for some hypervisor and flavor, every query of every panel has data."""
+    placement = reads_placement(expression)
+    prometheus: Prometheus = request.getfixturevalue("placement_prometheus" if placement else "prometheus")
+    resolved = request.getfixturevalue("placement_variables" if placement else "variables")[dashboard]
     tried = 0
-    for values in assignments(expression, variables[dashboard]):
+    for values in assignments(expression, resolved):
         tried += 1
         if prometheus.query(interpolate(expression, values)):
             return

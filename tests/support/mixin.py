@@ -54,6 +54,10 @@ FOR_KEYS = (
     "strandedCapacity",
     "flavorSellable",
     "runway",
+    "placementOrphaned",
+    "placementUnallocated",
+    "placementInventoryDrift",
+    "placementDown",
 )
 
 
