@@ -15,11 +15,13 @@ import time
 
 from virtcap.audit.placement import PlacementError, PlacementRead, PlacementReader
 from virtcap.audit.threads import run_in_daemon_thread
-from virtcap.config import Config
+from virtcap.config import Config, Hypervisor
 from virtcap.config.placement import PlacementSection
 from virtcap.fleet.placement import PlacementReport
+from virtcap.fleet.snapshot import HypervisorSnapshot
 from virtcap.fleet.store import SnapshotStore
-from virtcap.model.placement_drift import HypervisorView, domain_record, reconcile_fleet
+from virtcap.model.placement_drift import DomainRecord, HypervisorView, domain_record, reconcile_fleet
+from virtcap.model.policy import HostPolicy
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +50,8 @@ class PlacementTask:
         self._requests_total = {"ok": 0, "error": 0}
         self._last_success: float | None = None
         self._last_error: str | None = None
+        self._records: dict[str, tuple[HypervisorSnapshot, HostPolicy, tuple[DomainRecord, ...]]] = {}
+        """Per hypervisor, the audit and policy its domains' records were made from, and them."""
         self.configure(config)
 
     def configure(self, config: Config) -> None:
@@ -80,7 +84,10 @@ class PlacementTask:
     async def read_once(self) -> PlacementReport:
         """One round: the trees read, the fleet reconciled, the report stored (and returned)."""
         began = time.monotonic()
-        hosts = self._hosts()
+        audited = self._audited()
+        # a fleet's domains are tens of thousands of records: made off the event loop, and only
+        # for the audits that changed since the last round
+        hosts = await asyncio.to_thread(self._hosts, audited)
         mapping = {name: provider for name, (provider, _view) in hosts.items()}
         local = {name: {record.uuid for record in view.domains} for name, (_provider, view) in hosts.items()}
 
@@ -157,20 +164,45 @@ class PlacementTask:
             self._reader = await asyncio.to_thread(PlacementReader, self.section)
         return self._reader
 
-    def _hosts(self) -> dict[str, tuple[str, HypervisorView]]:
-        """Per hypervisor with a good audit: the provider it matches (its configured
-        `placement_provider`, else the hostname libvirt gives, as Nova names its compute node)
-        and what the reconciliation reads of it."""
+    def _audited(self) -> list[tuple[Hypervisor, HypervisorSnapshot]]:
+        """The configured hypervisors with a good audit, and that audit (on the event loop: the
+        store changes there)."""
         configured = {hypervisor.name: hypervisor for hypervisor in self.config.hypervisors}
-        found: dict[str, tuple[str, HypervisorView]] = {}
+        found = []
         for name, state in self.store.hypervisors.items():
             good = state.last_good
             hypervisor = configured.get(name)
-            if good is None or good.facts is None or good.capacity is None or hypervisor is None:
-                continue
+            if (
+                good is not None
+                and good.facts is not None
+                and good.capacity is not None
+                and hypervisor is not None
+            ):
+                found.append((hypervisor, good))
+        return found
+
+    def _hosts(
+        self, audited: list[tuple[Hypervisor, HypervisorSnapshot]]
+    ) -> dict[str, tuple[str, HypervisorView]]:
+        """Per hypervisor with a good audit: the provider it matches (its configured
+        `placement_provider`, else the hostname libvirt gives, as Nova names its compute node)
+        and what the reconciliation reads of it, its domains' records kept while its audit and
+        policy stay the same."""
+        found: dict[str, tuple[str, HypervisorView]] = {}
+        records: dict[str, tuple[HypervisorSnapshot, HostPolicy, tuple[DomainRecord, ...]]] = {}
+        for hypervisor, good in audited:
+            assert good.facts is not None and good.capacity is not None  # _audited's
+            kept = self._records.get(hypervisor.name)
+            if kept is not None and kept[0] is good and kept[1] == hypervisor.policy:
+                domains = kept[2]
+            else:
+                domains = tuple(
+                    domain_record(domain, hypervisor.name, hypervisor.policy) for domain in good.facts.domains
+                )
+            records[hypervisor.name] = (good, hypervisor.policy, domains)
             provider = hypervisor.placement_provider or good.facts.hostname
-            records = tuple(domain_record(domain, name, hypervisor.policy) for domain in good.facts.domains)
-            found[name] = (provider, HypervisorView(name, None, good.capacity, records))
+            found[hypervisor.name] = (provider, HypervisorView(hypervisor.name, None, good.capacity, domains))
+        self._records = records  # those no longer audited are forgotten
         return found
 
     def close(self) -> None:
