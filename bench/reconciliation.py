@@ -35,14 +35,19 @@ from consolidation import _reset_peak, _status_mib
 from harness import (
     Table,
     cell,
+    free_port,
+    get,
     latencies,
     make_hosts,
     metric_value,
     percentile,
     print_table,
+    process,
     virtcap,
+    wait,
     write_config,
 )
+from recorded_placement import reader_paths, record
 from serving import FITTING, ROOMY
 from virtcap.audit.placement import PlacementReader
 from virtcap.config import Config, parse_config
@@ -96,10 +101,34 @@ def placement_reconciliation(scratch: Path, runs: int, hypervisors: int, domains
         consumers, leaked = load_placement(server, database, store, config)
         loaded = time.monotonic() - began
         in_process(config, store, runs, server.process.pid, (audited, loaded, consumers, leaked))
-        # As if Placement ran on machines of its own, as it does in a cloud: what the exporter's
-        # scrapes share the two CPUs with is then the exporter's work, not Placement's.
-        at_idle_priority(server.process.pid)
-        served(scratch, uris, server.base_url, runs, quick)
+        # As if Placement ran on machines of its own, as it does in a cloud: its answers recorded
+        # and served again at a fraction of its CPU (and the real one at idle priority, apart).
+        leaks = [leaked_uuid(index) for index in range(len(uris)) if index % LEAKED_EVERY == 0]
+        answers = scratch / "placement-answers.json"
+        answers.write_text(json.dumps(record(server.base_url, reader_paths(server.base_url, leaks))))
+        at_idle_priority(group_members(server.process.pid))
+        with recorded_placement(answers) as recorded:
+            endpoints = [
+                ("without placement:", None),
+                ("with placement: (recorded answers)", recorded),
+                ("with placement: (a real Placement at idle priority)", server.base_url),
+            ]
+            served(scratch, uris, endpoints, runs, quick)
+
+
+def leaked_uuid(index: int) -> str:
+    return f"{index:08d}-0000-4000-8000-00000000dead"
+
+
+@contextmanager
+def recorded_placement(answers: Path) -> Iterator[str]:
+    """bench/recorded_placement.py serving `answers`, at idle priority; its URL."""
+    port = free_port()
+    script = Path(__file__).with_name("recorded_placement.py")
+    with process([sys.executable, str(script), str(answers), str(port)]) as child:
+        wait(lambda: get(port, "/resource_providers") == 200, 60)
+        at_idle_priority([child.pid])
+        yield f"http://127.0.0.1:{port}"
 
 
 def fleet_config(scratch: Path, uris: dict[str, str], endpoint: str | None, interval: str | None) -> Path:
@@ -167,7 +196,7 @@ def load_placement(
                 uuid, record.expected, record.project_id
             )
         if index % LEAKED_EVERY == 0:
-            leak = f"{index:08d}-0000-4000-8000-00000000dead"
+            leak = leaked_uuid(index)
             through_api[leak] = allocation(uuid, {Resource.VCPU: 1}, None)
             leaked += 1
     loader.call("POST", "/allocations", through_api, expect=(204,))
@@ -323,18 +352,27 @@ def measured(figures: dict[str, list[float]], placement_pid: int) -> Iterator[No
         figures.setdefault("rss", []).append(peak - rss_before)
 
 
-def at_idle_priority(group: int) -> None:
-    """Every thread of every process of a process group at SCHED_IDLE: it runs on CPU time no
-    other process wants."""
-    for stat in Path("/proc").glob("[0-9]*/stat"):
+def at_idle_priority(pids: list[int]) -> None:
+    """Every thread of these processes at SCHED_IDLE: they run on CPU time no other process wants."""
+    for pid in pids:
         try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            if int(fields[2]) != group:
-                continue
-            for task in (stat.parent / "task").iterdir():
+            for task in Path(f"/proc/{pid}/task").iterdir():
                 os.sched_setscheduler(int(task.name), os.SCHED_IDLE, os.sched_param(0))
         except (OSError, ValueError):
             continue  # gone meanwhile
+
+
+def group_members(group: int) -> list[int]:
+    """The processes of a process group (gunicorn's master and worker)."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == group:  # pgrp, the 5th field, the 3rd after the command's name
+            members.append(int(stat.parent.name))
+    return members
 
 
 def group_cpu_seconds(group: int) -> float:
@@ -386,12 +424,15 @@ def timed(work: Callable[[], _T]) -> tuple[float, _T]:
     return time.perf_counter() - began, result
 
 
-def served(scratch: Path, uris: dict[str, str], endpoint: str, runs: int, quick: bool) -> None:
-    """`virtcap serve` with `placement:` and without: /metrics scraped back to back for two audit
-    intervals after the first audit cycle, so that rounds and audits run during the scrapes."""
+def served(
+    scratch: Path, uris: dict[str, str], endpoints: list[tuple[str, str | None]], runs: int, quick: bool
+) -> None:
+    """`virtcap serve` with `placement:` (each endpoint) and without: /metrics scraped back to back
+    for two audit intervals after the first audit cycle, so that rounds and audits run during the
+    scrapes."""
     interval, window = (10.0, 20.0) if quick else (30.0, 60.0)
     rows: Table = []
-    for label, url in (("without placement:", None), ("with placement:", endpoint)):
+    for label, url in endpoints:
         config = fleet_config(scratch, uris, url, interval=f"{interval:g}s")
         found: dict[str, list[float]] = {}
         for _ in range(runs):

@@ -18,13 +18,17 @@ from virtcap.config.schema import ExpositionSection
 from virtcap.demo import demo_config
 from virtcap.exposition import catalogue
 from virtcap.exposition.catalogue import CATALOGUE
-from virtcap.exposition.families import FragmentCache, TaskHealth, render, views
+from virtcap.exposition.families import FragmentCache, PlacementShown, TaskHealth, render, views
 from virtcap.exposition.metric_family import UNIT_LABEL, MetricFamily
+from virtcap.fleet.placement import PlacementReport
+from virtcap.fleet.snapshot import HypervisorSnapshot
 from virtcap.fleet.store import SnapshotStore
 from virtcap.fleet.tolerance import one_shot_tolerance
 from virtcap.model.facts import DomainState
 from virtcap.model.maintenance import Maintenance
+from virtcap.model.placement_drift import Drift, HeldConsumer, Mismatch, domain_record
 from virtcap.model.reclaim import ReclaimPolicy
+from virtcap.model.resources import GIB, MIB, Resource
 from virtcap.service.oneshot import audit_fleet_once
 from virtcap.service.reclaim import ReclaimTracker
 
@@ -104,6 +108,7 @@ def demo() -> Demo:
         if snapshot.facts is not None and snapshot.hypervisor is not None:
             asyncio.run(tracker.record(snapshot.name, snapshot.facts, snapshot.hypervisor.policy, now=0.0))
     reclaimable = tracker.reclaimable_domains(now=10.0)
+    placement = PlacementShown(placement_reading(snapshots))
     body = render(
         fleet,
         {"created": 2},
@@ -113,6 +118,7 @@ def demo() -> Demo:
         flavors=flavors,
         database_up=True,
         reclaimable=reclaimable,
+        placement=placement,
     )
     cached = FragmentCache().render(
         fleet,
@@ -123,9 +129,43 @@ def demo() -> Demo:
         flavors=flavors,
         database_up=True,
         reclaimable=reclaimable,
+        placement=placement,
     )
     assert cached == body
     return Demo(body.decode(), units)
+
+
+def placement_reading(snapshots: Sequence[HypervisorSnapshot]) -> PlacementReport:
+    """A reading of Placement with a drift of each kind on the first hypervisor with domains."""
+    audited = next(
+        s for s in snapshots if s.facts is not None and s.facts.domains and s.hypervisor is not None
+    )
+    assert audited.facts is not None and audited.hypervisor is not None
+    first, second = (
+        domain_record(d, audited.name, audited.hypervisor.policy) for d in audited.facts.domains[:2]
+    )
+    drift = Drift(
+        hypervisor=audited.name,
+        provider=audited.facts.hostname,
+        inventory={(Resource.VCPU, "total"): 0.0, (Resource.MEMORY, "reserved"): 512.0 * MIB},
+        orphaned=(
+            HeldConsumer("00000000-0000-4000-8000-0000000000ff", {Resource.VCPU: 1, Resource.MEMORY: GIB}),
+        ),
+        unallocated=(first,),
+        mismatched=(Mismatch(second.uuid, second.name, {Resource.VCPU: 1}, second.expected),),
+        usage={Resource.VCPU: 1, Resource.MEMORY: 0},
+    )
+    now = time.time()
+    return PlacementReport(
+        up=True,
+        drifts={audited.name: drift},
+        unmatched=("compute-11",),
+        read_at=now,
+        last_success_at=now,
+        duration_seconds=0.5,
+        requests=3,
+        requests_total={"ok": 3, "error": 0},
+    )
 
 
 def test_the_rendered_demo_fleet_holds_to_the_catalogue(demo: Demo) -> None:
