@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.support.files import ROOT
+from tests.support.yaml_doc import manifest_yaml_doc
 
 MIXIN = ROOT / "mixin"
 """mixin.libsonnet, its settings and the helper library the alerts and dashboards share."""
@@ -67,8 +68,10 @@ def _tla(config: dict[str, Any] | None) -> list[str]:
 
 def jsonnet(source: Path, config: dict[str, Any] | None = None) -> str:
     """One of the mixin's YAML entry files (ALERTS_SOURCE, RULES_SOURCE) rendered, `config` merged
-    into its _config. No -J: the mixin imports only its own files, by relative path."""
-    return _rendered(("jsonnet", "-S", str(source), *_tla(config)))
+    into its _config: its document as JSON, written as YAML as jsonnet would (yaml_doc.py). No -J:
+    the mixin imports only its own files, by relative path."""
+    rendered = _rendered(("jsonnet", str(source), "--tla-code", "manifest=false", *_tla(config)))
+    return manifest_yaml_doc(json.loads(rendered)) + "\n"
 
 
 @functools.cache
