@@ -22,6 +22,7 @@ from virtcap.fleet.snapshot import HypervisorSnapshot
 from virtcap.fleet.store import SnapshotStore
 from virtcap.model.placement_drift import DomainRecord, HypervisorView, domain_record, reconcile_fleet
 from virtcap.model.policy import HostPolicy
+from virtcap.service.placement_worker import PlacementWorker
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +42,11 @@ class PlacementTask:
     """Reads Placement and reconciles, forever (supervised by the exporter's Supervisor), with
     the running configuration: `configure()` gives it a reloaded one."""
 
-    def __init__(self, config: Config, store: SnapshotStore) -> None:
+    def __init__(self, config: Config, store: SnapshotStore, worker: PlacementWorker | None = None) -> None:
+        """`worker`: the rounds' requests made in that process (the exporter's), else in a thread
+        of this one (a one-shot command's)."""
         self.store = store
+        self._worker = worker
         self.config = config
         self.section: PlacementSection | None = None
         self._reader: PlacementReader | None = None
@@ -87,22 +91,14 @@ class PlacementTask:
         audited = self._audited()
         # a fleet's domains are tens of thousands of records: made off the event loop, and only
         # for the audits that changed since the last round
-        hosts = await asyncio.to_thread(self._hosts, audited)
+        hosts, local = await asyncio.to_thread(self._prepared, audited)
         mapping = {name: provider for name, (provider, _view) in hosts.items()}
-        local = {name: {record.uuid for record in view.domains} for name, (_provider, view) in hosts.items()}
-
-        def foreign(hypervisor: str, consumer: str) -> bool:
-            """A consumer with no domain of its UUID on the hypervisor: Placement is asked what it is."""
-            return consumer.lower() not in local.get(hypervisor, ())
-
         section = self.section
         limit = (section.timeout if section is not None else 0.0) * (ROUND_TIMEOUT_FACTOR + len(mapping) / 25)
         try:
-            reader = await self._started()
-            read: PlacementRead = await asyncio.wait_for(
-                run_in_daemon_thread(lambda: reader.read_trees(mapping, foreign), name="placement-read"),
-                timeout=limit,
-            )
+            if section is None:
+                raise PlacementError("placement: is no longer configured")
+            read = await self._read(section, mapping, local, limit)
         except PlacementError as error:
             self._requests_total["ok"] += max(error.requests - 1, 0)
             return self._failed(str(error), began, section)
@@ -154,6 +150,25 @@ class PlacementTask:
             return  # read with a configuration a reload has replaced since
         self.store.publish_placement(report)
 
+    async def _read(
+        self,
+        section: PlacementSection,
+        mapping: dict[str, str],
+        local: dict[str, frozenset[str]],
+        limit: float,
+    ) -> PlacementRead:
+        if self._worker is not None:
+            return await self._worker.read(section, mapping, local, limit)
+
+        def foreign(hypervisor: str, consumer: str) -> bool:
+            return consumer.lower() not in local.get(hypervisor, ())
+
+        reader = await self._started()
+        return await asyncio.wait_for(
+            run_in_daemon_thread(lambda: reader.read_trees(mapping, foreign), name="placement-read"),
+            timeout=limit,
+        )
+
     async def _started(self) -> PlacementReader:
         while self._retired:
             self._retired.pop().close()
@@ -181,6 +196,17 @@ class PlacementTask:
                 found.append((hypervisor, good))
         return found
 
+    def _prepared(
+        self, audited: list[tuple[Hypervisor, HypervisorSnapshot]]
+    ) -> tuple[dict[str, tuple[str, HypervisorView]], dict[str, frozenset[str]]]:
+        """`_hosts`, and per hypervisor its domains' UUIDs: the consumers Placement is asked
+        about are those that are no domain of their hypervisor."""
+        hosts = self._hosts(audited)
+        local = {
+            name: frozenset(record.uuid for record in view.domains) for name, (_p, view) in hosts.items()
+        }
+        return hosts, local
+
     def _hosts(
         self, audited: list[tuple[Hypervisor, HypervisorSnapshot]]
     ) -> dict[str, tuple[str, HypervisorView]]:
@@ -206,6 +232,8 @@ class PlacementTask:
         return found
 
     def close(self) -> None:
+        if self._worker is not None:
+            self._worker.close()
         for reader in [*self._retired, *([self._reader] if self._reader is not None else [])]:
             reader.close()
         self._retired.clear()

@@ -119,7 +119,7 @@ class Planner:
         self._running = None  # abandoned with its pool: the next plan starts another
         if pool is None:
             return None
-        _kill_workers(pool)
+        kill_workers(pool)
         pool.shutdown(wait=False, cancel_futures=True)
         return pool
 
@@ -132,11 +132,11 @@ class Planner:
         if pool is None:
             return
         if self.busy():
-            _kill_workers(pool)
+            kill_workers(pool)
         await asyncio.to_thread(pool.shutdown, wait=True, cancel_futures=True)
 
 
-def _kill_workers(pool: ProcessPoolExecutor) -> None:
+def kill_workers(pool: ProcessPoolExecutor) -> None:
     # ProcessPoolExecutor has no public way to stop a worker mid-task before Python 3.14
     # (terminate_workers): its processes, by pid
     processes = getattr(pool, "_processes", None) or {}

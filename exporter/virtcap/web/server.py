@@ -21,6 +21,7 @@ from virtcap.config import Config, ConfigError
 from virtcap.fleet.store import SnapshotStore
 from virtcap.service.auditor import FleetAuditor
 from virtcap.service.placement import PlacementTask
+from virtcap.service.placement_worker import PlacementWorker
 from virtcap.service.reclaim import ReclaimTracker, policy_of
 from virtcap.service.supervise import Supervisor
 from virtcap.service.tolerance_task import ToleranceTracker
@@ -137,7 +138,8 @@ async def serve(
         supervisor.start("follow-claims", "follow-claims", claims.follow_forever)
     supervisor.start("connection-sweeper", "connections", exporter.connections.sweep_forever)
     exporter.tolerance.start()
-    exporter.placement = PlacementTask(config, store)
+    # its requests in a process of its own: their HTTP and JSON would hold the interpreter lock
+    exporter.placement = PlacementTask(config, store, PlacementWorker())
     await follow_placement(exporter)
     scheme = "https" if web_config.ssl_context else "http"
     log.info(
@@ -172,6 +174,8 @@ async def _shut_down(exporter: Exporter, reloads: ConfigReloads | None, runner: 
     await exporter.fleet.stop()
     await exporter.supervisor.stop_all()
     await exporter.planner.stop()
+    if exporter.placement is not None:
+        exporter.placement.close()
     await exporter.claims.stop()
     await runner.cleanup()
 
