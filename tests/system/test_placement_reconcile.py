@@ -21,8 +21,10 @@ from virtcap.config import Config, parse_config
 from virtcap.fleet.snapshot import HypervisorSnapshot
 from virtcap.fleet.store import SnapshotStore
 from virtcap.model.facts import DomainFacts, NovaFlavor, NovaInstance, NovaOwner
+from virtcap.model.placement_drift import Drift
 from virtcap.model.resources import Resource
 from virtcap.service.placement import PlacementTask
+from virtcap.service.placement_worker import PlacementWorker
 
 pytestmark = pytest.mark.upstream
 
@@ -123,3 +125,38 @@ def test_placement_gone_is_up_0_without_answers_within_the_bound(tmp_path: Path)
     assert time.monotonic() - began < 30
     assert not report.up and report.drifts is None and report.error
     assert report.last_success_at is not None
+
+
+def test_the_worker_process_reconciles_as_the_task_does_in_process(tmp_path: Path) -> None:
+    """The exporter's worker, sent only the hypervisors whose side changed, answers every round as
+    a reconciliation in process: after an audit that changed a hypervisor's capacity, and after a
+    hypervisor left and came back."""
+    with running_placement(tmp_path / "placement") as server:
+        plant(PlacementLoader(server.base_url))
+        config = fleet_config(server.base_url)
+        store = audited(config)
+        worker = PlacementWorker()
+        task = PlacementTask(config, store, worker)
+
+        def same_as_in_process() -> dict[str, Drift]:
+            report = asyncio.run(task.read_once())
+            assert report.up and report.drifts is not None, report.error
+            assert report.drifts == asyncio.run(PlacementTask(config, store).read_once()).drifts
+            return dict(report.drifts)
+
+        try:
+            assert same_as_in_process()["hv1"].orphaned
+            hv1 = next(h for h in config.hypervisors if h.name == "hv1")
+            smaller = host(cpus=16, memory=32 * GIB, disk=1000 * GIB, domains=(instance("a"), instance("b")))
+            store.record(HypervisorSnapshot.audited(hv1, smaller, {}), "ok")
+            assert same_as_in_process()["hv1"].inventory[Resource.MEMORY, "total"] == 32 * GIB
+            store.track(["hv1"])
+            assert set(same_as_in_process()) == {"hv1"}
+            store.track(["hv1", "hv2"])
+            hv2 = next(h for h in config.hypervisors if h.name == "hv2")
+            # back as it left: the worker forgot it, and is sent it again all the same
+            again = host(cpus=16, memory=64 * GIB, disk=1000 * GIB, domains=(instance("d"),))
+            store.record(HypervisorSnapshot.audited(hv2, again, {}), "ok")
+            assert set(same_as_in_process()) == {"hv1", "hv2"}
+        finally:
+            task.close()

@@ -22,7 +22,7 @@ from virtcap.fleet.snapshot import HypervisorSnapshot
 from virtcap.fleet.store import SnapshotStore
 from virtcap.model.placement_drift import DomainRecord, HypervisorView, domain_record, reconcile_fleet
 from virtcap.model.policy import HostPolicy
-from virtcap.service.placement_worker import PlacementWorker
+from virtcap.service.placement_worker import PlacementWorker, RoundAnswer
 
 log = logging.getLogger(__name__)
 
@@ -98,31 +98,26 @@ class PlacementTask:
         try:
             if section is None:
                 raise PlacementError("placement: is no longer configured")
-            read = await self._read(section, mapping, local, limit)
+            answer = await self._reconciled(section, mapping, hosts, local, limit)
         except PlacementError as error:
             self._requests_total["ok"] += max(error.requests - 1, 0)
             return self._failed(str(error), began, section)
         except TimeoutError:
             return self._failed(f"the round took longer than {limit:g} s", began, section)
-        views = [
-            HypervisorView(name, read.trees.get(name), view.capacity, view.domains)
-            for name, (_provider, view) in hosts.items()
-        ]
-        drifts = await asyncio.to_thread(reconcile_fleet, views)
         now = time.time()
-        self._requests_total["ok"] += read.total_requests
+        self._requests_total["ok"] += answer.requests
         self._last_success = now
         if self._last_error is not None:
             log.info("placement: read again after: %s", self._last_error)
             self._last_error = None
         report = PlacementReport(
             up=True,
-            drifts=drifts,
-            unmatched=tuple(sorted(name for name, tree in read.trees.items() if tree is None)),
+            drifts=answer.drifts,
+            unmatched=answer.unmatched,
             read_at=now,
             last_success_at=now,
             duration_seconds=time.monotonic() - began,
-            requests=read.total_requests,
+            requests=answer.requests,
             requests_total=dict(self._requests_total),
         )
         self._publish(report, section)
@@ -150,24 +145,35 @@ class PlacementTask:
             return  # read with a configuration a reload has replaced since
         self.store.publish_placement(report)
 
-    async def _read(
+    async def _reconciled(
         self,
         section: PlacementSection,
         mapping: dict[str, str],
+        hosts: dict[str, tuple[str, HypervisorView]],
         local: dict[str, frozenset[str]],
         limit: float,
-    ) -> PlacementRead:
+    ) -> RoundAnswer:
+        """Placement read and the fleet reconciled: in the worker process where there is one,
+        else here (the requests in a daemon thread, the comparison in another)."""
         if self._worker is not None:
-            return await self._worker.read(section, mapping, local, limit)
+            sides = {name: (view.capacity, view.domains) for name, (_provider, view) in hosts.items()}
+            return await self._worker.reconcile(section, mapping, sides, limit)
 
         def foreign(hypervisor: str, consumer: str) -> bool:
             return consumer.lower() not in local.get(hypervisor, ())
 
         reader = await self._started()
-        return await asyncio.wait_for(
+        read: PlacementRead = await asyncio.wait_for(
             run_in_daemon_thread(lambda: reader.read_trees(mapping, foreign), name="placement-read"),
             timeout=limit,
         )
+        views = [
+            HypervisorView(name, read.trees.get(name), view.capacity, view.domains)
+            for name, (_provider, view) in hosts.items()
+        ]
+        drifts = await asyncio.to_thread(reconcile_fleet, views)
+        unmatched = tuple(sorted(name for name, tree in read.trees.items() if tree is None))
+        return RoundAnswer(drifts, unmatched, read.total_requests)
 
     async def _started(self) -> PlacementReader:
         while self._retired:

@@ -1,9 +1,11 @@
-"""The exporter's Placement reader in a worker process of its own (a `ProcessPoolExecutor` of one
-worker, spawned on the first round): a round is thousands of requests whose HTTP and JSON take
-seconds of CPU on a large fleet (audit/placement.py), which in the exporter's process would hold
-the interpreter lock its scrapes need. The worker keeps its reader (its session, the consumers it
-described) from round to round, and makes a new one when the `placement:` section changes. A
-round past its bound has its worker killed; the next round starts another.
+"""The exporter's Placement reconciliation in a worker process of its own (a `ProcessPoolExecutor`
+of one worker, spawned on the first round): a round is thousands of requests whose HTTP and JSON
+take seconds of CPU on a large fleet (audit/placement.py), and a comparison of tens of thousands
+of consumers (model/placement_drift.py), which in the exporter's process would hold the
+interpreter lock its scrapes need. The worker keeps its reader (its session, the consumers it
+described) and the hypervisors' sides from round to round: the exporter sends the sides that
+changed, the worker sends back the drifts. A new `placement:` section gets a new reader; a round
+past its bound has its worker killed, the next round starting another.
 """
 
 from __future__ import annotations
@@ -12,12 +14,14 @@ import asyncio
 import contextlib
 import multiprocessing
 from collections.abc import Mapping
-from collections.abc import Set as AbstractSet
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
 
-from virtcap.audit.placement import PlacementError, PlacementRead, PlacementReader
+from virtcap.audit.placement import PlacementError, PlacementReader
 from virtcap.config.placement import PlacementSection
+from virtcap.model.capacity import HostCapacity
+from virtcap.model.placement_drift import DomainRecord, Drift, HypervisorView, reconcile_fleet
 from virtcap.service.planner import kill_workers
 
 REAP_SECONDS = 1.0
@@ -26,22 +30,49 @@ _READERS: dict[PlacementSection, PlacementReader] = {}
 """The worker's reader, by the section it was made from: one at most (in the worker process only)."""
 
 
-def read_round(
-    section: PlacementSection, hypervisors: Mapping[str, str], local: Mapping[str, AbstractSet[str]]
-) -> PlacementRead:
-    """In the worker: one round of its reader (made anew for another section); the consumers
-    described are those not a domain of their hypervisor (`local`: its domains' UUIDs)."""
+@dataclass(frozen=True, slots=True)
+class RoundAnswer:
+    """What a round in the worker sends back: the drifts alone, not the trees they come from."""
+
+    drifts: dict[str, Drift]
+    unmatched: tuple[str, ...]
+    """The hypervisors asked about that no provider matched."""
+    requests: int
+
+
+HypervisorSide = tuple[HostCapacity, tuple[DomainRecord, ...]]
+"""What the reconciliation compares Placement with, of one hypervisor: its capacity, its domains."""
+_SIDES: dict[str, HypervisorSide] = {}
+"""The hypervisors' sides as the exporter last sent them (in the worker process only)."""
+
+
+def reconcile_round(
+    section: PlacementSection, hypervisors: Mapping[str, str], changed: Mapping[str, HypervisorSide]
+) -> RoundAnswer:
+    """In the worker: the sides that changed since the last round taken in (those of hypervisors
+    no longer asked about forgotten), Placement read with the worker's reader (made anew for
+    another section), and the fleet reconciled."""
+    _SIDES.update(changed)
+    for name in [name for name in _SIDES if name not in hypervisors]:
+        del _SIDES[name]
     reader = _READERS.get(section)
     if reader is None:
         for replaced in _READERS.values():
             replaced.close()
         _READERS.clear()
         reader = _READERS[section] = PlacementReader(section)
+    local = {name: frozenset(record.uuid for record in domains) for name, (_, domains) in _SIDES.items()}
 
     def foreign(hypervisor: str, consumer: str) -> bool:
         return consumer.lower() not in local.get(hypervisor, ())
 
-    return reader.read_trees(hypervisors, foreign)
+    read = reader.read_trees(hypervisors, foreign)
+    views = [
+        HypervisorView(name, read.trees.get(name), capacity, domains)
+        for name, (capacity, domains) in _SIDES.items()
+    ]
+    unmatched = tuple(sorted(name for name, tree in read.trees.items() if tree is None))
+    return RoundAnswer(reconcile_fleet(views), unmatched, read.total_requests)
 
 
 class PlacementWorker:
@@ -49,18 +80,24 @@ class PlacementWorker:
 
     def __init__(self) -> None:
         self._pool: ProcessPoolExecutor | None = None
+        self._sent: dict[str, HypervisorSide] = {}
+        """The sides the worker holds (as of the last round sent to it)."""
 
-    async def read(
+    async def reconcile(
         self,
         section: PlacementSection,
         hypervisors: Mapping[str, str],
-        local: Mapping[str, AbstractSet[str]],
+        sides: Mapping[str, HypervisorSide],
         timeout: float,
-    ) -> PlacementRead:
-        """A round in the worker: its trees, PlacementError from the reader, TimeoutError past
-        `timeout` (the worker killed)."""
+    ) -> RoundAnswer:
+        """A round in the worker: the drifts, PlacementError from the reader, TimeoutError past
+        `timeout` (the worker killed). Only the sides that changed since the last round go to the
+        worker (an audit that changed nothing, most of them), found in a thread."""
         try:
-            future = self._started().submit(read_round, section, hypervisors, local)
+            pool = self._started()
+            changed = await asyncio.to_thread(self._changed, sides)
+            future = pool.submit(reconcile_round, section, hypervisors, changed)
+            self._sent = dict(sides)  # what the worker holds once it has taken the round in
             async with asyncio.timeout(timeout):
                 return await asyncio.wrap_future(future)
         except TimeoutError:
@@ -70,8 +107,13 @@ class PlacementWorker:
             self.close()
             raise PlacementError("the Placement reader's worker process died") from None
 
+    def _changed(self, sides: Mapping[str, HypervisorSide]) -> dict[str, HypervisorSide]:
+        # a side's records are the same tuple while its audit is: compared by identity first
+        return {name: side for name, side in sides.items() if self._sent.get(name) != side}
+
     def _started(self) -> ProcessPoolExecutor:
         if self._pool is None:
+            self._sent = {}  # a new worker holds nothing
             # spawned, not forked: the exporter's threads (libvirt's, the executor's) hold locks
             # a forked child would inherit held
             self._pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
@@ -80,6 +122,7 @@ class PlacementWorker:
     def close(self) -> None:
         """The worker killed, whatever it is doing (a hung round included)."""
         pool, self._pool = self._pool, None
+        self._sent = {}
         if pool is None:
             return
         processes = list((getattr(pool, "_processes", None) or {}).values())
