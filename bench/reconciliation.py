@@ -106,7 +106,7 @@ def placement_reconciliation(scratch: Path, runs: int, hypervisors: int, domains
         leaks = [leaked_uuid(index) for index in range(len(uris)) if index % LEAKED_EVERY == 0]
         answers = scratch / "placement-answers.json"
         answers.write_text(json.dumps(record(server.base_url, reader_paths(server.base_url, leaks))))
-        at_idle_priority(group_members(server.process.pid))
+        at_idle_priority(list(group_members(server.process.pid)))
         with recorded_placement(answers) as recorded:
             endpoints = [
                 ("without placement:", None),
@@ -362,29 +362,23 @@ def at_idle_priority(pids: list[int]) -> None:
             continue  # gone meanwhile
 
 
-def group_members(group: int) -> list[int]:
-    """The processes of a process group (gunicorn's master and worker)."""
-    members = []
+def group_members(group: int) -> dict[int, list[str]]:
+    """The processes of a process group (gunicorn's master and worker), with their stat fields
+    after the command's name."""
+    members = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
         if int(fields[2]) == group:  # pgrp, the 5th field, the 3rd after the command's name
-            members.append(int(stat.parent.name))
+            members[int(stat.parent.name)] = fields
     return members
 
 
 def group_cpu_seconds(group: int) -> float:
-    """User and system CPU of every process in a process group (gunicorn's master and worker)."""
-    ticks = 0
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == group:  # pgrp, the 5th field, the 3rd after the command's name
-            ticks += int(fields[11]) + int(fields[12])  # utime, stime
+    """User and system CPU of every process in a process group."""
+    ticks = sum(int(fields[11]) + int(fields[12]) for fields in group_members(group).values())  # utime, stime
     return ticks / os.sysconf("SC_CLK_TCK")
 
 

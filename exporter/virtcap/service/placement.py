@@ -13,16 +13,16 @@ import logging
 import re
 import time
 
-from virtcap.audit.placement import PlacementError, PlacementRead, PlacementReader
+from virtcap.audit.placement import PlacementError
 from virtcap.audit.threads import run_in_daemon_thread
 from virtcap.config import Config, Hypervisor
 from virtcap.config.placement import PlacementSection
 from virtcap.fleet.placement import PlacementReport
 from virtcap.fleet.snapshot import HypervisorSnapshot
 from virtcap.fleet.store import SnapshotStore
-from virtcap.model.placement_drift import DomainRecord, HypervisorView, domain_record, reconcile_fleet
+from virtcap.model.placement_drift import DomainRecord, HypervisorView, domain_record
 from virtcap.model.policy import HostPolicy
-from virtcap.service.placement_worker import PlacementWorker, RoundAnswer
+from virtcap.service.placement_worker import HypervisorSide, PlacementWorker, Reconciler, RoundAnswer
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +49,8 @@ class PlacementTask:
         self._worker = worker
         self.config = config
         self.section: PlacementSection | None = None
-        self._reader: PlacementReader | None = None
-        self._retired: list[PlacementReader] = []
+        self._here = Reconciler()
+        """Without a worker: the rounds' reconciler, run in a daemon thread."""
         self._requests_total = {"ok": 0, "error": 0}
         self._last_success: float | None = None
         self._last_error: str | None = None
@@ -66,9 +66,6 @@ class PlacementTask:
         if config.placement == self.section:
             return
         self.section = config.placement
-        if self._reader is not None:
-            self._retired.append(self._reader)
-            self._reader = None
         self._last_success = None
         self._last_error = None
         self.store.publish_placement(None)
@@ -91,14 +88,15 @@ class PlacementTask:
         audited = self._audited()
         # a fleet's domains are tens of thousands of records: made off the event loop, and only
         # for the audits that changed since the last round
-        hosts, local = await asyncio.to_thread(self._prepared, audited)
+        hosts = await asyncio.to_thread(self._hosts, audited)
         mapping = {name: provider for name, (provider, _view) in hosts.items()}
         section = self.section
         limit = (section.timeout if section is not None else 0.0) * (ROUND_TIMEOUT_FACTOR + len(mapping) / 25)
         try:
             if section is None:
                 raise PlacementError("placement: is no longer configured")
-            answer = await self._reconciled(section, mapping, hosts, local, limit)
+            sides = {name: (view.capacity, view.domains) for name, (_provider, view) in hosts.items()}
+            answer = await self._reconciled(section, mapping, sides, limit)
         except PlacementError as error:
             self._requests_total["ok"] += max(error.requests - 1, 0)
             return self._failed(str(error), began, section)
@@ -149,41 +147,23 @@ class PlacementTask:
         self,
         section: PlacementSection,
         mapping: dict[str, str],
-        hosts: dict[str, tuple[str, HypervisorView]],
-        local: dict[str, frozenset[str]],
+        sides: dict[str, HypervisorSide],
         limit: float,
     ) -> RoundAnswer:
         """Placement read and the fleet reconciled: in the worker process where there is one,
-        else here (the requests in a daemon thread, the comparison in another)."""
+        else in a daemon thread (a hung Placement holds up nothing else; the reconciler of a
+        round given up is left to it, the next round has another)."""
         if self._worker is not None:
-            sides = {name: (view.capacity, view.domains) for name, (_provider, view) in hosts.items()}
             return await self._worker.reconcile(section, mapping, sides, limit)
-
-        def foreign(hypervisor: str, consumer: str) -> bool:
-            return consumer.lower() not in local.get(hypervisor, ())
-
-        reader = await self._started()
-        read: PlacementRead = await asyncio.wait_for(
-            run_in_daemon_thread(lambda: reader.read_trees(mapping, foreign), name="placement-read"),
-            timeout=limit,
-        )
-        views = [
-            HypervisorView(name, read.trees.get(name), view.capacity, view.domains)
-            for name, (_provider, view) in hosts.items()
-        ]
-        drifts = await asyncio.to_thread(reconcile_fleet, views)
-        unmatched = tuple(sorted(name for name, tree in read.trees.items() if tree is None))
-        return RoundAnswer(drifts, unmatched, read.total_requests)
-
-    async def _started(self) -> PlacementReader:
-        while self._retired:
-            self._retired.pop().close()
-        if self.section is None:
-            raise PlacementError("placement: is no longer configured")
-        if self._reader is None:
-            # reads its secrets from their files: a thread, as any file read
-            self._reader = await asyncio.to_thread(PlacementReader, self.section)
-        return self._reader
+        here = self._here
+        try:
+            return await asyncio.wait_for(
+                run_in_daemon_thread(lambda: here.round(section, mapping, sides), name="placement-read"),
+                timeout=limit,
+            )
+        except TimeoutError:
+            self._here = Reconciler()
+            raise
 
     def _audited(self) -> list[tuple[Hypervisor, HypervisorSnapshot]]:
         """The configured hypervisors with a good audit, and that audit (on the event loop: the
@@ -201,17 +181,6 @@ class PlacementTask:
             ):
                 found.append((hypervisor, good))
         return found
-
-    def _prepared(
-        self, audited: list[tuple[Hypervisor, HypervisorSnapshot]]
-    ) -> tuple[dict[str, tuple[str, HypervisorView]], dict[str, frozenset[str]]]:
-        """`_hosts`, and per hypervisor its domains' UUIDs: the consumers Placement is asked
-        about are those that are no domain of their hypervisor."""
-        hosts = self._hosts(audited)
-        local = {
-            name: frozenset(record.uuid for record in view.domains) for name, (_p, view) in hosts.items()
-        }
-        return hosts, local
 
     def _hosts(
         self, audited: list[tuple[Hypervisor, HypervisorSnapshot]]
@@ -240,7 +209,4 @@ class PlacementTask:
     def close(self) -> None:
         if self._worker is not None:
             self._worker.close()
-        for reader in [*self._retired, *([self._reader] if self._reader is not None else [])]:
-            reader.close()
-        self._retired.clear()
-        self._reader = None
+        self._here.close()

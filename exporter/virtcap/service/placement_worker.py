@@ -22,12 +22,10 @@ from virtcap.audit.placement import PlacementError, PlacementReader
 from virtcap.config.placement import PlacementSection
 from virtcap.model.capacity import HostCapacity
 from virtcap.model.placement_drift import DomainRecord, Drift, HypervisorView, reconcile_fleet
-from virtcap.service.planner import kill_workers
+from virtcap.service.planner import kill_workers, lower_priority
 
 REAP_SECONDS = 1.0
 """How long a killed worker is waited for."""
-_READERS: dict[PlacementSection, PlacementReader] = {}
-"""The worker's reader, by the section it was made from: one at most (in the worker process only)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,37 +40,59 @@ class RoundAnswer:
 
 HypervisorSide = tuple[HostCapacity, tuple[DomainRecord, ...]]
 """What the reconciliation compares Placement with, of one hypervisor: its capacity, its domains."""
-_SIDES: dict[str, HypervisorSide] = {}
-"""The hypervisors' sides as the exporter last sent them (in the worker process only)."""
+
+
+class Reconciler:
+    """Rounds of reading and reconciling, with what they keep from one to the next: the reader
+    (its session, the consumers it described), made anew for another `placement:` section, and
+    the hypervisors' sides as last given. Blocking: the worker process's, or a thread's."""
+
+    def __init__(self) -> None:
+        self._reader: tuple[PlacementSection, PlacementReader] | None = None
+        self._sides: dict[str, HypervisorSide] = {}
+
+    def round(
+        self, section: PlacementSection, hypervisors: Mapping[str, str], changed: Mapping[str, HypervisorSide]
+    ) -> RoundAnswer:
+        """The sides that changed since the last round taken in (those of hypervisors no longer
+        asked about forgotten), Placement read, and the fleet reconciled."""
+        self._sides.update(changed)
+        for name in [name for name in self._sides if name not in hypervisors]:
+            del self._sides[name]
+        if self._reader is None or self._reader[0] != section:
+            self.close()
+            self._reader = (section, PlacementReader(section))
+        # the consumers Placement is asked about: those that are no domain of their hypervisor
+        local = {
+            name: frozenset(record.uuid for record in domains) for name, (_, domains) in self._sides.items()
+        }
+
+        def foreign(hypervisor: str, consumer: str) -> bool:
+            return consumer.lower() not in local.get(hypervisor, ())
+
+        read = self._reader[1].read_trees(hypervisors, foreign)
+        views = [
+            HypervisorView(name, read.trees.get(name), capacity, domains)
+            for name, (capacity, domains) in self._sides.items()
+        ]
+        unmatched = tuple(sorted(name for name, tree in read.trees.items() if tree is None))
+        return RoundAnswer(reconcile_fleet(views), unmatched, read.total_requests)
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader[1].close()
+            self._reader = None
+
+
+_IN_WORKER = Reconciler()
+"""The worker process's."""
 
 
 def reconcile_round(
     section: PlacementSection, hypervisors: Mapping[str, str], changed: Mapping[str, HypervisorSide]
 ) -> RoundAnswer:
-    """In the worker: the sides that changed since the last round taken in (those of hypervisors
-    no longer asked about forgotten), Placement read with the worker's reader (made anew for
-    another section), and the fleet reconciled."""
-    _SIDES.update(changed)
-    for name in [name for name in _SIDES if name not in hypervisors]:
-        del _SIDES[name]
-    reader = _READERS.get(section)
-    if reader is None:
-        for replaced in _READERS.values():
-            replaced.close()
-        _READERS.clear()
-        reader = _READERS[section] = PlacementReader(section)
-    local = {name: frozenset(record.uuid for record in domains) for name, (_, domains) in _SIDES.items()}
-
-    def foreign(hypervisor: str, consumer: str) -> bool:
-        return consumer.lower() not in local.get(hypervisor, ())
-
-    read = reader.read_trees(hypervisors, foreign)
-    views = [
-        HypervisorView(name, read.trees.get(name), capacity, domains)
-        for name, (capacity, domains) in _SIDES.items()
-    ]
-    unmatched = tuple(sorted(name for name, tree in read.trees.items() if tree is None))
-    return RoundAnswer(reconcile_fleet(views), unmatched, read.total_requests)
+    """In the worker: a round of its reconciler."""
+    return _IN_WORKER.round(section, hypervisors, changed)
 
 
 class PlacementWorker:
@@ -116,7 +136,10 @@ class PlacementWorker:
             self._sent = {}  # a new worker holds nothing
             # spawned, not forked: the exporter's threads (libvirt's, the executor's) hold locks
             # a forked child would inherit held
-            self._pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+            # and below the exporter's priority: a round has the interval to end, a scrape none
+            self._pool = ProcessPoolExecutor(
+                max_workers=1, mp_context=multiprocessing.get_context("spawn"), initializer=lower_priority
+            )
         return self._pool
 
     def close(self) -> None:

@@ -46,7 +46,7 @@ class PlannerFailedError(Exception):
     new worker)."""
 
 
-def _lower_priority() -> None:
+def lower_priority() -> None:
     with contextlib.suppress(OSError):  # refused (a container's policy): the default priority
         os.nice(WORKER_NICENESS)
 
@@ -108,7 +108,7 @@ class Planner:
             # spawned, not forked: the exporter's threads (libvirt's, the executor's) hold locks
             # a forked child would inherit held
             self._pool = ProcessPoolExecutor(
-                max_workers=1, mp_context=multiprocessing.get_context("spawn"), initializer=_lower_priority
+                max_workers=1, mp_context=multiprocessing.get_context("spawn"), initializer=lower_priority
             )
         return self._pool
 
