@@ -36,6 +36,7 @@ from tests.support.serving import (
     value,
     wait_for,
 )
+from virtcap.service.placement import failure_kind
 
 UUIDS = {name: f"00000000-0000-4000-8000-00000000000{index}" for index, name in enumerate("abc", start=1)}
 LEAKED = "00000000-0000-4000-8000-0000000000ff"
@@ -350,3 +351,14 @@ def test_serve_refuses_a_bad_placement_section_with_exit_2(tmp_path: Path, secti
     assert "Traceback" not in result.stderr
     (line,) = result.stderr.splitlines()
     assert f"{path}: {key}: " in line, line
+
+
+def test_one_outage_is_one_kind_of_failure_whatever_request_and_reason() -> None:
+    """A Placement killed mid-round resets a provider's read, then refuses the next rounds' lists:
+    one line in the log. Another kind of failure is another line."""
+    reset = "GET /resource_providers/1b1e/inventories: cannot connect to http://p:8778 (Connection aborted.)"
+    refused = "GET /resource_providers: cannot connect to http://p:8778 (Connection refused)"
+    assert failure_kind(reset) == failure_kind(refused)
+    assert failure_kind(refused) != failure_kind(
+        "GET /resource_providers: no answer within 3 s from http://p:8778"
+    )

@@ -30,12 +30,14 @@ ROUND_TIMEOUT_FACTOR = 4
 """A round (its requests, four at a time) is given up after this many request timeouts plus one
 per 25 providers: a Placement that answers each request just in time still ends its round."""
 _REQUEST_PATH = re.compile(r"GET /\S*")
+_REASON = re.compile(r" \([^()]*\)$")
 
 
 def failure_kind(message: str) -> str:
-    """A failure's message without the request it names: a Placement that breaks in the middle of
-    a round fails a provider's read first, then every next round its list; one kind, one line."""
-    return _REQUEST_PATH.sub("GET", message)
+    """A failure's message without the request it names nor the system's reason in parentheses:
+    a Placement killed in the middle of a round fails a provider's read first (the connection
+    reset), then every next round its list (the connection refused); one outage, one line."""
+    return _REASON.sub("", _REQUEST_PATH.sub("GET", message))
 
 
 class PlacementTask:
