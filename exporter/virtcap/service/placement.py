@@ -1,7 +1,8 @@
 """The Placement reconciliation's background task: every `placement.interval` (the audit interval
-by default), Placement's provider trees read (audit/placement.py, in a daemon thread: a hung
-Placement holds up nothing else) and compared with the hypervisors' last good audits
-(model/placement_drift.py), the answer kept in the store (`store.placement`) for /metrics and the
+by default), Placement's provider trees read (audit/placement.py) and compared with the
+hypervisors' last good audits (model/placement_drift.py), in the exporter's worker process
+(service/placement_worker.py) or a one-shot's daemon thread: a hung Placement holds up nothing
+else. The answer is kept in the store (`store.placement`) for /metrics and the
 API. Placement down, slow or answering garbage: one log line, `up` 0 and no per-hypervisor
 families (never stale values); the next round tries again.
 """
@@ -62,8 +63,8 @@ class PlacementTask:
 
     def configure(self, config: Config) -> None:
         """The configuration from now on. A changed `placement:` section is read with a new
-        session from the next round (the old one is closed then: a round may still use it), and
-        what was read with the old one is dropped."""
+        session from the next round (the reconciler makes it, closing the old one), and what was
+        read with the old one is dropped."""
         self.config = config
         if config.placement == self.section:
             return
