@@ -22,7 +22,7 @@ from virtcap.audit.placement import PlacementError, PlacementReader
 from virtcap.config.placement import PlacementSection
 from virtcap.model.capacity import HostCapacity
 from virtcap.model.placement_drift import DomainRecord, Drift, HypervisorView, reconcile_fleet
-from virtcap.service.planner import kill_workers, lower_priority
+from virtcap.service.planner import kill_workers, lower_priority, pool_processes
 
 REAP_SECONDS = 1.0
 """How long a killed worker is waited for."""
@@ -148,7 +148,7 @@ class PlacementWorker:
         self._sent = {}
         if pool is None:
             return
-        processes = list((getattr(pool, "_processes", None) or {}).values())
+        processes = pool_processes(pool)
         kill_workers(pool)
         with contextlib.suppress(Exception):
             pool.shutdown(wait=False, cancel_futures=True)

@@ -18,6 +18,8 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
+from virtcap.service.worker_process import die_with_parent
+
 PLAN_TIME_LIMIT_SECONDS = 30.0
 """The consolidation planner's time limit: the search stops between tries once it has passed."""
 PLAN_GRACE_SECONDS = 30.0
@@ -47,6 +49,8 @@ class PlannerFailedError(Exception):
 
 
 def lower_priority() -> None:
+    """A worker's start: below the exporter's priority, and gone with the exporter."""
+    die_with_parent()
     with contextlib.suppress(OSError):  # refused (a container's policy): the default priority
         os.nice(WORKER_NICENESS)
 
@@ -137,8 +141,12 @@ class Planner:
 
 
 def kill_workers(pool: ProcessPoolExecutor) -> None:
-    # ProcessPoolExecutor has no public way to stop a worker mid-task before Python 3.14
-    # (terminate_workers): its processes, by pid
-    processes = getattr(pool, "_processes", None) or {}
-    for process in list(processes.values()):
+    for process in pool_processes(pool):
         process.kill()
+
+
+def pool_processes(pool: ProcessPoolExecutor) -> list[multiprocessing.process.BaseProcess]:
+    # ProcessPoolExecutor has no public way to reach its workers before Python 3.14
+    # (terminate_workers): its processes
+    processes = getattr(pool, "_processes", None) or {}
+    return list(processes.values())

@@ -8,11 +8,8 @@ Nothing is held, moved or changed; the exporter's own state is only read."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import ctypes
 import multiprocessing
 import pickle
-import signal
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -81,9 +78,10 @@ from virtcap.model.scenario.spec import (
 from virtcap.model.scheduler import HostState
 from virtcap.service.flavors import with_discovered_flavors
 from virtcap.service.oneshot import audit_fleet_once
-from virtcap.service.planner import Job, Planner
+from virtcap.service.planner import Job, Planner, pool_processes
 from virtcap.service.tolerance_task import in_slices
 from virtcap.service.tolerance_worker import pickle_one
+from virtcap.service.worker_process import die_with_parent
 from virtcap.units import brief_repr, format_bytes
 
 SOLVE_FOR = ("add_hypervisors",)
@@ -293,14 +291,6 @@ def _sold_unit_apart(settings: ScenarioSettings, reserve: int, unit: SoldUnit) -
     return sold_unit(_AFTER, settings, reserve, unit)
 
 
-def _die_with_parent() -> None:
-    """Linux's parent-death signal: a planner worker killed past its time limit takes this process
-    with it, rather than leaving it computing for nobody."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
-_PR_SET_PDEATHSIG = 1
 PARALLEL_FROM_HYPERVISORS = 100
 """Below this, the answers before take less than starting a process (a second or two) saves."""
 
@@ -396,7 +386,7 @@ class _BeforeAnswers:
         parallel = self._parallel
         if parallel or (parallel is None and len(self._hosts) >= PARALLEL_FROM_HYPERVISORS):
             self._pool = ProcessPoolExecutor(
-                max_workers=1, mp_context=multiprocessing.get_context("spawn"), initializer=_die_with_parent
+                max_workers=1, mp_context=multiprocessing.get_context("spawn"), initializer=die_with_parent
             )
             pickled = pickle.dumps(list(self._hosts), pickle.HIGHEST_PROTOCOL)
             self._future = self._pool.submit(_answers_before, pickled, self._settings, self._reserve)
@@ -423,7 +413,7 @@ class _BeforeAnswers:
     def __exit__(self, *_: object) -> None:
         pool, self._pool = self._pool, None
         if pool is not None:
-            for process in list((getattr(pool, "_processes", None) or {}).values()):
+            for process in pool_processes(pool):
                 process.kill()  # an answer no longer wanted (an error after): not waited for
             pool.shutdown(wait=True, cancel_futures=True)
 

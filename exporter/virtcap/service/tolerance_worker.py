@@ -33,6 +33,7 @@ from virtcap.fleet.packing import PackingReport
 from virtcap.fleet.tolerance import FleetSimulation, HostEvacuation, SimulationRequest, ToleranceReport
 from virtcap.model.packing.stranded import StrandedCapacity
 from virtcap.model.scheduler import HostState
+from virtcap.service.worker_process import die_with_parent
 
 log = logging.getLogger(__name__)
 
@@ -184,14 +185,34 @@ def _frame(message: object) -> bytes:
 
 
 def _read_frame(stream: BinaryIO) -> bytes | None:
-    header = stream.read(HEADER.size)
-    if len(header) < HEADER.size:
+    header = _read_exactly(stream, HEADER.size)
+    if header is None:
         return None  # the exporter is gone, or stopped us
     (size,) = HEADER.unpack(header)
-    body = stream.read(size)
-    if len(body) < size:
-        return None
-    return body
+    return _read_exactly(stream, size)
+
+
+def _read_exactly(stream: BinaryIO, size: int) -> bytes | None:
+    """`size` bytes, read as the pipe gives them; None at its end."""
+    received = bytearray(size)
+    view = memoryview(received)
+    while view:
+        count = stream.readinto(view)  # type: ignore[attr-defined]  # a raw file's
+        if not count:
+            return None
+        view = view[count:]
+    return bytes(received)
+
+
+def _write_all(stream: BinaryIO, data: bytes) -> None:
+    """Every byte, however the pipe takes them. Not through a buffered writer: a write that a
+    stop interrupts (SIGSTOP then SIGCONT: a debugger, job control, an operator's `kill -STOP`)
+    returns after part of its bytes, and Python's buffered writer then corrupts the frame (frames
+    written by two threads and read by asyncio arrive corrupted within seconds of such pauses;
+    written so, none: tests/system/test_worker_process.py)."""
+    view = memoryview(data)
+    while view:
+        view = view[stream.write(view) :]
 
 
 class AnswerWriter:
@@ -205,8 +226,7 @@ class AnswerWriter:
 
     def send(self, frame: bytes) -> None:
         with self._lock:
-            self._answers.write(frame)
-            self._answers.flush()
+            _write_all(self._answers, frame)
 
     def send_packing(self, simulation: FleetSimulation, compute: Callable[[], PackingReport | None]) -> None:
         """The packing answers `compute` returns (None: nothing to send), or why not: a failure
@@ -224,8 +244,7 @@ class AnswerWriter:
         if report is None:
             return
         with self._lock:  # encoded in the order sent: each frame is the difference to the one before
-            self._answers.write(self._packing.encode(report))
-            self._answers.flush()
+            _write_all(self._answers, self._packing.encode(report))
 
 
 def serve(requests: BinaryIO, answers: BinaryIO) -> None:
@@ -290,9 +309,18 @@ def yield_the_cpu() -> None:
         os.nice(NICENESS)
 
 
+def frame_pipes() -> tuple[BinaryIO, BinaryIO]:
+    """Standard input and output unbuffered: each frame read and written whole, by
+    `_read_exactly` and `_write_all`."""
+    requests = open(sys.stdin.fileno(), "rb", buffering=0, closefd=False)  # noqa: SIM115
+    answers = open(sys.stdout.fileno(), "wb", buffering=0, closefd=False)  # noqa: SIM115
+    return requests, answers
+
+
 def main() -> None:
-    requests, answers = sys.stdin.buffer, sys.stdout.buffer
+    requests, answers = frame_pipes()
     sys.stdout = sys.stderr  # the frames own standard output: a stray print must not corrupt them
+    die_with_parent()
     yield_the_cpu()
     # Interrupted or its pipe closed: the exporter is going away.
     with contextlib.suppress(KeyboardInterrupt, BrokenPipeError):

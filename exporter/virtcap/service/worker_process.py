@@ -1,0 +1,18 @@
+"""What every worker process of the exporter does as it starts (the failure tolerance's, the
+Placement reader's, the planner's and a scenario's second process)."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import signal
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """Linux's parent-death signal: the worker is killed (SIGKILL) when the process that started
+    it ends, rather than left computing for nobody (a planner worker killed past its time limit,
+    an exporter killed in the middle of a computation). SIGKILL ends a stopped process too."""
+    with contextlib.suppress(OSError, AttributeError):  # not Linux: no parent-death signal
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)

@@ -1,0 +1,106 @@
+"""The exporter's worker processes (service/worker_process.py, service/tolerance_worker.py): real
+child processes, stopped and continued (SIGSTOP, SIGCONT) and orphaned as an operator, a debugger
+or a crash would."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+PAUSED_WRITER = """
+import random, threading
+from hashlib import sha256
+from virtcap.service.tolerance_worker import AnswerWriter, frame_pipes
+_, answers = frame_pipes()
+writer = AnswerWriter(answers)
+def frames(seed):
+    rng = random.Random(seed)
+    for _ in range(40):
+        body = rng.randbytes(rng.randrange(1, 2_000_000))
+        writer.send(len(body).to_bytes(8, "big") + sha256(body).digest() + body)
+other = threading.Thread(target=frames, args=(1,))
+other.start()
+frames(2)
+other.join()
+"""
+
+
+def state(pid: int) -> str:
+    """The process's state letter (T: stopped, Z: a zombie); "" once it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return ""
+    return text.rsplit(")", 1)[1].split()[0]
+
+
+def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.01)
+
+
+def test_the_failure_tolerance_workers_frames_survive_being_stopped_and_continued() -> None:
+    """A write that a stop interrupts returns after part of its bytes: the worker's frames (two
+    threads, one pipe, the frames larger than the pipe holds) arrive whole however often it is
+    stopped meanwhile. Written through Python's buffered writer, they arrived corrupted."""
+    child = subprocess.Popen([sys.executable, "-c", PAUSED_WRITER], stdout=subprocess.PIPE)
+    assert child.stdout is not None
+    done = threading.Event()
+
+    def stop_again_and_again() -> None:
+        while not done.is_set():
+            os.kill(child.pid, signal.SIGSTOP)
+            time.sleep(0.002)
+            os.kill(child.pid, signal.SIGCONT)
+            time.sleep(0.003)
+
+    stopper = threading.Thread(target=stop_again_and_again)
+    stopper.start()
+    try:
+        for _ in range(80):
+            size = int.from_bytes(child.stdout.read(8), "big")
+            digest = child.stdout.read(32)
+            assert hashlib.sha256(child.stdout.read(size)).digest() == digest, "a frame was corrupted"
+        assert child.stdout.read() == b""
+    finally:
+        done.set()
+        stopper.join()
+        child.kill()
+        child.wait()
+
+
+def test_a_worker_dies_with_the_process_that_started_it_even_stopped() -> None:
+    """An exporter killed in the middle of a computation leaves no worker computing for nobody,
+    nor one stopped for good."""
+    worker_code = (
+        "import os, time\n"
+        "from virtcap.service.planner import lower_priority\n"
+        "lower_priority()\n"  # what the planner's and the Placement reader's workers run first
+        "print(os.getpid(), flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    exporter_code = (
+        f"import subprocess, sys, time\nsubprocess.Popen([sys.executable, '-c', {worker_code!r}])\n"
+        "time.sleep(600)\n"
+    )
+    exporter = subprocess.Popen([sys.executable, "-c", exporter_code], stdout=subprocess.PIPE)
+    try:
+        assert exporter.stdout is not None
+        worker = int(exporter.stdout.readline())  # printed once its parent-death signal is set
+        os.kill(worker, signal.SIGSTOP)
+        wait_for(lambda: state(worker) == "T", 10, "not stopped")
+        exporter.kill()
+        exporter.wait()
+        wait_for(lambda: state(worker) in ("", "Z"), 10, "a stopped worker outlived its exporter")
+    finally:
+        exporter.kill()
+        exporter.wait()
