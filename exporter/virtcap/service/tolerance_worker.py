@@ -27,7 +27,7 @@ import sys
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import BinaryIO
+from io import FileIO
 
 from virtcap.fleet.packing import PackingReport
 from virtcap.fleet.tolerance import FleetSimulation, HostEvacuation, SimulationRequest, ToleranceReport
@@ -184,7 +184,7 @@ def _frame(message: object) -> bytes:
     return HEADER.pack(len(body)) + body
 
 
-def _read_frame(stream: BinaryIO) -> bytes | None:
+def _read_frame(stream: FileIO) -> bytes | None:
     header = _read_exactly(stream, HEADER.size)
     if header is None:
         return None  # the exporter is gone, or stopped us
@@ -192,19 +192,19 @@ def _read_frame(stream: BinaryIO) -> bytes | None:
     return _read_exactly(stream, size)
 
 
-def _read_exactly(stream: BinaryIO, size: int) -> bytes | None:
+def _read_exactly(stream: FileIO, size: int) -> bytes | None:
     """`size` bytes, read as the pipe gives them; None at its end."""
     received = bytearray(size)
     view = memoryview(received)
     while view:
-        count = stream.readinto(view)  # type: ignore[attr-defined]  # a raw file's
+        count = stream.readinto(view)
         if not count:
             return None
         view = view[count:]
     return bytes(received)
 
 
-def _write_all(stream: BinaryIO, data: bytes) -> None:
+def _write_all(stream: FileIO, data: bytes) -> None:
     """Every byte, however the pipe takes them. Not through a buffered writer: a write that a
     stop interrupts (SIGSTOP then SIGCONT: a debugger, job control, an operator's `kill -STOP`)
     returns after part of its bytes, and Python's buffered writer then corrupts the frame (frames
@@ -219,7 +219,7 @@ class AnswerWriter:
     """The answers' pipe, shared by the thread that answers requests and the one that computes
     packing steps: one frame at a time."""
 
-    def __init__(self, answers: BinaryIO) -> None:
+    def __init__(self, answers: FileIO) -> None:
         self._answers = answers
         self._lock = threading.Lock()
         self._packing = PackingEncoder()
@@ -247,7 +247,7 @@ class AnswerWriter:
             _write_all(self._answers, self._packing.encode(report))
 
 
-def serve(requests: BinaryIO, answers: BinaryIO) -> None:
+def serve(requests: FileIO, answers: FileIO) -> None:
     simulation, reports, writer = FleetSimulation(), ReportEncoder(), AnswerWriter(answers)
     steps = threading.Thread(
         target=compute_steps, args=(simulation, writer), name="packing-steps", daemon=True
@@ -309,7 +309,7 @@ def yield_the_cpu() -> None:
         os.nice(NICENESS)
 
 
-def frame_pipes() -> tuple[BinaryIO, BinaryIO]:
+def frame_pipes() -> tuple[FileIO, FileIO]:
     """Standard input and output unbuffered: each frame read and written whole, by
     `_read_exactly` and `_write_all`."""
     requests = open(sys.stdin.fileno(), "rb", buffering=0, closefd=False)  # noqa: SIM115
