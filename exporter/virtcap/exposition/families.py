@@ -25,7 +25,7 @@ from virtcap.exposition.placement_families import placement_families
 from virtcap.exposition.reclaim_families import reclaim_families
 from virtcap.fleet.placement import PlacementReport
 from virtcap.fleet.snapshot import HypervisorSnapshot
-from virtcap.fleet.store import SnapshotStore
+from virtcap.fleet.store import HypervisorState, SnapshotStore
 from virtcap.fleet.tolerance import ToleranceReport
 from virtcap.model.capacity import HostCapacity, domain_allocation
 from virtcap.model.facts import CpuIdentity, DomainState, HostFacts
@@ -66,37 +66,45 @@ def views(
     pending_claims: Mapping[str, int] | None = None,
     maintenance: Mapping[str, tuple[Maintenance, ...]] | None = None,
 ) -> tuple[HypervisorView, ...]:
-    """Take on the event loop, render anywhere. A hypervisor whose data is shown is in maintenance
-    as its capacity was computed (so that the gauge and the zero counts change together); any
-    other as `maintenance` says (the claims ledger's entries in effect), or without it as its
-    last audit had it."""
-    result = []
-    for state in store.hypervisors.values():
-        good = state.last_good
-        fresh = good is not None and now - good.taken_at <= stale_after
-        if good is not None and fresh:
-            entries = good.maintenance
-        elif maintenance is not None:
-            entries = maintenance.get(state.name, ())
-        else:
-            entries = state.latest.maintenance if state.latest is not None else ()
-        configured = state.latest.hypervisor if state.latest is not None else None
-        result.append(
-            HypervisorView(
-                name=state.name,
-                up=state.up,
-                data=good if fresh else None,
-                last_success=good.taken_at if good is not None else None,
-                last_duration=good.facts.audit_duration_seconds if good is not None and good.facts else None,
-                identity=state.identity,
-                audits=dict(state.audits),
-                domain_reads=state.domain_reads,
-                pending_claims=(pending_claims or {}).get(state.name, 0),
-                maintenance=entries,
-                groups=configured.groups if configured is not None else (),
-            )
-        )
-    return tuple(result)
+    """Take on the event loop, render anywhere (`hypervisor_view` of each)."""
+    return tuple(
+        hypervisor_view(state, now, stale_after, pending_claims, maintenance)
+        for state in store.hypervisors.values()
+    )
+
+
+def hypervisor_view(
+    state: HypervisorState,
+    now: float,
+    stale_after: float,
+    pending_claims: Mapping[str, int] | None = None,
+    maintenance: Mapping[str, tuple[Maintenance, ...]] | None = None,
+) -> HypervisorView:
+    """A hypervisor whose data is shown is in maintenance as its capacity was computed (so that
+    the gauge and the zero counts change together); any other as `maintenance` says (the claims
+    ledger's entries in effect), or without it as its last audit had it."""
+    good = state.last_good
+    fresh = good is not None and now - good.taken_at <= stale_after
+    if good is not None and fresh:
+        entries = good.maintenance
+    elif maintenance is not None:
+        entries = maintenance.get(state.name, ())
+    else:
+        entries = state.latest.maintenance if state.latest is not None else ()
+    configured = state.latest.hypervisor if state.latest is not None else None
+    return HypervisorView(
+        name=state.name,
+        up=state.up,
+        data=good if fresh else None,
+        last_success=good.taken_at if good is not None else None,
+        last_duration=good.facts.audit_duration_seconds if good is not None and good.facts else None,
+        identity=state.identity,
+        audits=dict(state.audits),
+        domain_reads=state.domain_reads,
+        pending_claims=(pending_claims or {}).get(state.name, 0),
+        maintenance=entries,
+        groups=configured.groups if configured is not None else (),
+    )
 
 
 class FamiliesCollector(Collector):

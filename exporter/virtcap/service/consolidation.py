@@ -27,7 +27,7 @@ from virtcap.model.packing.consolidation import ConsolidationOptionError, consol
 from virtcap.model.scheduler import HostState, Multipliers
 from virtcap.service.oneshot import audit_fleet_once
 from virtcap.service.planner import PLAN_GRACE_SECONDS, PLAN_TIME_LIMIT_SECONDS, Planner
-from virtcap.service.tolerance_task import in_slices
+from virtcap.service.slices import in_slices
 from virtcap.service.tolerance_worker import pickle_one
 from virtcap.units import brief_repr
 

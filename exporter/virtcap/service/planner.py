@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
-from virtcap.service.worker_process import die_with_parent
+from virtcap.service.worker_process import start_worker
 
 PLAN_TIME_LIMIT_SECONDS = 30.0
 """The consolidation planner's time limit: the search stops between tries once it has passed."""
@@ -49,8 +49,8 @@ class PlannerFailedError(Exception):
 
 
 def lower_priority() -> None:
-    """A worker's start: below the exporter's priority, and gone with the exporter."""
-    die_with_parent()
+    """A worker's start (`start_worker`), below the exporter's priority."""
+    start_worker()
     with contextlib.suppress(OSError):  # refused (a container's policy): the default priority
         os.nice(WORKER_NICENESS)
 

@@ -32,6 +32,10 @@ from virtcap.model.reclaim import (
 
 log = logging.getLogger(__name__)
 
+Candidate = tuple[str, DomainFacts, DomainHistory, frozenset[int] | None]
+"""A domain that may be reclaimable: its hypervisor, its latest facts, its history, and the
+hypervisor's dedicated CPUs (`cpu_dedicated_set`, None: none)."""
+
 CHECKPOINT_SECONDS = 300.0
 """How often a running domain's CPU-time sample is stored when nothing else about it changed."""
 
@@ -142,11 +146,21 @@ class ReclaimTracker:
         the candidates of each audit are looked at (shut off or idle, and counted): every render
         asks, on the event loop, and a fleet's domains are mostly neither."""
         at = time.time() if now is None else now
-        found = []
-        for hypervisor in sorted(self._candidates):
-            for domain, history, dedicated in self._candidates[hypervisor]:
-                answer = reclaimable(history, at, self.policy)
-                if answer is not None:
-                    allocation = domain_allocation(domain, dedicated)
-                    found.append(ReclaimableDomain(hypervisor, domain, answer, allocation))
-        return found
+        answers = (self.reclaimable_at(candidate, at) for candidate in self.candidates())
+        return [found for found in answers if found is not None]
+
+    def candidates(self) -> list[Candidate]:
+        """Each hypervisor's candidates (`reclaimable_domains`), by hypervisor and name: what
+        `reclaimable_at` decides one at a time (a render asks in slices of the event loop)."""
+        return [
+            (hypervisor, *candidate)
+            for hypervisor in sorted(self._candidates)
+            for candidate in self._candidates[hypervisor]
+        ]
+
+    def reclaimable_at(self, candidate: Candidate, at: float) -> ReclaimableDomain | None:
+        hypervisor, domain, history, dedicated = candidate
+        answer = reclaimable(history, at, self.policy)
+        if answer is None:
+            return None
+        return ReclaimableDomain(hypervisor, domain, answer, domain_allocation(domain, dedicated))

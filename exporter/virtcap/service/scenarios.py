@@ -79,9 +79,9 @@ from virtcap.model.scheduler import HostState
 from virtcap.service.flavors import with_discovered_flavors
 from virtcap.service.oneshot import audit_fleet_once
 from virtcap.service.planner import Job, Planner, pool_processes
-from virtcap.service.tolerance_task import in_slices
+from virtcap.service.slices import in_slices
 from virtcap.service.tolerance_worker import pickle_one
-from virtcap.service.worker_process import die_with_parent
+from virtcap.service.worker_process import start_worker
 from virtcap.units import brief_repr, format_bytes
 
 SOLVE_FOR = ("add_hypervisors",)
@@ -386,7 +386,7 @@ class _BeforeAnswers:
         parallel = self._parallel
         if parallel or (parallel is None and len(self._hosts) >= PARALLEL_FROM_HYPERVISORS):
             self._pool = ProcessPoolExecutor(
-                max_workers=1, mp_context=multiprocessing.get_context("spawn"), initializer=die_with_parent
+                max_workers=1, mp_context=multiprocessing.get_context("spawn"), initializer=start_worker
             )
             pickled = pickle.dumps(list(self._hosts), pickle.HIGHEST_PROTOCOL)
             self._future = self._pool.submit(_answers_before, pickled, self._settings, self._reserve)

@@ -24,9 +24,8 @@ import logging
 import pickle
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import TypeVar
 
 from virtcap.config import FailureToleranceSettings
 from virtcap.fleet.packing import PackingReport
@@ -40,6 +39,7 @@ from virtcap.fleet.tolerance import (
 )
 from virtcap.model.host_fit import Demand
 from virtcap.model.scheduler import Multipliers
+from virtcap.service.slices import in_slices
 from virtcap.service.supervise import Supervisor
 from virtcap.service.tolerance_worker import (
     HEADER,
@@ -59,28 +59,6 @@ SETTLE_SECONDS = 0.5
 """After a change, wait this long for the rest of its burst before computing."""
 EXIT_WAIT_SECONDS = 5.0
 """How long a worker whose answers ended is waited for, to tell how it exited."""
-SLICE_SECONDS = 0.0005
-"""How long the exporter's share of a computation (each new audit's state, pickling) runs on the
-event loop before it lets a scrape in."""
-
-
-_T = TypeVar("_T")
-_R = TypeVar("_R")
-
-
-async def in_slices(items: Sequence[_T], work: Callable[[_T], _R]) -> list[_R]:
-    """`work` on each item, on the event loop, yielding to it whenever a slice has run for
-    SLICE_SECONDS. Not in a thread: a thread running Python holds the interpreter lock for up to
-    its switch interval each time the loop needs it, and a scrape waits that long several times;
-    here a scrape waits for one slice at most."""
-    results = []
-    started = time.perf_counter()
-    for item in items:
-        results.append(work(item))
-        if time.perf_counter() - started > SLICE_SECONDS:
-            await asyncio.sleep(0)
-            started = time.perf_counter()
-    return results
 
 
 class WorkerProcess:

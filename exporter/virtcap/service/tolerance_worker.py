@@ -33,7 +33,7 @@ from virtcap.fleet.packing import PackingReport
 from virtcap.fleet.tolerance import FleetSimulation, HostEvacuation, SimulationRequest, ToleranceReport
 from virtcap.model.packing.stranded import StrandedCapacity
 from virtcap.model.scheduler import HostState
-from virtcap.service.worker_process import die_with_parent
+from virtcap.service.worker_process import start_worker
 
 log = logging.getLogger(__name__)
 
@@ -320,7 +320,7 @@ def frame_pipes() -> tuple[FileIO, FileIO]:
 def main() -> None:
     requests, answers = frame_pipes()
     sys.stdout = sys.stderr  # the frames own standard output: a stray print must not corrupt them
-    die_with_parent()
+    start_worker()
     yield_the_cpu()
     # Interrupted or its pipe closed: the exporter is going away.
     with contextlib.suppress(KeyboardInterrupt, BrokenPipeError):

@@ -7,7 +7,17 @@ import contextlib
 import ctypes
 import signal
 
+from virtcap.service.garbage import freeze_survivors
+
 _PR_SET_PDEATHSIG = 1
+
+
+def start_worker() -> None:
+    """What a worker does first: it dies with the exporter (`die_with_parent`), and the
+    survivors of its full garbage collections are frozen (service/garbage.py): the fleet it
+    computes on lives as long as it does."""
+    die_with_parent()
+    freeze_survivors()
 
 
 def die_with_parent() -> None:

@@ -16,10 +16,12 @@ from collections.abc import Callable, Mapping
 
 from virtcap.claims.ledger import ClaimLedger
 from virtcap.config.schema import ExpositionSection
-from virtcap.exposition.families import FragmentCache, PlacementShown, TaskHealth, views
+from virtcap.exposition.families import FragmentCache, PlacementShown, TaskHealth, hypervisor_view
 from virtcap.fleet.store import SnapshotStore
+from virtcap.model.reclaim import ReclaimableDomain
 from virtcap.model.sharding import UNSHARDED
 from virtcap.service.reclaim import ReclaimTracker
+from virtcap.service.slices import in_slices
 from virtcap.service.supervise import Supervisor
 
 RENDER_GAP_SECONDS = 0.5
@@ -47,9 +49,9 @@ class MetricsCache:
         self.shard = UNSHARDED
         """This exporter's shard, exported as kube-state-metrics exports its own."""
         self.reclaim: ReclaimTracker | None = None
+        """Where the reclaimable domains come from (None: no such series)."""
         self.placement = False
         """`placement:` is configured: its families are shown (the store's last reading)."""
-        """Where the reclaimable domains come from (None: no such series)."""
         self.flavor_sources: Callable[[], Mapping[str, str]] | None = None
         """Each flavor of the headroom families and its source, as of now (read on the event loop)."""
         # Its own thread: renders never queue behind other work of the default pool, and the
@@ -72,16 +74,20 @@ class MetricsCache:
             self.store.changed.clear()
             version = self.store.version
             started = time.monotonic()
-            snapshot = views(
-                self.store,
-                time.time(),
-                self.stale_after,
-                self.claims.pending(),
-                self.claims.maintenance_now(),
+            now = time.time()
+            # What the loop owns is read on the loop, in slices: a thousand hypervisors' views
+            # and the reclaim candidates take tens of milliseconds, which a scrape must not wait.
+            view = functools.partial(
+                hypervisor_view,
+                now=now,
+                stale_after=self.stale_after,
+                pending_claims=self.claims.pending(),
+                maintenance=self.claims.maintenance_now(),
             )
+            snapshot = tuple(await in_slices(list(self.store.hypervisors.values()), view))
             tasks = TaskHealth(dict(self.supervisor.failures), self.supervisor.dead_by_kind())
             flavors = self.flavor_sources() if self.flavor_sources is not None else None
-            reclaimable = self.reclaim.reclaimable_domains() if self.reclaim is not None else []
+            reclaimable = await self._reclaimable(now)
             render = functools.partial(
                 self._fragments.render,
                 snapshot,
@@ -103,6 +109,13 @@ class MetricsCache:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self._until_next_stale()):
                     await self.store.changed.wait()
+
+    async def _reclaimable(self, now: float) -> list[ReclaimableDomain]:
+        tracker = self.reclaim
+        if tracker is None:
+            return []
+        decided = await in_slices(tracker.candidates(), lambda found: tracker.reclaimable_at(found, now))
+        return [found for found in decided if found is not None]
 
     async def _pause(self, rendered_version: int, gap: float) -> None:
         """The gap between renders, cut short by the first complete picture of the fleet: /-/ready

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import sys
 from collections.abc import Callable
 
 from aiohttp import web
@@ -20,6 +21,7 @@ from virtcap.claims.ledger import ClaimLedger
 from virtcap.config import Config, ConfigError
 from virtcap.fleet.store import SnapshotStore
 from virtcap.service.auditor import FleetAuditor
+from virtcap.service.garbage import freeze_survivors
 from virtcap.service.placement import PlacementTask
 from virtcap.service.placement_worker import PlacementWorker
 from virtcap.service.reclaim import ReclaimTracker, policy_of
@@ -54,6 +56,10 @@ log = logging.getLogger(__name__)
 DEFAULT_PORT = 10463
 _MAX_PORT = 65535
 SHUTDOWN_GRACE_SECONDS = 10.0
+SWITCH_INTERVAL_SECONDS = 0.0005
+"""How long a thread running Python (a render, an audit's parsing) keeps the interpreter lock from
+the event loop once the loop asks for it. CPython's default, 5 ms, is paid each time the loop
+takes the lock back (after every write of a scrape's body), several times a scrape."""
 _SPARE_FILES = 256
 """Open files beyond clients and libvirt connections: logs, the claims database, libraries."""
 
@@ -119,14 +125,8 @@ async def serve(
     await runner.setup()
     assert exporter.connections is not None and exporter.tolerance is not None
     site = GuardedSite(runner, host, port, exporter.connections, ssl_context=web_config.ssl_context)
-    try:
-        await site.start()
-    except OSError as error:
-        await runner.cleanup()
-        await claims.stop()
-        raise ConfigError(
-            f"--web.listen-address: cannot listen on {listen_address}: {error.strerror}"
-        ) from None
+    await _listen(site, runner, claims, listen_address)
+    _tune_interpreter()
     # Listening first: a taken port fails before a thousand hypervisors are connected to, and
     # /-/healthy answers while the first audits run (/-/ready tells when they are done).
     await fleet.apply(
@@ -164,6 +164,25 @@ async def serve(
     log.info("shutting down")
     await _shut_down(exporter, reloads, runner)
     return 0
+
+
+def _tune_interpreter() -> None:
+    """From here on this process holds the fleet's audits for its whole life, and answers scrapes
+    while other threads run: a scrape waits neither for the garbage collector to walk every audit
+    (service/garbage.py) nor long for the interpreter lock."""
+    freeze_survivors()
+    sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
+
+
+async def _listen(site: GuardedSite, runner: web.AppRunner, claims: ClaimLedger, listen_address: str) -> None:
+    try:
+        await site.start()
+    except OSError as error:
+        await runner.cleanup()
+        await claims.stop()
+        raise ConfigError(
+            f"--web.listen-address: cannot listen on {listen_address}: {error.strerror}"
+        ) from None
 
 
 async def _shut_down(exporter: Exporter, reloads: ConfigReloads | None, runner: web.AppRunner) -> None:

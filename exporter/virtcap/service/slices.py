@@ -1,0 +1,30 @@
+"""Work the event loop must do itself (it reads or writes what the loop owns: the store, the
+trackers' state), cut into slices so that a scrape never waits long behind it."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+SLICE_SECONDS = 0.0005
+"""How long such work runs on the event loop before it lets a scrape in."""
+
+_T = TypeVar("_T")
+_R = TypeVar("_R")
+
+
+async def in_slices(items: Sequence[_T], work: Callable[[_T], _R]) -> list[_R]:
+    """`work` on each item, on the event loop, yielding to it whenever a slice has run for
+    SLICE_SECONDS. Not in a thread: a thread running Python holds the interpreter lock for up to
+    its switch interval each time the loop needs it, and a scrape waits that long several times;
+    here a scrape waits for one slice at most."""
+    results = []
+    started = time.perf_counter()
+    for item in items:
+        results.append(work(item))
+        if time.perf_counter() - started > SLICE_SECONDS:
+            await asyncio.sleep(0)
+            started = time.perf_counter()
+    return results
