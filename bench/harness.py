@@ -176,6 +176,51 @@ def print_table(title: str, header: tuple[str, ...], rows: Table) -> None:
     sys.stdout.flush()
 
 
+SCRAPE_PERIOD_SECONDS = 0.1
+"""A scraper at a fixed cadence, ten a second: a stall of the exporter then shows in every scrape
+it meets, as a scraper on a schedule (Prometheus) meets it. Back to back, a scraper waits for
+each answer before it asks again, and a 0.4 s stall is one slow scrape among hundreds."""
+
+
+SCRAPERS = (("back to back", None), ("10 a second", SCRAPE_PERIOD_SECONDS))
+"""How the serving benchmarks scrape /metrics (`scrapes_while`'s period), each named."""
+
+
+def scrapes_while(
+    port: int, busy: Callable[[bytes], bool], limit: float, period: float | None = None
+) -> list[float]:
+    """/metrics over one keep-alive connection while `busy(body)` holds for the body of the last
+    scrape (`sample` reads it: no scrape of its own), at most `limit` s: back to back (`period`
+    None) or one every `period` s; the seconds each took."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    result: list[float] = []
+    deadline = time.monotonic() + limit
+    due = time.perf_counter()
+    try:
+        while time.monotonic() < deadline:
+            if period is not None:
+                time.sleep(max(due - time.perf_counter(), 0.0))
+                due = max(due + period, time.perf_counter())  # after a stall: on, not in a burst
+            started = time.perf_counter()
+            connection.request("GET", "/metrics")
+            body = connection.getresponse().read()
+            result.append(time.perf_counter() - started)
+            if not busy(body):
+                break
+    finally:
+        connection.close()
+    return result
+
+
+def sample(body: bytes, name: str) -> float | None:
+    """The value of the series `name` (without labels) in a /metrics body, None if absent."""
+    start = body.find(b"\n" + name.encode() + b" ")
+    if start < 0:
+        return None
+    start += len(name) + 2
+    return float(body[start : body.index(b"\n", start)])
+
+
 def metric_value(port: int, name: str) -> float | None:
     """One sample of /metrics (`name` with its labels as rendered), None if absent."""
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)

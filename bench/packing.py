@@ -9,8 +9,9 @@
    zone), one step at a time.
 2. Served: `virtcap serve` on the test-driver fleet of bench/serving.py, /metrics latency while the
    worker computes the tolerance and then the packing (first computation, then after a claim:
-   when the stranded capacity was published, when every answer had caught up), and the worker's
-   peak RSS (VmHWM of the child process).
+   when the stranded capacity was published, when every answer had caught up), scraped back to
+   back and ten times a second (harness.SCRAPE_PERIOD_SECONDS), and the worker's peak RSS
+   (VmHWM of the child process).
 """
 
 from __future__ import annotations
@@ -20,8 +21,19 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from harness import Table, cell, make_hosts, metric_value, percentile, print_table, virtcap
-from serving import FITTING, ROOMY, latencies_while, post_claim, tolerance_config
+from harness import (
+    SCRAPERS,
+    Table,
+    cell,
+    make_hosts,
+    metric_value,
+    percentile,
+    print_table,
+    sample,
+    scrapes_while,
+    virtcap,
+)
+from serving import FITTING, ROOMY, post_claim, tolerance_config
 from stranded import demo_flavors
 from tolerance import tolerance_fleet, tolerance_fleet_changed
 from virtcap.fleet.packing import FleetPacking, PackingSettings, Step
@@ -139,19 +151,19 @@ def _worker_peak_mib(exporter_pid: int) -> float | None:
 
 class AfterClaim:
     """When the packing answers first changed after the claim (the stranded capacity, published
-    with the tolerance), and when none was pending any more: asked between the measured scrapes
-    (`latencies_while`'s `busy`), so that no scrape of its own runs beside them."""
+    with the tolerance), and when none was pending any more: read in the measured scrapes'
+    bodies (`scrapes_while`'s `busy`), so that no scrape of its own runs beside them."""
 
-    def __init__(self, port: int, before: float | None) -> None:
-        self.port, self.before = port, before
+    def __init__(self, before: float | None) -> None:
+        self.before = before
         self.started = time.monotonic()
         self.found: dict[str, float] = {}
 
-    def busy(self) -> bool:
+    def busy(self, body: bytes) -> bool:
         now = time.monotonic() - self.started
-        if "published" not in self.found and metric_value(self.port, PACKED) != self.before:
+        if "published" not in self.found and sample(body, PACKED) != self.before:
             self.found["published"] = now
-        if "published" in self.found and metric_value(self.port, PENDING) == 0:
+        if "published" in self.found and sample(body, PENDING) == 0:
             self.found["caught up"] = now
         return "caught up" not in self.found
 
@@ -163,24 +175,25 @@ def packing_while_scraped(scratch: Path, runs: int, hypervisors: int, domains: i
     uris = {n: f"test://{p}" for n, p in paths.items()}
     figures: dict[str, dict[str, list[float]]] = {}
     for _ in range(runs):
-        config = tolerance_config(scratch, uris, True)  # the flavors: discovered in the domains' metadata
-        with virtcap(config) as (port, child, _ready):
-            first = figures.setdefault("first computation (tolerance, then every answer)", {})
-            measured = latencies_while(port, lambda: metric_value(port, PENDING) != 0, 3600)
-            first.setdefault("caught up", []).append(metric_value(port, PACKING_DURATION) or 0.0)
-            _latencies(first, measured)
-            idle = figures.setdefault("nothing to compute (for comparison)", {})
-            _latencies(idle, latencies_while(port, lambda: True, IDLE_SECONDS))
-            claimed = AfterClaim(port, metric_value(port, PACKED))
-            post_claim(port, next(iter(uris)))
-            measured = latencies_while(port, claimed.busy, 3600)
-            again = figures.setdefault("after a claim on one hypervisor", {})
-            again.setdefault("published", []).append(claimed.found["published"])
-            again.setdefault("caught up", []).append(claimed.found["caught up"])
-            _latencies(again, measured)
-            peak = _worker_peak_mib(child.pid)
-            if peak is not None:
-                again.setdefault("rss", []).append(peak)
+        for scraped, period in SCRAPERS:  # each in an exporter of its own
+            config = tolerance_config(scratch, uris, True)  # the flavors: discovered in the domains' metadata
+            with virtcap(config) as (port, child, _ready):
+                first = figures.setdefault(f"{scraped}: first computation (tolerance, then every answer)", {})
+                measured = scrapes_while(port, lambda body: sample(body, PENDING) != 0, 3600, period)
+                first.setdefault("caught up", []).append(metric_value(port, PACKING_DURATION) or 0.0)
+                _latencies(first, measured)
+                idle = figures.setdefault(f"{scraped}: nothing to compute (for comparison)", {})
+                _latencies(idle, scrapes_while(port, lambda _body: True, IDLE_SECONDS, period))
+                claimed = AfterClaim(metric_value(port, PACKED))
+                post_claim(port, next(iter(uris)))
+                measured = scrapes_while(port, claimed.busy, 3600, period)
+                again = figures.setdefault(f"{scraped}: after a claim on one hypervisor", {})
+                again.setdefault("published", []).append(claimed.found["published"])
+                again.setdefault("caught up", []).append(claimed.found["caught up"])
+                _latencies(again, measured)
+                peak = _worker_peak_mib(child.pid)
+                if peak is not None:
+                    again.setdefault("rss", []).append(peak)
     rows: Table = [
         (
             label,
@@ -195,9 +208,10 @@ def packing_while_scraped(scratch: Path, runs: int, hypervisors: int, domains: i
     ]
     print_table(
         f"virtcap serve, {hypervisors:,} hypervisors x {domains} domains: /metrics while the worker "
-        "computes the packing answers (after the claim: when its hypervisor's stranded capacity was "
-        "published, when every answer had caught up)",
-        ("packing", "stranded published", "caught up", "p50", "p99", "max", "worker peak RSS"),
+        "computes the packing answers, scraped back to back and ten times a second (after the "
+        "claim: when its hypervisor's stranded capacity was published, when every answer had "
+        "caught up)",
+        ("scrapes: packing", "stranded published", "caught up", "p50", "p99", "max", "worker peak RSS"),
         rows,
     )
 

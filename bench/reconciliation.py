@@ -33,16 +33,17 @@ from typing import Any, TypeVar
 
 from consolidation import _reset_peak, _status_mib
 from harness import (
+    SCRAPERS,
     Table,
     cell,
     free_port,
     get,
-    latencies,
     make_hosts,
     metric_value,
     percentile,
     print_table,
     process,
+    scrapes_while,
     virtcap,
     wait,
     write_config,
@@ -421,49 +422,54 @@ def timed(work: Callable[[], _T]) -> tuple[float, _T]:
 def served(
     scratch: Path, uris: dict[str, str], endpoints: list[tuple[str, str | None]], runs: int, quick: bool
 ) -> None:
-    """`virtcap serve` with `placement:` (each endpoint) and without: /metrics scraped back to back
-    for two audit intervals after the first audit cycle, so that rounds and audits run during the
-    scrapes."""
+    """`virtcap serve` with `placement:` (each endpoint) and without: /metrics scraped for two audit
+    intervals after the first audit cycle, back to back then ten times a second (`SCRAPERS`), so
+    that rounds and audits run during the scrapes."""
     interval, window = (10.0, 20.0) if quick else (30.0, 60.0)
     rows: Table = []
     for label, url in endpoints:
         config = fleet_config(scratch, uris, url, interval=f"{interval:g}s")
-        found: dict[str, list[float]] = {}
+        found: dict[str, dict[str, list[float]]] = {scraped: {} for scraped, _ in SCRAPERS}
         for _ in range(runs):
             with virtcap(config) as (port, child, ready):
-                before = metric_value(port, REQUESTS_OK) or 0.0
-                measured_latencies = scrapes_for(port, window)
-                after = metric_value(port, REQUESTS_OK) or 0.0
-                found.setdefault("cycle", []).append(ready)
-                found.setdefault("p50", []).append(percentile(measured_latencies, 0.5) * 1000)
-                found.setdefault("p99", []).append(percentile(measured_latencies, 0.99) * 1000)
-                found.setdefault("max", []).append(max(measured_latencies) * 1000)
-                found.setdefault("scrapes", []).append(len(measured_latencies))
-                if url is not None:
-                    assert metric_value(port, UP) == 1.0, "Placement was not read"
-                    found.setdefault("round", []).append(metric_value(port, DURATION) or 0.0)
-                    found.setdefault("requests", []).append(after - before)
+                for scraped, period in SCRAPERS:
+                    figures = found[scraped]
+                    before = metric_value(port, REQUESTS_OK) or 0.0
+                    measured = scrapes_while(port, lambda _body: True, window, period)
+                    after = metric_value(port, REQUESTS_OK) or 0.0
+                    figures.setdefault("cycle", []).append(ready)
+                    figures.setdefault("p50", []).append(percentile(measured, 0.5) * 1000)
+                    figures.setdefault("p99", []).append(percentile(measured, 0.99) * 1000)
+                    figures.setdefault("max", []).append(max(measured) * 1000)
+                    figures.setdefault("scrapes", []).append(len(measured))
+                    if url is not None:
+                        assert metric_value(port, UP) == 1.0, "Placement was not read"
+                        figures.setdefault("round", []).append(metric_value(port, DURATION) or 0.0)
+                        figures.setdefault("requests", []).append(after - before)
                 status = Path(f"/proc/{child.pid}/status").read_text()
                 peak = next(line for line in status.splitlines() if line.startswith("VmHWM:"))
-                found.setdefault("rss", []).append(int(peak.split()[1]) / 1024)
-        rows.append(
+                for figures in found.values():
+                    figures.setdefault("rss", []).append(int(peak.split()[1]) / 1024)
+        rows.extend(
             (
-                label,
-                cell(found["cycle"], " s", 1),
-                cell(found["round"], " s", 1) if "round" in found else "-",
-                cell(found["requests"], "", 0) if "requests" in found else "-",
-                cell(found["scrapes"], "", 0),
-                cell(found["p50"], " ms"),
-                cell(found["p99"], " ms"),
-                cell(found["max"], " ms"),
-                cell(found["rss"], " MiB", 0),
+                f"{label} {scraped}",
+                cell(figures["cycle"], " s", 1),
+                cell(figures["round"], " s", 1) if "round" in figures else "-",
+                cell(figures["requests"], "", 0) if "requests" in figures else "-",
+                cell(figures["scrapes"], "", 0),
+                cell(figures["p50"], " ms"),
+                cell(figures["p99"], " ms"),
+                cell(figures["max"], " ms"),
+                cell(figures["rss"], " MiB", 0),
             )
+            for scraped, figures in found.items()
         )
     print_table(
-        f"virtcap serve, {len(uris):,} hypervisors: /metrics scraped back to back for {window:g} s after "
-        f"the first audit cycle, audits and Placement rounds every {interval:g} s",
+        f"virtcap serve, {len(uris):,} hypervisors: /metrics scraped for {window:g} s after the first "
+        f"audit cycle, back to back then ten times a second, audits and Placement rounds every "
+        f"{interval:g} s",
         (
-            "exporter",
+            "exporter, scrapes",
             "first audit cycle",
             "last Placement round",
             "requests to Placement meanwhile",
@@ -475,12 +481,3 @@ def served(
         ),
         rows,
     )
-
-
-def scrapes_for(port: int, seconds: float) -> list[float]:
-    """/metrics back to back over one keep-alive connection, in batches of 100, for `seconds`."""
-    result: list[float] = []
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        result += latencies(port, 100)
-    return result

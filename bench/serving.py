@@ -8,7 +8,6 @@ import json
 import random
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -21,6 +20,8 @@ from harness import (
     metric_value,
     percentile,
     print_table,
+    sample,
+    scrapes_while,
     virtcap,
     write_config,
 )
@@ -54,20 +55,6 @@ def post_claim(port: int, hypervisor: str) -> int:
         connection.close()
 
 
-def latencies_while(port: int, busy: Callable[[], bool], limit: float) -> list[float]:
-    """Scrapes one after the other while `busy()` (checked every 50 scrapes), at most `limit` s."""
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-    result: list[float] = []
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline and (len(result) % 50 or busy()):
-        started = time.perf_counter()
-        connection.request("GET", "/metrics")
-        connection.getresponse().read()
-        result.append(time.perf_counter() - started)
-    connection.close()
-    return result
-
-
 def tolerance_while_scraped(scratch: Path, runs: int, hypervisors: int, domains: int, seconds: float) -> None:
     """/metrics while the exporter computes the fleet's failure tolerance: during its first, full
     computation, and while a claim a second on a random hypervisor has it computed again;
@@ -85,7 +72,7 @@ def tolerance_while_scraped(scratch: Path, runs: int, hypervisors: int, domains:
             with virtcap(config) as (port, _child, ready):
                 if enabled:
                     started = time.monotonic()
-                    measured = latencies_while(port, lambda: metric_value(port, DURATION) is None, 600)
+                    measured = scrapes_while(port, lambda body: sample(body, DURATION) is None, 600)
                     first = figures.setdefault("on: first computation (full)", {})
                     first.setdefault("cycle", []).append(ready)
                     first.setdefault("took", []).append(metric_value(port, DURATION) or 0.0)
@@ -105,7 +92,7 @@ def tolerance_while_scraped(scratch: Path, runs: int, hypervisors: int, domains:
                 claimer = threading.Thread(target=claim_again_and_again, daemon=True)
                 claimer.start()
                 try:
-                    measured = latencies_while(port, lambda: True, seconds)
+                    measured = scrapes_while(port, lambda _body: True, seconds)
                 finally:
                     stop.set()
                     claimer.join()
