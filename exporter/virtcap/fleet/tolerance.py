@@ -187,21 +187,32 @@ class FleetChanges:
         multipliers: Multipliers,
         bound: int,
         packing: PackingSettings | None = None,
+        *,
+        differ: Sequence[bool] | None = None,
     ) -> SimulationRequest | None:
-        """`request`, given each host's `state_of` (which a caller may work out a few at a time).
-        Other packing settings alone (a flavor discovered, a group changed) are a request with no
-        change for the tolerance: only the packing reads them."""
+        """`request`, given each host's `state_of` and whether it `differs` (which a caller may
+        work out a few at a time). Other packing settings alone (a flavor discovered, a group
+        changed) are a request with no change for the tolerance: only the packing reads them."""
         self._built = {host.name: self._built[host.name] for host in hosts}
         settings = (multipliers, bound)
         names = [state.name for state, _key in built]
         same_fleet = settings == self._settings and names == list(self._sent)
-        changed = {state.name: state for state, key in built if key != self._sent.get(state.name)}
+        if differ is None:
+            differ = [self.differs(one) for one in built]
+        changed = {state.name: state for (state, _key), moved in zip(built, differ, strict=True) if moved}
         if same_fleet and not changed and packing == self._packing:
             return None
         self._sent = {state.name: key for state, key in built}
         self._settings, self._packing = settings, packing
         full = not same_fleet or len(changed) > MAX_INCREMENTAL_CHANGES
         return SimulationRequest(tuple(names), changed, multipliers, bound, full, packing)
+
+    def differs(self, built: tuple[HostState, tuple[object, ...]]) -> bool:
+        """Whether what the scheduler reads of a host (its `state_of`) differs from what the
+        simulation was last told: compared whole after a new audit, a tenth of a millisecond for
+        a host of 50 domains."""
+        state, key = built
+        return key != self._sent.get(state.name)
 
     def state_of(self, host: SimulatedHost) -> tuple[HostState, tuple[object, ...]]:
         """Built again only for a new audit (the domains' requests are parsed from their flavors'

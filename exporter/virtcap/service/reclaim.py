@@ -144,7 +144,7 @@ class ReclaimTracker:
     def reclaimable_domains(self, now: float | None = None) -> list[ReclaimableDomain]:
         """The domains reclaimable at `now`, by hypervisor and name, with their latest facts. Only
         the candidates of each audit are looked at (shut off or idle, and counted): every render
-        asks, on the event loop, and a fleet's domains are mostly neither."""
+        asks, on the event loop (in slices: `candidates`), and a fleet's domains are mostly neither."""
         at = time.time() if now is None else now
         answers = (self.reclaimable_at(candidate, at) for candidate in self.candidates())
         return [found for found in answers if found is not None]

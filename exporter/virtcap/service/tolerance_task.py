@@ -29,7 +29,7 @@ from dataclasses import replace
 
 from virtcap.config import FailureToleranceSettings
 from virtcap.fleet.packing import PackingReport
-from virtcap.fleet.store import SnapshotStore
+from virtcap.fleet.store import HypervisorState, SnapshotStore
 from virtcap.fleet.tolerance import (
     FleetChanges,
     SimulatedHost,
@@ -218,15 +218,18 @@ class ToleranceTracker:
 
     async def _compute_once(self, changes: FleetChanges, worker: WorkerProcess) -> float:
         """Computes what changed; returns how long the worker took (0 when nothing changed)."""
-        hosts = self._hosts(time.time())
+        now = time.time()
+        found = await in_slices(list(self.store.hypervisors.values()), lambda state: self._host(state, now))
+        hosts = [host for host in found if host is not None]
         multipliers, bound = self.multipliers, self.settings.max_host_failures
         built = await in_slices(hosts, changes.state_of)
+        differ = await in_slices(built, changes.differs)  # after an audit cycle, 0.1 s in all
         packing = (
             packing_settings(hosts, self.flavors(), self.settings.reserve_host_failures)
             if self.flavors is not None
             else None
         )
-        request = changes.request_from(hosts, built, multipliers, bound, packing)
+        request = changes.request_from(hosts, built, multipliers, bound, packing, differ=differ)
         if request is None:
             return 0.0
         report = await worker.compute(request)
@@ -255,16 +258,13 @@ class ToleranceTracker:
             },
         )
 
-    def _hosts(self, now: float) -> list[SimulatedHost]:
-        """The hypervisors with a last good audit that is not stale, as the store has them now.
+    def _host(self, state: HypervisorState, now: float) -> SimulatedHost | None:
+        """The hypervisor as the simulation sees it, if it has a last good audit that is not stale.
         A stale one is left out: its data is no longer shown, nor would Nova place anything on it."""
-        hosts = []
-        for state in self.store.hypervisors.values():
-            good = state.last_good
-            if good is None or good.capacity is None or now - good.taken_at > self.stale_after:
-                continue
-            hosts.append(SimulatedHost(state.name, good, up=state.up))
-        return hosts
+        good = state.last_good
+        if good is None or good.capacity is None or now - good.taken_at > self.stale_after:
+            return None
+        return SimulatedHost(state.name, good, up=state.up)
 
     def _until_next_stale(self) -> float | None:
         return self.store.until_next_stale(self.stale_after, time.time())
