@@ -212,6 +212,13 @@ def scrapes_while(
     return result
 
 
+def latency_figures(figures: dict[str, list[float]], measured: list[float]) -> None:
+    """A run's p50, p99 and max of `measured` (seconds) added to `figures`, in milliseconds."""
+    figures.setdefault("p50", []).append(percentile(measured, 0.5) * 1000)
+    figures.setdefault("p99", []).append(percentile(measured, 0.99) * 1000)
+    figures.setdefault("max", []).append(max(measured) * 1000)
+
+
 def sample(body: bytes, name: str) -> float | None:
     """The value of the series `name` (without labels) in a /metrics body, None if absent."""
     start = body.find(b"\n" + name.encode() + b" ")

@@ -25,9 +25,9 @@ from harness import (
     SCRAPERS,
     Table,
     cell,
+    latency_figures,
     make_hosts,
     metric_value,
-    percentile,
     print_table,
     sample,
     scrapes_while,
@@ -181,16 +181,16 @@ def packing_while_scraped(scratch: Path, runs: int, hypervisors: int, domains: i
                 first = figures.setdefault(f"{scraped}: first computation (tolerance, then every answer)", {})
                 measured = scrapes_while(port, lambda body: sample(body, PENDING) != 0, 3600, period)
                 first.setdefault("caught up", []).append(metric_value(port, PACKING_DURATION) or 0.0)
-                _latencies(first, measured)
+                latency_figures(first, measured)
                 idle = figures.setdefault(f"{scraped}: nothing to compute (for comparison)", {})
-                _latencies(idle, scrapes_while(port, lambda _body: True, IDLE_SECONDS, period))
+                latency_figures(idle, scrapes_while(port, lambda _body: True, IDLE_SECONDS, period))
                 claimed = AfterClaim(metric_value(port, PACKED))
                 post_claim(port, next(iter(uris)))
                 measured = scrapes_while(port, claimed.busy, 3600, period)
                 again = figures.setdefault(f"{scraped}: after a claim on one hypervisor", {})
                 again.setdefault("published", []).append(claimed.found["published"])
                 again.setdefault("caught up", []).append(claimed.found["caught up"])
-                _latencies(again, measured)
+                latency_figures(again, measured)
                 peak = _worker_peak_mib(child.pid)
                 if peak is not None:
                     again.setdefault("rss", []).append(peak)
@@ -214,12 +214,6 @@ def packing_while_scraped(scratch: Path, runs: int, hypervisors: int, domains: i
         ("scrapes: packing", "stranded published", "caught up", "p50", "p99", "max", "worker peak RSS"),
         rows,
     )
-
-
-def _latencies(figures: dict[str, list[float]], measured: list[float]) -> None:
-    figures.setdefault("p50", []).append(percentile(measured, 0.5) * 1000)
-    figures.setdefault("p99", []).append(percentile(measured, 0.99) * 1000)
-    figures.setdefault("max", []).append(max(measured) * 1000)
 
 
 def packing(scratch: Path, runs: int, hypervisors: int, domains: int) -> None:

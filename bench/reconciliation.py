@@ -38,9 +38,9 @@ from harness import (
     cell,
     free_port,
     get,
+    latency_figures,
     make_hosts,
     metric_value,
-    percentile,
     print_table,
     process,
     scrapes_while,
@@ -438,9 +438,7 @@ def served(
                     measured = scrapes_while(port, lambda _body: True, window, period)
                     after = metric_value(port, REQUESTS_OK) or 0.0
                     figures.setdefault("cycle", []).append(ready)
-                    figures.setdefault("p50", []).append(percentile(measured, 0.5) * 1000)
-                    figures.setdefault("p99", []).append(percentile(measured, 0.99) * 1000)
-                    figures.setdefault("max", []).append(max(measured) * 1000)
+                    latency_figures(figures, measured)
                     figures.setdefault("scrapes", []).append(len(measured))
                     if url is not None:
                         assert metric_value(port, UP) == 1.0, "Placement was not read"

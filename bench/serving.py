@@ -16,9 +16,9 @@ import bcrypt
 from harness import (
     Table,
     cell,
+    latency_figures,
     make_hosts,
     metric_value,
-    percentile,
     print_table,
     sample,
     scrapes_while,
@@ -77,7 +77,7 @@ def tolerance_while_scraped(scratch: Path, runs: int, hypervisors: int, domains:
                     first.setdefault("cycle", []).append(ready)
                     first.setdefault("took", []).append(metric_value(port, DURATION) or 0.0)
                     first.setdefault("window", []).append(time.monotonic() - started)
-                    _latency_figures(first, measured)
+                    latency_figures(first, measured)
                 stop = threading.Event()
                 rng = random.Random(3)
 
@@ -105,7 +105,7 @@ def tolerance_while_scraped(scratch: Path, runs: int, hypervisors: int, domains:
                     steady.setdefault("full", []).append(after[0] - before[0])
                     steady.setdefault("incremental", []).append(after[1] - before[1])
                     steady.setdefault("took", []).append(metric_value(port, DURATION) or 0.0)
-                _latency_figures(steady, measured)
+                latency_figures(steady, measured)
     for label, found in figures.items():
         rows.append(
             (
@@ -136,12 +136,6 @@ def tolerance_while_scraped(scratch: Path, runs: int, hypervisors: int, domains:
         ),
         rows,
     )
-
-
-def _latency_figures(figures: dict[str, list[float]], measured: list[float]) -> None:
-    figures.setdefault("p50", []).append(percentile(measured, 0.5) * 1000)
-    figures.setdefault("p99", []).append(percentile(measured, 0.99) * 1000)
-    figures.setdefault("max", []).append(max(measured) * 1000)
 
 
 DURATION = "virtcap_failure_tolerance_duration_seconds"
