@@ -25,6 +25,7 @@ from virtcap.audit.domain_xml import (
     parse_domain_xml,
 )
 from virtcap.audit.libvirt_api import VirConnect, VirDomain
+from virtcap.audit.parsed_definitions import ParsedDefinitions
 from virtcap.audit.volumes import VolumeIndex, is_local_disk
 from virtcap.model.contention import VcpuDelays
 from virtcap.model.facts import DiskFacts, DomainFacts
@@ -107,17 +108,36 @@ def _list_domains(conn: VirConnect) -> list[tuple[VirDomain, int | None]]:
 
 
 def read_all_domains(
-    conn: VirConnect, volumes: VolumeIndex, ownership: OwnershipMetadata | None, problems: list[str]
+    conn: VirConnect,
+    volumes: VolumeIndex,
+    ownership: OwnershipMetadata | None,
+    problems: list[str],
+    *,
+    definitions: ParsedDefinitions | None = None,
 ) -> tuple[list[DomainFacts], int]:
-    """Every domain read: a full audit without a cache. Also the number of definitions read."""
+    """Every domain read: a full audit without a cache. Also the number of definitions read.
+    `definitions`, where given, parses again only the XML that changed since it last parsed it."""
     domains = []
     reads = 0
+    listed: set[str] = set()
     for domain, state_code in _list_domains(conn):
         reads += 1
-        read = _read_or_report(domain, state_code, ownership, problems)
+        uuid = _uuid(domain)
+        listed.add(uuid)
+        read = _read_or_report(domain, uuid, state_code, ownership, problems, definitions=definitions)
         if read is not None:
             domains.append(_domain_facts(domain, *read, volumes, {}))
+    if definitions is not None:
+        definitions.keep_only(listed)
     return domains, reads
+
+
+def _uuid(domain: VirDomain) -> str:
+    """The domain's UUID, local to the client (no round trip); "" if libvirt cannot tell it."""
+    try:
+        return domain.UUIDString()
+    except libvirt.libvirtError:
+        return ""
 
 
 def read_domains_with_cache(
@@ -126,10 +146,13 @@ def read_domains_with_cache(
     block_info_is_real: bool,
     ownership: OwnershipMetadata | None,
     problems: list[str],
+    *,
+    definitions: ParsedDefinitions | None = None,
 ) -> tuple[list[DomainFacts], VolumeIndex, int, bool]:
     """The domains, reading again only those that changed since the cache's last audit, unless
     this audit is a full one. Also the volume index used, the definitions read, and whether the
-    audit was full. See virtcap.audit.domain_cache for why what is kept is still exact."""
+    audit was full. See virtcap.audit.domain_cache for why what is kept is still exact.
+    `definitions` as for `read_all_domains`."""
     # Taken before the listing: a change told after this is read by the next audit.
     changes = cache.changes.take()
     full = cache.next_is_full() or changes.unknown
@@ -143,14 +166,13 @@ def read_domains_with_cache(
     # Per listed domain: its UUID, and what was read of it now (None: kept from the cache).
     present: list[tuple[VirDomain, str, tuple[int, DomainDefinition] | None]] = []
     for domain, state_code in listed:
-        try:
-            uuid = domain.UUIDString()  # local to the client: no round trip
-        except libvirt.libvirtError:
-            uuid = ""
+        uuid = _uuid(domain)
         kept = cache.domains.get(uuid)
         if full or not uuid or kept is None or state_code != kept.state_code or uuid in changes.domains:
             reads += 1
-            definition_read = _read_or_report(domain, state_code, ownership, problems)
+            definition_read = _read_or_report(
+                domain, uuid, state_code, ownership, problems, definitions=definitions
+            )
             if definition_read is not None:
                 present.append((domain, uuid, definition_read))
         else:
@@ -181,6 +203,8 @@ def read_domains_with_cache(
             kept_domains[uuid] = entry
         domains.append(entry.facts)
     cache.domains = kept_domains
+    if definitions is not None:
+        definitions.keep_only({uuid for _domain, uuid, _read in present})
     cache.audits += 1
     cache.valid = True
     return domains, volumes, reads, full
@@ -204,26 +228,39 @@ def _volumes_for(
 
 
 def _read_or_report(
-    domain: VirDomain, state_code: int | None, ownership: OwnershipMetadata | None, problems: list[str]
+    domain: VirDomain,
+    uuid: str,
+    state_code: int | None,
+    ownership: OwnershipMetadata | None,
+    problems: list[str],
+    *,
+    definitions: ParsedDefinitions | None,
 ) -> tuple[int, DomainDefinition] | None:
     """`_read_definition`, an unreadable domain reported among `problems` (left out of the
     accounting, never a failure of its host); None for that, and for a domain gone while read."""
     try:
-        return _read_definition(domain, state_code, ownership)
+        return _read_definition(domain, uuid, state_code, ownership, definitions)
     except DomainUnreadableError as unreadable:
         problems.append(str(unreadable))
         return None
 
 
 def _read_definition(
-    domain: VirDomain, state_code: int | None, ownership: OwnershipMetadata | None
+    domain: VirDomain,
+    uuid: str,
+    state_code: int | None,
+    ownership: OwnershipMetadata | None,
+    definitions: ParsedDefinitions | None,
 ) -> tuple[int, DomainDefinition] | None:
     """The domain's state code and parsed definition; None when it vanished while being read
     (undefined between list and read)."""
     try:
         if state_code is None:
             state_code = int(domain.info()[0])
-        return state_code, parse_domain_xml(domain.XMLDesc(0), ownership)
+        xml = domain.XMLDesc(0)
+        if definitions is None:
+            return state_code, parse_domain_xml(xml, ownership)
+        return state_code, definitions.parse(uuid, xml, ownership)
     except libvirt.libvirtError as error:
         if error.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
             return None

@@ -32,6 +32,7 @@ from virtcap.audit.host_readings import (
     with_mediated_devices,
 )
 from virtcap.audit.libvirt_api import VirConnect
+from virtcap.audit.parsed_definitions import ParsedDefinitions
 from virtcap.audit.volumes import VolumeIndex
 from virtcap.config import DiskSource
 from virtcap.model.contention import advance_vcpu_wait
@@ -52,6 +53,7 @@ def audit_host(
     previous_vcpu_wait: VcpuWait | None = None,
     ownership: OwnershipMetadata | None = None,
     cache: DomainCache | None = None,
+    definitions: ParsedDefinitions | None = None,
 ) -> HostFacts:
     """Read everything capacity accounting needs from one hypervisor.
 
@@ -62,7 +64,8 @@ def audit_host(
     `ownership` is where domains' metadata names their project, when the configuration says so.
     `cache` is the connection's (virtcap.audit.domain_cache), kept by its owner from one audit to
     the next: with it, audits between full ones read again only the domains that changed. Without
-    it, every audit is full.
+    it, every audit is full. `definitions` (virtcap.audit.parsed_definitions), kept by the same
+    owner across connections, spares a full audit the parsing of the XML that did not change.
     """
     started = time.monotonic()
     problems: list[str] = []
@@ -86,12 +89,12 @@ def audit_host(
     block_info_is_real = hypervisor_type != TEST_DRIVER
     if cache is None:
         volumes = VolumeIndex(conn, block_info_is_real=block_info_is_real)
-        domains, reads = read_all_domains(conn, volumes, ownership, problems)
+        domains, reads = read_all_domains(conn, volumes, ownership, problems, definitions=definitions)
         full = True
     else:
         try:
             domains, volumes, reads, full = read_domains_with_cache(
-                cache, conn, block_info_is_real, ownership, problems
+                cache, conn, block_info_is_real, ownership, problems, definitions=definitions
             )
         except BaseException:
             cache.valid = False  # the changes it took may be lost: the next audit is full

@@ -30,6 +30,7 @@ from virtcap.audit.connection import IN_PROCESS_DRIVER, AuditError, HypervisorCo
 from virtcap.audit.host_readings import HostLayout, read_cpu_times, read_host_layout
 from virtcap.audit.hypervisor import audit_host
 from virtcap.audit.libvirt_api import VirConnect
+from virtcap.audit.parsed_definitions import ParsedDefinitions
 from virtcap.audit.replay import is_replay_uri
 from virtcap.audit.threads import SerialCaller
 from virtcap.claims.ledger import ClaimLedger
@@ -93,6 +94,9 @@ class HypervisorAuditor:
         """The vCPU wait counter as of the last successful audit, which the next one goes on from:
         kept across reconnects (guests outlive a libvirtd restart), gone with the auditor."""
         self._retry_delay = 0.0
+        self._definitions = ParsedDefinitions()
+        """The domains' definitions as last parsed, kept across reconnects (only the audit thread
+        touches it): a full audit parses again only the XML that changed."""
         self._layout: HostLayout | None = None
         """The current connection's, read by its first audit; only the audit thread touches it."""
         self._identity: CpuIdentity | None = None
@@ -237,6 +241,7 @@ class HypervisorAuditor:
                 previous_vcpu_wait=self._vcpu_wait,
                 ownership=self.hypervisor.ownership,
                 cache=self.connection.cache,
+                definitions=self._definitions,
             )
         except AuditError:
             self.connection.mark_broken()
