@@ -53,7 +53,7 @@ from virtcap.model.facts import (
 )
 from virtcap.model.facts import PageCount as CellPageCount
 from virtcap.model.policy import HostPolicy
-from virtcap.service.auditor import HypervisorAuditor
+from virtcap.service.auditor import AuditSlots, HypervisorAuditor
 from virtcap.service.oneshot import audit_fleet_once
 from virtcap.service.supervise import Supervisor
 
@@ -541,9 +541,7 @@ def test_serve_reads_the_layout_once_per_connection(
         store = SnapshotStore()
         hypervisor = Hypervisor("two-cells", uri, HostPolicy(), None)
         store.track([hypervisor.name])
-        auditor = HypervisorAuditor(
-            hypervisor, AuditSettings(), {}, store, asyncio.Semaphore(1), Supervisor()
-        )
+        auditor = HypervisorAuditor(hypervisor, AuditSettings(), {}, store, AuditSlots(1, 1), Supervisor())
         audits = []
         try:
             for reconnect in (False, False, True):

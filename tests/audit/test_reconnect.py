@@ -13,7 +13,7 @@ from virtcap.audit.events import start_libvirt_event_thread
 from virtcap.config import AuditSettings, Hypervisor
 from virtcap.fleet.store import SnapshotStore
 from virtcap.model.policy import HostPolicy
-from virtcap.service.auditor import HypervisorAuditor
+from virtcap.service.auditor import AuditSlots, HypervisorAuditor
 from virtcap.service.supervise import Supervisor
 
 
@@ -26,9 +26,7 @@ def test_reconnecting_frees_the_old_connection(libvirtd: Libvirtd) -> None:
         store = SnapshotStore()
         hypervisor = Hypervisor("local", libvirtd.uri, HostPolicy(), None)
         store.track([hypervisor.name])
-        auditor = HypervisorAuditor(
-            hypervisor, AuditSettings(), {}, store, asyncio.Semaphore(1), Supervisor()
-        )
+        auditor = HypervisorAuditor(hypervisor, AuditSettings(), {}, store, AuditSlots(1, 1), Supervisor())
         old: list[weakref.ref[Any]] = []
         for _ in range(3):
             await asyncio.to_thread(auditor._connection)

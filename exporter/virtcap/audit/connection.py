@@ -64,6 +64,13 @@ def open_read_only(uri: str) -> VirConnect:
         raise AuditError(f"cannot connect: {error.get_error_message()}") from None
 
 
+def runs_in_process(uri: str) -> bool:
+    """The hypervisor is simulated inside this process (libvirt's test driver, `test:///...`, or
+    a replayed capture): its audit has no round trip to wait for, it is all CPU of this process."""
+    parts = urlsplit(uri)
+    return is_replay_uri(uri) or (parts.scheme == "test" and not parts.netloc)
+
+
 def is_local_uri(uri: str) -> bool:
     """A QEMU URI without a host talks to this machine's own libvirtd."""
     parts = urlsplit(uri)
