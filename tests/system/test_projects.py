@@ -27,8 +27,8 @@ from virtcap.exposition.families import FragmentCache, HypervisorView, render, v
 from virtcap.exposition.report import fleet_document, render_tables
 from virtcap.fleet.snapshot import HypervisorSnapshot
 from virtcap.fleet.store import SnapshotStore
-from virtcap.model.discovery import discover, host_flavors
-from virtcap.model.facts import DomainState, NovaFlavor, NovaInstance, NovaOwner, ProjectOwner
+from virtcap.model.discovery import discover, flavor_demand, host_flavors
+from virtcap.model.facts import DomainState, HostFacts, NovaFlavor, NovaInstance, NovaOwner, ProjectOwner
 from virtcap.model.host_fit import Demand
 from virtcap.model.ownership import (
     OTHER,
@@ -440,6 +440,66 @@ def test_a_name_defined_differently_takes_the_definition_most_domains_carry_and_
     catalog.discover = False
     assert catalog.demands(configured) == {}
     assert catalog.sources([small_configured]) == {"c1": "configured"}
+
+
+def test_the_catalogs_tally_takes_what_a_discovery_of_the_whole_fleet_takes() -> None:
+    """Hypervisors recorded, re-recorded with other flavors and removed at random: after each
+    step the demands and sources are those of a discovery of the fleet as it then is."""
+    rng = random.Random(13)
+    definitions = [
+        NovaFlavor(name, vcpus, 1024 * vcpus, 10 * vcpus, 0, 0, specs)
+        for name in ("m1.small", "m1.large", "r1.huge")
+        for vcpus in (1, 2, 4)
+        for specs in ({}, {"hw:cpu_policy": "dedicated"})
+    ]
+    catalog = FlavorCatalog()
+    catalog.discover = True
+    fleet: dict[str, HostFacts] = {}
+    configured: dict[str, Demand] = {}
+    for step in range(400):
+        if fleet and rng.random() < 0.1:
+            del fleet[rng.choice(sorted(fleet))]
+            catalog.track(fleet)
+        else:
+            name = f"h{rng.randrange(15)}"
+            fleet[name] = host(
+                domains=tuple(
+                    domain(f"{name}-{step}-{number}", nova=NovaInstance(rng.choice(definitions)))
+                    for number in range(rng.randrange(4))
+                )
+            )
+            catalog.record(name, fleet[name])
+        expected = discover((name, host_flavors(facts)) for name, facts in sorted(fleet.items()))
+        assert catalog.demands(configured) == {
+            name: flavor_demand(found.flavor) for name, found in expected.flavors.items()
+        }
+        assert catalog.sources([]) == dict.fromkeys(sorted(expected.flavors), "discovered")
+        assert catalog.discovery == expected
+
+
+def test_an_audit_cycle_makes_no_discovery_of_the_whole_fleet_but_to_tell_a_new_conflict() -> None:
+    """Recording a hypervisor moves a tally: a cycle of a fleet whose audits each bring flavors
+    costs no discovery per hypervisor (that made the first cycle quadratic in the fleet)."""
+    small = NovaFlavor("m1.small", 1, 2048, 20, 0, 0)
+    large = NovaFlavor("m1.large", 4, 8192, 80, 0, 0)
+    catalog = FlavorCatalog()
+    catalog.discover = True
+    configured: dict[str, Demand] = {}
+    for number in range(300):
+        carried = (small, large)[: 1 + number % 2]
+        domains = tuple(domain(f"{number}-{flavor.name}", nova=NovaInstance(flavor)) for flavor in carried)
+        catalog.record(f"h{number}", host(domains=domains))
+        catalog.demands(configured)  # as each audit asks
+    assert sorted(catalog.demands(configured)) == ["m1.large", "m1.small"]
+    assert catalog.discoveries == 0
+    # a definition of the same name that differs: one discovery, to log it with its hypervisors
+    catalog.record("odd", host(domains=(domain("odd", nova=NovaInstance(replace(large, vcpus=8))),)))
+    catalog.demands(configured)
+    for number in range(300, 400):
+        catalog.record(f"h{number}", host(domains=(domain(f"{number}", nova=NovaInstance(small)),)))
+        catalog.demands(configured)
+    assert catalog.discoveries == 1
+    assert catalog.demands(configured)["m1.large"].request[Resource.VCPU] == 4
 
 
 def test_claims_and_placements_name_a_discovered_flavor(tmp_path: Path) -> None:

@@ -26,7 +26,7 @@ from virtcap.model.discovery import (
     flavor_demand,
     host_flavors,
 )
-from virtcap.model.facts import HostFacts
+from virtcap.model.facts import HostFacts, NovaFlavor
 from virtcap.model.host_fit import Demand
 
 log = logging.getLogger(__name__)
@@ -62,16 +62,29 @@ def with_discovered_flavors(config: Config, facts: Iterable[tuple[str, HostFacts
 
 
 class FlavorCatalog:
-    """The running exporter's discovered flavors, kept per hypervisor and merged when one
-    hypervisor's set changes (rarely: the flavors in use change far less often than audits run).
+    """The running exporter's discovered flavors, kept per hypervisor, and a fleet-wide tally of
+    the domains carrying each definition, which every audit's `demands` reads. The tally moves by
+    one hypervisor's difference at each `record`, so that an audit cycle of the fleet costs what
+    its hypervisors' flavors cost, not a discovery of the whole fleet per hypervisor recorded (a
+    cycle's first audits each bring new flavors). The full discovery (which hypervisors carry
+    which definition) is made only where it is shown: a conflict to log, the API, the report.
     Only the event loop touches it."""
 
     def __init__(self) -> None:
         self.discover = False
         """`discover_flavors`, as the running configuration says (set by whoever applies it)."""
         self._per_hypervisor: dict[str, dict[FlavorKey, HostFlavor]] = {}
+        self._domains: dict[FlavorKey, int] = {}
+        """Per definition, the domains of the fleet carrying it (none at 0: removed)."""
+        self._definitions: dict[FlavorKey, NovaFlavor] = {}
+        self._taken: dict[str, NovaFlavor] | None = {}
+        """Per name, the definition taken (the one most domains carry); None: to be chosen again."""
+        self._conflicting: frozenset[str] = frozenset()
+        """The names with several definitions, as of `_taken`."""
         self._discovery: FlavorDiscovery | None = NO_DISCOVERY
-        """None: to be merged again."""
+        """None: to be made again."""
+        self.discoveries = 0
+        """Full discoveries made: what the tally spares is seen here (tests, benchmarks)."""
         self._merged: tuple[Mapping[str, Demand], Mapping[str, Demand]] | None = None
         """The configured demands last merged, and the result."""
         self._conflicts_logged: set[str] = set()
@@ -85,23 +98,54 @@ class FlavorCatalog:
 
     def record(self, hypervisor: str, facts: HostFacts) -> None:
         found = host_flavors(facts)
-        if self._per_hypervisor.get(hypervisor) != found:
+        kept = self._per_hypervisor.get(hypervisor)
+        if kept != found:
+            self._count(kept, -1)
+            self._count(found, 1)
             self._per_hypervisor[hypervisor] = found
-            self._discovery = None
 
     def track(self, names: Iterable[str]) -> None:
         """Forget the hypervisors no longer configured, and their flavors."""
         wanted = set(names)
         for name in [name for name in self._per_hypervisor if name not in wanted]:
-            del self._per_hypervisor[name]
-            self._discovery = None
+            self._count(self._per_hypervisor.pop(name), -1)
+
+    def _count(self, found: Mapping[FlavorKey, HostFlavor] | None, sign: int) -> None:
+        """One hypervisor's definitions added to the tally (1) or taken out of it (-1)."""
+        if not found:
+            return
+        for key, host_flavor in found.items():
+            domains = self._domains.get(key, 0) + sign * host_flavor.domains
+            if domains > 0:
+                self._domains[key] = domains
+                self._definitions[key] = host_flavor.flavor
+            else:
+                self._domains.pop(key, None)
+                self._definitions.pop(key, None)
+        self._taken = None
+        self._discovery = None
+
+    def _taken_flavors(self) -> dict[str, NovaFlavor]:
+        """Per name (in order), the definition most domains carry, ties to the smallest, as
+        `discover` takes it."""
+        if self._taken is None:
+            by_name: dict[str, list[FlavorKey]] = {}
+            for key in self._domains:
+                by_name.setdefault(key[0], []).append(key)
+            self._taken = {
+                name: self._definitions[min(keys, key=lambda key: (-self._domains[key], key))]
+                for name, keys in sorted(by_name.items())
+            }
+            self._conflicting = frozenset(name for name, keys in by_name.items() if len(keys) > 1)
+            self._merged = None
+        return self._taken
 
     @property
     def discovery(self) -> FlavorDiscovery:
         """The flavors found in the fleet (whether or not they are used: see `discover`)."""
         if self._discovery is None:
             self._discovery = discover(sorted(self._per_hypervisor.items()))
-            self._merged = None
+            self.discoveries += 1
             self._log_conflicts(self._discovery)
         return self._discovery
 
@@ -110,13 +154,16 @@ class FlavorCatalog:
         discovered ones they do not name."""
         if not self.discover:
             return configured
-        discovery = self.discovery
+        taken = self._taken_flavors()
+        if not self._conflicting <= self._conflicts_logged:
+            self.discovery  # noqa: B018  (made to log the new conflicts with their hypervisors)
+        self._conflicts_logged &= self._conflicting
         if self._merged is not None and self._merged[0] is configured:
             return self._merged[1]
         fresh = dict(configured)
-        for name, found in sorted(discovery.flavors.items()):
+        for name, flavor in taken.items():
             if name not in fresh:
-                fresh[name] = flavor_demand(found.flavor)
+                fresh[name] = flavor_demand(flavor)
         last = self._last
         # the same flavors as before: the same object, so whoever was fitted with it needs nothing
         merged: Mapping[str, Demand] = last if last is not None and last == fresh else fresh
@@ -142,7 +189,7 @@ class FlavorCatalog:
         """Each flavor headroom is reported for, by name, and where it comes from."""
         found = {flavor.name: "configured" for flavor in configured}
         if self.discover:
-            for name in self.discovery.flavors:
+            for name in self._taken_flavors():
                 found.setdefault(name, "discovered")
         return dict(sorted(found.items()))
 
