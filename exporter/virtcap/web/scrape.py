@@ -17,7 +17,7 @@ async def metrics(request: web.Request) -> web.Response:
     headers = {"Content-Type": CONTENT_TYPE_LATEST}
     if "gzip" in request.headers.get("Accept-Encoding", ""):
         headers["Content-Encoding"] = "gzip"
-        return web.Response(body=cache.gzipped(), headers=headers)
+        return web.Response(body=await cache.gzipped(), headers=headers)
     return web.Response(body=cache.body, headers=headers)
 
 
