@@ -4,6 +4,7 @@ and prometheus-libvirt-exporter started and stopped, /metrics timed, and the Mar
 
 from __future__ import annotations
 
+import gzip
 import http.client
 import json
 import random
@@ -182,16 +183,28 @@ it meets, as a scraper on a schedule (Prometheus) meets it. Back to back, a scra
 each answer before it asks again, and a 0.4 s stall is one slow scrape among hundreds."""
 
 
-SCRAPERS = (("back to back", None), ("10 a second", SCRAPE_PERIOD_SECONDS))
-"""How the serving benchmarks scrape /metrics (`scrapes_while`'s period), each named."""
+SCRAPERS = (
+    ("back to back", None, False),
+    ("10 a second", SCRAPE_PERIOD_SECONDS, False),
+    ("10 a second gzipped", SCRAPE_PERIOD_SECONDS, True),
+)
+"""How the serving benchmarks scrape /metrics (`scrapes_while`'s period and whether it asks for
+gzip, as Prometheus does), each named."""
 
 
 def scrapes_while(
-    port: int, busy: Callable[[bytes], bool], limit: float, period: float | None = None
+    port: int,
+    busy: Callable[[bytes], bool],
+    limit: float,
+    period: float | None = None,
+    *,
+    gzipped: bool = False,
 ) -> list[float]:
     """/metrics over one keep-alive connection while `busy(body)` holds for the body of the last
     scrape (`sample` reads it: no scrape of its own), at most `limit` s: back to back (`period`
-    None) or one every `period` s; the seconds each took."""
+    None) or one every `period` s, asking for gzip or not; the seconds each took to arrive (the
+    body is decompressed after, for `busy`)."""
+    headers = {"Accept-Encoding": "gzip"} if gzipped else {}
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     result: list[float] = []
     deadline = time.monotonic() + limit
@@ -202,10 +215,10 @@ def scrapes_while(
                 time.sleep(max(due - time.perf_counter(), 0.0))
                 due = max(due + period, time.perf_counter())  # after a stall: on, not in a burst
             started = time.perf_counter()
-            connection.request("GET", "/metrics")
+            connection.request("GET", "/metrics", headers=headers)
             body = connection.getresponse().read()
             result.append(time.perf_counter() - started)
-            if not busy(body):
+            if not busy(gzip.decompress(body) if gzipped else body):
                 break
     finally:
         connection.close()

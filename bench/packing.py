@@ -10,7 +10,7 @@
 2. Served: `virtcap serve` on the test-driver fleet of bench/serving.py, /metrics latency while the
    worker computes the tolerance and then the packing (first computation, then after a claim:
    when the stranded capacity was published, when every answer had caught up), scraped back to
-   back and ten times a second (harness.SCRAPE_PERIOD_SECONDS), and the worker's peak RSS
+   back and ten times a second, plain and gzipped (harness.SCRAPERS), and the worker's peak RSS
    (VmHWM of the child process).
 """
 
@@ -175,18 +175,22 @@ def packing_while_scraped(scratch: Path, runs: int, hypervisors: int, domains: i
     uris = {n: f"test://{p}" for n, p in paths.items()}
     figures: dict[str, dict[str, list[float]]] = {}
     for _ in range(runs):
-        for scraped, period in SCRAPERS:  # each in an exporter of its own
+        for scraped, period, gzipped in SCRAPERS:  # each in an exporter of its own
             config = tolerance_config(scratch, uris, True)  # the flavors: discovered in the domains' metadata
             with virtcap(config) as (port, child, _ready):
                 first = figures.setdefault(f"{scraped}: first computation (tolerance, then every answer)", {})
-                measured = scrapes_while(port, lambda body: sample(body, PENDING) != 0, 3600, period)
+                measured = scrapes_while(
+                    port, lambda body: sample(body, PENDING) != 0, 3600, period, gzipped=gzipped
+                )
                 first.setdefault("caught up", []).append(metric_value(port, PACKING_DURATION) or 0.0)
                 latency_figures(first, measured)
                 idle = figures.setdefault(f"{scraped}: nothing to compute (for comparison)", {})
-                latency_figures(idle, scrapes_while(port, lambda _body: True, IDLE_SECONDS, period))
+                latency_figures(
+                    idle, scrapes_while(port, lambda _body: True, IDLE_SECONDS, period, gzipped=gzipped)
+                )
                 claimed = AfterClaim(metric_value(port, PACKED))
                 post_claim(port, next(iter(uris)))
-                measured = scrapes_while(port, claimed.busy, 3600, period)
+                measured = scrapes_while(port, claimed.busy, 3600, period, gzipped=gzipped)
                 again = figures.setdefault(f"{scraped}: after a claim on one hypervisor", {})
                 again.setdefault("published", []).append(claimed.found["published"])
                 again.setdefault("caught up", []).append(claimed.found["caught up"])
@@ -208,9 +212,9 @@ def packing_while_scraped(scratch: Path, runs: int, hypervisors: int, domains: i
     ]
     print_table(
         f"virtcap serve, {hypervisors:,} hypervisors x {domains} domains: /metrics while the worker "
-        "computes the packing answers, scraped back to back and ten times a second (after the "
-        "claim: when its hypervisor's stranded capacity was published, when every answer had "
-        "caught up)",
+        "computes the packing answers, scraped back to back and ten times a second, plain and "
+        "gzipped (after the claim: when its hypervisor's stranded capacity was published, when "
+        "every answer had caught up)",
         ("scrapes: packing", "stranded published", "caught up", "p50", "p99", "max", "worker peak RSS"),
         rows,
     )

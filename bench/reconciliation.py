@@ -423,19 +423,19 @@ def served(
     scratch: Path, uris: dict[str, str], endpoints: list[tuple[str, str | None]], runs: int, quick: bool
 ) -> None:
     """`virtcap serve` with `placement:` (each endpoint) and without: /metrics scraped for two audit
-    intervals after the first audit cycle, back to back then ten times a second (`SCRAPERS`), so
-    that rounds and audits run during the scrapes."""
+    intervals after the first audit cycle, back to back then ten times a second, plain and gzipped
+    (`SCRAPERS`), so that rounds and audits run during the scrapes."""
     interval, window = (10.0, 20.0) if quick else (30.0, 60.0)
     rows: Table = []
     for label, url in endpoints:
         config = fleet_config(scratch, uris, url, interval=f"{interval:g}s")
-        found: dict[str, dict[str, list[float]]] = {scraped: {} for scraped, _ in SCRAPERS}
+        found: dict[str, dict[str, list[float]]] = {scraped: {} for scraped, _, _ in SCRAPERS}
         for _ in range(runs):
             with virtcap(config) as (port, child, ready):
-                for scraped, period in SCRAPERS:
+                for scraped, period, gzipped in SCRAPERS:
                     figures = found[scraped]
                     before = metric_value(port, REQUESTS_OK) or 0.0
-                    measured = scrapes_while(port, lambda _body: True, window, period)
+                    measured = scrapes_while(port, lambda _body: True, window, period, gzipped=gzipped)
                     after = metric_value(port, REQUESTS_OK) or 0.0
                     figures.setdefault("cycle", []).append(ready)
                     latency_figures(figures, measured)
@@ -464,7 +464,8 @@ def served(
         )
     print_table(
         f"virtcap serve, {len(uris):,} hypervisors: /metrics scraped for {window:g} s after the first "
-        f"audit cycle, back to back then ten times a second, audits and Placement rounds every "
+        f"audit cycle, back to back then ten times a second (plain, then gzipped as Prometheus asks), "
+        f"audits and Placement rounds every "
         f"{interval:g} s",
         (
             "exporter, scrapes",
