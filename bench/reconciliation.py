@@ -110,9 +110,11 @@ def placement_reconciliation(scratch: Path, runs: int, hypervisors: int, domains
         at_idle_priority(list(group_members(server.process.pid)))
         with recorded_placement(answers) as recorded:
             endpoints = [
-                ("without placement:", None),
-                ("with placement: (recorded answers)", recorded),
-                ("with placement: (a real Placement at idle priority)", server.base_url),
+                ("without placement:", None, None),
+                ("with placement: (recorded answers)", recorded, None),
+                # the families in every scrape, no round in the window: what their bytes cost alone
+                ("with placement: (recorded answers, read once an hour)", recorded, "1h"),
+                ("with placement: (a real Placement at idle priority)", server.base_url, None),
             ]
             served(scratch, uris, endpoints, runs, quick)
 
@@ -132,7 +134,14 @@ def recorded_placement(answers: Path) -> Iterator[str]:
         yield f"http://127.0.0.1:{port}"
 
 
-def fleet_config(scratch: Path, uris: dict[str, str], endpoint: str | None, interval: str | None) -> Path:
+def fleet_config(
+    scratch: Path,
+    uris: dict[str, str],
+    endpoint: str | None,
+    interval: str | None,
+    *,
+    placement_interval: str | None = None,
+) -> Path:
     """The fleet's configuration: each hypervisor's provider named after it, room for the test
     driver's 100 GiB pools (bench/serving.py's disk ratio; the pool named, so that disk has a total
     and Placement a DISK_GB inventory), `placement:` when given an endpoint."""
@@ -145,7 +154,10 @@ def fleet_config(scratch: Path, uris: dict[str, str], endpoint: str | None, inte
         hypervisor["placement_provider"] = hypervisor["name"]
     if endpoint is not None:
         document["placement"] = {"endpoint": endpoint}
-    path = scratch / f"placement-{len(uris)}-{'with' if endpoint else 'without'}.yaml"
+        if placement_interval is not None:
+            document["placement"]["interval"] = placement_interval
+    every = f"-{placement_interval}" if placement_interval else ""
+    path = scratch / f"placement-{len(uris)}-{'with' if endpoint else 'without'}{every}.yaml"
     path.write_text(json.dumps(document))
     return path
 
@@ -420,15 +432,21 @@ def timed(work: Callable[[], _T]) -> tuple[float, _T]:
 
 
 def served(
-    scratch: Path, uris: dict[str, str], endpoints: list[tuple[str, str | None]], runs: int, quick: bool
+    scratch: Path,
+    uris: dict[str, str],
+    endpoints: list[tuple[str, str | None, str | None]],
+    runs: int,
+    quick: bool,
 ) -> None:
     """`virtcap serve` with `placement:` (each endpoint) and without: /metrics scraped for two audit
     intervals after the first audit cycle, back to back then ten times a second, plain and gzipped
     (`SCRAPERS`), so that rounds and audits run during the scrapes."""
     interval, window = (10.0, 20.0) if quick else (30.0, 60.0)
     rows: Table = []
-    for label, url in endpoints:
-        config = fleet_config(scratch, uris, url, interval=f"{interval:g}s")
+    for label, url, placement_interval in endpoints:
+        config = fleet_config(
+            scratch, uris, url, interval=f"{interval:g}s", placement_interval=placement_interval
+        )
         found: dict[str, dict[str, list[float]]] = {scraped: {} for scraped, _, _ in SCRAPERS}
         for _ in range(runs):
             with virtcap(config) as (port, child, ready):
