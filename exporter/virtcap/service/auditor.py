@@ -70,7 +70,6 @@ class AuditSlots:
     1,000 test-driver hypervisors, docs/performance.md), and the cycle itself took longer."""
 
     def __init__(self, concurrency: int, cpus: int) -> None:
-        self.concurrency = concurrency
         self.in_process_concurrency = max(1, min(concurrency, cpus))
         self._all = asyncio.Semaphore(concurrency)
         self._in_process = asyncio.Semaphore(self.in_process_concurrency)
