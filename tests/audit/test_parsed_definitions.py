@@ -1,5 +1,6 @@
 """Definitions kept across full audits and reconnects (virtcap.audit.parsed_definitions): a full
-audit parses again only the XML that changed, and finds what a fresh parse finds."""
+audit parses again only the XML that changed, finds what a fresh parse finds, and gives the same
+facts object for a domain found as it was."""
 
 from __future__ import annotations
 
@@ -44,6 +45,7 @@ def test_a_full_audit_parses_again_only_the_xml_that_changed() -> None:
         again = _audit(conn, definitions)
         assert definitions.parsed == parsed
         assert again.domains == before.domains
+        assert all(now is was for now, was in zip(again.domains, before.domains, strict=True))
         # one domain's definition changed, another gone: only the changed one is parsed
         stopped = conn.lookupByUUIDString(STOPPED)
         xml = stopped.XMLDesc(0)
@@ -58,6 +60,8 @@ def test_a_full_audit_parses_again_only_the_xml_that_changed() -> None:
         assert definitions.parsed == parsed + 1
         assert _by_uuid(changed)[STOPPED].vcpus == 6
         assert gone.uuid not in _by_uuid(changed)
+        kept = _by_uuid(again)
+        assert all((domain is kept[domain.uuid]) == (domain.uuid != STOPPED) for domain in changed.domains)
         assert len(definitions) == len(changed.domains) == len(before.domains) - 1
         # and it is what an audit that parses everything finds
         assert changed.domains == _audit(conn, None).domains

@@ -126,10 +126,16 @@ def read_all_domains(
         listed.add(uuid)
         read = _read_or_report(domain, uuid, state_code, ownership, problems, definitions=definitions)
         if read is not None:
-            domains.append(_domain_facts(domain, *read, volumes, {}))
+            domains.append(_as_before(definitions, uuid, _domain_facts(domain, *read, volumes, {})))
     if definitions is not None:
         definitions.keep_only(listed)
     return domains, reads
+
+
+def _as_before(definitions: ParsedDefinitions | None, uuid: str, facts: DomainFacts) -> DomainFacts:
+    """The same facts object as the audit before where the domain is found as it was
+    (`ParsedDefinitions.as_before`)."""
+    return definitions.as_before(uuid, facts) if definitions is not None else facts
 
 
 def _uuid(domain: VirDomain) -> str:
@@ -188,16 +194,17 @@ def read_domains_with_cache(
     for domain, uuid, read in present:
         if read is not None:
             blocks: dict[str, int | str] = {}
-            facts = _domain_facts(domain, *read, volumes, blocks)
+            facts = _as_before(definitions, uuid, _domain_facts(domain, *read, volumes, blocks))
             entry = CachedDomain(*read, facts, cache.volumes_generation, blocks)
         else:
             entry = cache.domains[uuid]
             if entry.volumes_generation != cache.volumes_generation:
                 # Looked up in another index: rebuilt from the kept definition, without a round
                 # trip but a virDomainGetBlockInfo for a disk that has left the pools.
-                entry.facts = _domain_facts(
+                rebuilt = _domain_facts(
                     domain, entry.state_code, entry.definition, volumes, entry.block_capacities
                 )
+                entry.facts = _as_before(definitions, uuid, rebuilt)
                 entry.volumes_generation = cache.volumes_generation
         if uuid:
             kept_domains[uuid] = entry
