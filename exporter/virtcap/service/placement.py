@@ -13,6 +13,8 @@ import asyncio
 import logging
 import re
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 from virtcap.audit.placement import PlacementError
 from virtcap.audit.threads import run_in_daemon_thread
@@ -21,6 +23,7 @@ from virtcap.config.placement import PlacementSection
 from virtcap.fleet.placement import PlacementReport
 from virtcap.fleet.snapshot import HypervisorSnapshot
 from virtcap.fleet.store import SnapshotStore
+from virtcap.model.facts import DomainFacts
 from virtcap.model.placement_drift import DomainRecord, HypervisorView, domain_record
 from virtcap.model.policy import HostPolicy
 from virtcap.service.placement_worker import HypervisorSide, PlacementWorker, Reconciler, RoundAnswer
@@ -57,8 +60,8 @@ class PlacementTask:
         self._requests_total = {"ok": 0, "error": 0}
         self._last_success: float | None = None
         self._last_error: str | None = None
-        self._records: dict[str, tuple[HypervisorSnapshot, HostPolicy, tuple[DomainRecord, ...]]] = {}
-        """Per hypervisor, the audit and policy its domains' records were made from, and them."""
+        self._records: dict[str, DomainRecords] = {}
+        """Per hypervisor, its domains' records as of the audit the last round read."""
         self.configure(config)
 
     def configure(self, config: Config) -> None:
@@ -190,22 +193,19 @@ class PlacementTask:
     ) -> dict[str, tuple[str, HypervisorView]]:
         """Per hypervisor with a good audit: the provider it matches (its configured
         `placement_provider`, else the hostname libvirt gives, as Nova names its compute node)
-        and what the reconciliation reads of it, its domains' records kept while its audit and
-        policy stay the same."""
+        and what the reconciliation reads of it (its domains' records: `DomainRecords`)."""
         found: dict[str, tuple[str, HypervisorView]] = {}
-        records: dict[str, tuple[HypervisorSnapshot, HostPolicy, tuple[DomainRecord, ...]]] = {}
+        records: dict[str, DomainRecords] = {}
         for hypervisor, good in audited:
             assert good.facts is not None and good.capacity is not None  # _audited's
-            kept = self._records.get(hypervisor.name)
-            if kept is not None and kept[0] is good and kept[1] == hypervisor.policy:
-                domains = kept[2]
-            else:
-                domains = tuple(
-                    domain_record(domain, hypervisor.name, hypervisor.policy) for domain in good.facts.domains
-                )
-            records[hypervisor.name] = (good, hypervisor.policy, domains)
+            kept = records[hypervisor.name] = DomainRecords.of(
+                hypervisor.name, good, hypervisor.policy, self._records.get(hypervisor.name)
+            )
             provider = hypervisor.placement_provider or good.facts.hostname
-            found[hypervisor.name] = (provider, HypervisorView(hypervisor.name, None, good.capacity, domains))
+            found[hypervisor.name] = (
+                provider,
+                HypervisorView(hypervisor.name, None, good.capacity, kept.records),
+            )
         self._records = records  # those no longer audited are forgotten
         return found
 
@@ -213,3 +213,57 @@ class PlacementTask:
         if self._worker is not None:
             self._worker.close()
         self._here.close()
+
+
+@dataclass(frozen=True, slots=True)
+class DomainRecords:
+    """One hypervisor's domains as the reconciliation reads them (`domain_record`), and what they
+    were made from: its audit and policy, and per domain UUID its facts.
+
+    Each round reads every hypervisor's last good audit, and an audit's domains are new objects
+    even where nothing changed (a full audit of the test driver, a reconnect, a resync): a record
+    is made again only for a domain whose facts differ from those its record was made from, and
+    where none does, the records are the same tuple as before (so that the worker's sides compare
+    by identity). Made in a thread, off the event loop, but holding the interpreter lock the
+    scrapes need: made again every round, the 50,000 records of a 1,000-hypervisor fleet took 0.3
+    to 0.8 s of it, and the scrapes that met it were the round's slowest."""
+
+    snapshot: HypervisorSnapshot
+    policy: HostPolicy
+    records: tuple[DomainRecord, ...]
+    made_from: Mapping[str, tuple[DomainFacts, DomainRecord]]
+
+    @classmethod
+    def of(
+        cls, hypervisor: str, snapshot: HypervisorSnapshot, policy: HostPolicy, before: DomainRecords | None
+    ) -> DomainRecords:
+        """The records of the audit `snapshot`, those of `before` kept where their domain's facts
+        are equal (and the policy is)."""
+        if before is not None and before.snapshot is snapshot and before.policy == policy:
+            return before
+        facts = snapshot.facts
+        assert facts is not None  # a good audit's
+        same_policy = before is not None and before.policy == policy
+        if before is not None and same_policy and _domains(before.snapshot) == facts.domains:
+            return cls(snapshot, policy, before.records, before.made_from)  # the common case: one comparison
+        known = before.made_from if before is not None and same_policy else {}
+        made_from: dict[str, tuple[DomainFacts, DomainRecord]] = {}
+        made: list[DomainRecord] = []
+        for domain in facts.domains:
+            kept = known.get(domain.uuid)
+            if kept is None or kept[0] != domain:
+                kept = (domain, domain_record(domain, hypervisor, policy))
+            made_from[domain.uuid] = kept
+            made.append(kept[1])
+        records = tuple(made)
+        if before is not None and _same_objects(records, before.records):
+            records = before.records
+        return cls(snapshot, policy, records, made_from)
+
+
+def _domains(snapshot: HypervisorSnapshot) -> tuple[DomainFacts, ...] | None:
+    return snapshot.facts.domains if snapshot.facts is not None else None
+
+
+def _same_objects(these: tuple[DomainRecord, ...], those: tuple[DomainRecord, ...]) -> bool:
+    return len(these) == len(those) and all(a is b for a, b in zip(these, those, strict=True))
