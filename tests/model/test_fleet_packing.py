@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from tests.support.factories import GIB
 from tests.support.fleets import guest, state
-from virtcap.fleet.packing import FleetPacking, PackingReport, PackingSettings, Step
+from virtcap.fleet.packing import CompactionSummary, FleetPacking, PackingReport, PackingSettings, Step
 from virtcap.model.host_fit import Demand
 from virtcap.model.packing.compaction import compaction
 from virtcap.model.packing.sellable import sellable_by_zone, sellable_count
@@ -98,6 +98,10 @@ def test_a_new_domain_queues_the_compactions_that_read_it() -> None:
     packing.apply(hosts, settings(), SPREAD)
     packing.update(with_domain(hosts, "c"), settings(), SPREAD)
     assert packing.report().pending == 1 + 2 * len(FLAVORS)  # the fleet's compaction, not rack r1's
+    assert packing.queued[0] == Step("compaction")
+    packing.step()
+    assert packing.compactions_updated == 1  # c2 fits a hypervisor in use: no solve
+    assert packing.report().compaction == CompactionSummary.of(compaction(with_domain(hosts, "c")))
     packing.update(with_domain(hosts, "a"), settings(), SPREAD)
     # a in r1 and in az-1 (c back as it was: its zone's steps stay queued)
     assert packing.report().pending == 2 + 3 * len(FLAVORS)

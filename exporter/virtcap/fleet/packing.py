@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 from virtcap.model.host_fit import Demand
 from virtcap.model.packing.compaction import Compaction, compaction, emptied
+from virtcap.model.packing.compaction_update import compaction_update
 from virtcap.model.packing.sellable import sellable_by_zone, sellable_count
 from virtcap.model.packing.stranded import StrandedCache, StrandedCapacity, eligible, stranded_capacity
 from virtcap.model.scheduler import HostState, Multipliers
@@ -131,6 +132,9 @@ class FleetPacking:
     def __init__(self) -> None:
         self._lock = threading.Condition()
         self._clear()
+        self.compactions_updated = 0
+        """Compactions brought up to date rather than solved (`compaction_update`), for the tests
+        and the benchmarks."""
 
     def _clear(self) -> None:
         self._states: dict[str, HostState] = {}
@@ -141,6 +145,9 @@ class FleetPacking:
         self._cache = StrandedCache()
         self._compactions: dict[Group | None, CompactionSummary] = {}
         """Per configured group, and for the fleet (None), the last compaction."""
+        self._whole: dict[Group | None, tuple[Compaction, list[HostState]]] = {}
+        """The same compactions whole, with the states each was made of: what the next is
+        brought up to date from (`compaction_update`), where a change allows."""
         self._sellable: dict[tuple[str | None, str], int] = {}
         """Per (availability zone or None for the fleet, flavor), the last sellable count."""
         self._queue: dict[Step, None] = {}
@@ -247,10 +254,12 @@ class FleetPacking:
             states = list(self._states.values())
         try:
             if step.answer == "compaction":
-                found = self._compacted_summary(step.group, states, settings)
+                members = _group_states(step.group, states, settings)
+                found = self._compacted(step.group, members, settings)
                 with self._lock:
                     if step.group is None or step.group in _members(list(self._states.values()), settings):
-                        self._compactions[step.group] = found
+                        self._compactions[step.group] = CompactionSummary.of(found)
+                        self._whole[step.group] = (found, members)
             else:
                 count = self._sold(step, states, settings, multipliers)
                 with self._lock:
@@ -327,6 +336,9 @@ class FleetPacking:
         self._compactions = {
             group: found for group, found in self._compactions.items() if group is None or group in groups
         }
+        self._whole = {
+            group: whole for group, whole in self._whole.items() if group is None or group in groups
+        }
         self._sellable = {
             (zone, flavor): count
             for (zone, flavor), count in self._sellable.items()
@@ -358,16 +370,19 @@ class FleetPacking:
             self._stranded[state.name] = found
         return tuple(solved)
 
-    @staticmethod
-    def _compacted_summary(
-        group: Group | None, states: Sequence[HostState], settings: PackingSettings
-    ) -> CompactionSummary:
-        if group is None:
-            return CompactionSummary.of(
-                compaction(states, time_limit_seconds=settings.fleet_time_limit_seconds)
-            )
-        members = [state for state in states if group in settings.groups.get(state.name, ())]
-        return CompactionSummary.of(compaction(members, time_limit_seconds=settings.group_time_limit_seconds))
+    def _compacted(
+        self, group: Group | None, members: list[HostState], settings: PackingSettings
+    ) -> Compaction:
+        """The group's (or the fleet's) compaction: the last one brought up to date where only
+        domains started since (`compaction_update`, exact), else solved."""
+        last = self._whole.get(group)
+        if last is not None:
+            updated = compaction_update(last[0], last[1], members)
+            if updated is not None:
+                self.compactions_updated += 1
+                return updated
+        limit = settings.fleet_time_limit_seconds if group is None else settings.group_time_limit_seconds
+        return compaction(members, time_limit_seconds=limit)
 
     @staticmethod
     def _sold(
@@ -380,6 +395,15 @@ class FleetPacking:
         members = [state for state in states if state.availability_zone == step.zone]
         counts = sellable_by_zone(members, {step.flavor: demand}, multipliers, reserve)
         return counts[step.zone, step.flavor]
+
+
+def _group_states(
+    group: Group | None, states: Sequence[HostState], settings: PackingSettings
+) -> list[HostState]:
+    """The fleet's states (group None), or the group's members'."""
+    if group is None:
+        return list(states)
+    return [state for state in states if group in settings.groups.get(state.name, ())]
 
 
 def _compacted(state: HostState) -> tuple[object, ...]:

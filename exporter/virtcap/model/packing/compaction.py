@@ -39,7 +39,7 @@ from virtcap.model.capacity import HostCapacity, flavor_fit, placement_free
 from virtcap.model.host_fit import Demand
 from virtcap.model.numa.cells import CellPages, HostCell
 from virtcap.model.packing.milp import LinearProgram, solve
-from virtcap.model.packing.shapes import DomainRef, Shape, domain_shapes
+from virtcap.model.packing.shapes import DomainRef, Shape, domain_shapes, shape_key
 from virtcap.model.resources import Resource, placement_units
 from virtcap.model.scheduler import HostState
 from virtcap.model.scheduler.filters import FilterRequest, first_rejection
@@ -86,6 +86,11 @@ class Compaction:
     differ on a slower or faster machine."""
     solver_seconds: float = field(default=0.0, compare=False)
     validation_seconds: float = field(default=0.0, compare=False)
+    held: Mapping[str, HostState] = field(default_factory=dict, compare=False, repr=False)
+    """Each hypervisor used, as the validation left it: empty, then its domains consumed (what
+    `compaction_update` places a new domain on)."""
+    shape_keys: frozenset[Hashable] = field(default=frozenset(), compare=False, repr=False)
+    """The shapes' `shape_key`s (`shapes` counts them)."""
 
 
 def eligible(states: Sequence[HostState]) -> list[HostState]:
@@ -269,6 +274,8 @@ def _by_zone(
         time_limited=any(answer.time_limited for answer in answers),
         solver_seconds=sum(answer.solver_seconds for answer in answers),
         validation_seconds=sum(answer.validation_seconds for answer in answers),
+        held={name: state for answer in answers for name, state in answer.held.items()},
+        shape_keys=frozenset().union(*(answer.shape_keys for answer in answers)),
     )
 
 
@@ -276,6 +283,7 @@ def _compaction(hosts: Sequence[HostState], deadline: float, max_nodes: int) -> 
     """The compaction of these eligible hypervisors as one program."""
     began = time.perf_counter()
     shapes = domain_shapes(hosts)
+    shape_keys = frozenset(shape_key(shape.demand) for shape in shapes)
     base = {state.name: emptied(state) for state in hosts}
     guests = {DomainRef(state.name, guest.name): guest.demand for state in hosts for guest in state.guests}
     fullest = {state.name: -len(state.guests) for state in hosts}
@@ -339,6 +347,8 @@ def _compaction(hosts: Sequence[HostState], deadline: float, max_nodes: int) -> 
         time_limited=time_limited,
         solver_seconds=solved - began,
         validation_seconds=validated - solved,
+        held={name: outcome.held[name] for name in kept if name in outcome.held},
+        shape_keys=shape_keys,
     )
 
 
@@ -660,6 +670,7 @@ class _Outcome:
     assignment: dict[DomainRef, str]
     repaired: list[DomainRef]
     unplaced: list[DomainRef]
+    held: dict[str, HostState]
 
 
 def _validate(
@@ -678,8 +689,8 @@ def _validate(
     next domains are unplaced at once. On a fleet beyond its limits, where the program's counts
     leave thousands of domains to repair, this is what keeps the validation to seconds (each
     domain tested against every hypervisor, the repair took longer than the solvers' limit)."""
-    outcome = _Outcome({}, [], [])
-    current: dict[str, HostState] = {}
+    outcome = _Outcome({}, [], [], {})
+    current = outcome.held
     requests: dict[int, FilterRequest] = {}
 
     def request_of(demand: Demand) -> FilterRequest:
@@ -692,7 +703,7 @@ def _validate(
     order = [state.name for state in hosts if state.name in planned]
     for name in order:
         state = base[name]
-        members = sorted(planned[name], key=lambda member: _largest_first(guests[member], member))
+        members = sorted(planned[name], key=lambda member: largest_first(guests[member], member))
         for member in members:
             demand = guests[member]
             if first_rejection(state, request_of(demand)) is None:
@@ -706,7 +717,7 @@ def _validate(
     """Per shape, the hypervisors known to refuse it."""
     homeless: set[int] = set()
     """The shapes no hypervisor takes any more."""
-    for member in sorted(refused, key=lambda member: _largest_first(guests[member], member)):
+    for member in sorted(refused, key=lambda member: largest_first(guests[member], member)):
         demand = guests[member]
         shape = shape_of.get(member, -1 - len(refusing))  # a stuck domain is no shape: its own
         if shape in homeless:
@@ -741,7 +752,8 @@ def _validate(
     return outcome
 
 
-def _largest_first(demand: Demand, member: DomainRef) -> tuple[int, int, int, DomainRef]:
+def largest_first(demand: Demand, member: DomainRef) -> tuple[int, int, int, DomainRef]:
+    """The order domains are placed in: the most memory first, then vCPUs, then disk, then by name."""
     request = demand.request
     return (
         -request.get(Resource.MEMORY, 0),
@@ -751,4 +763,4 @@ def _largest_first(demand: Demand, member: DomainRef) -> tuple[int, int, int, Do
     )
 
 
-__all__ = ["Compaction", "compaction", "eligible", "emptied", "in_a_row", "zone_parts"]
+__all__ = ["Compaction", "compaction", "eligible", "emptied", "in_a_row", "largest_first", "zone_parts"]
