@@ -1,10 +1,11 @@
 """/metrics gzipped (as Prometheus asks for it): compressed once per render for every scrape that
 asks, in a thread, so that the event loop goes on meanwhile; a scrape that goes away does not
-cancel it for the others."""
+cancel it for the others; once a scrape has asked, with each render, so that none waits for it."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gzip
 import random
 from pathlib import Path
@@ -46,5 +47,38 @@ def test_one_compression_per_body_off_the_event_loop(tmp_path: Path) -> None:
 
         cache.body = _exposition(2)  # a new render
         assert gzip.decompress(await cache.gzipped()) == cache.body
+
+    asyncio.run(scenario())
+
+
+def test_once_asked_each_render_comes_with_its_body_gzipped(tmp_path: Path) -> None:
+    """A gzip scrape then waits for no compression: the render made it, in its thread, and shows
+    the body only with it."""
+
+    async def scenario() -> None:
+        store = SnapshotStore()
+        settings = ClaimSettings(database=str(tmp_path / "claims.sqlite"))
+        claims = ClaimLedger(settings, store, ClaimDatabase(settings.database))
+        cache = MetricsCache(store, 60.0, claims, Supervisor())
+        rendering = asyncio.create_task(cache.run())
+        try:
+            await cache.rendered.wait()
+            assert not cache.gzip_asked
+            assert gzip.decompress(await cache.gzipped()) == cache.body  # the first: compressed then
+            assert cache.gzip_asked
+            for _ in range(2):
+                shown = cache.body
+                store.touch()  # something shown changed: a render
+                async with asyncio.timeout(30):
+                    while cache.body is shown:
+                        await asyncio.sleep(0.01)
+                scrape = asyncio.create_task(cache.gzipped())
+                await asyncio.sleep(0)
+                assert scrape.done()  # served at once: no compression to wait for
+                assert gzip.decompress(scrape.result()) == cache.body
+        finally:
+            rendering.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await rendering
 
     asyncio.run(scenario())

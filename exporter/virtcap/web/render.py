@@ -1,7 +1,7 @@
 """The /metrics exposition, rendered in a thread whenever a snapshot changes and kept for scrapes.
 
-Scrapes never wait for libvirt or for a render: every scrape is served the cached bytes (gzipped
-once per render, in a thread, when a scraper asks for it).
+Scrapes never wait for libvirt or for a render: every scrape is served the cached bytes, gzipped
+with the render once a scraper has asked for gzip (as Prometheus does).
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ from virtcap.service.reclaim import ReclaimTracker
 from virtcap.service.slices import in_slices
 from virtcap.service.supervise import Supervisor
 
+GZIP_LEVEL = 6
+"""zlib's default."""
 RENDER_GAP_SECONDS = 0.5
 """At most two renders a second (fewer for a fleet that takes long to render): a large fleet
 changes all the time, and scrapes need not see every change."""
@@ -44,6 +46,8 @@ class MetricsCache:
         """The store version the body shows."""
         self._gzipping: tuple[bytes, asyncio.Future[bytes]] | None = None
         """The body being gzipped or gzipped last, and its compression."""
+        self.gzip_asked = False
+        """A scrape has asked for gzip: each render compresses its body too, before it is shown."""
         self._fragments = FragmentCache()
         self.exposition = ExpositionSection()
         """`exposition`: the project and domain series; set by whoever configures the exporter."""
@@ -61,13 +65,20 @@ class MetricsCache:
         self.rendered = asyncio.Event()
 
     async def gzipped(self) -> bytes:
-        """The body gzipped, once per render for every scrape that asks (Prometheus does), in a
-        thread: compressing the exposition of a thousand hypervisors (8 MiB) takes 50 ms or more,
-        which would hold every other scrape and request on the event loop. A scrape that goes away
-        meanwhile does not cancel it for the others."""
+        """The body gzipped, once per render for every scrape that asks (Prometheus does).
+
+        Compressing the exposition of a thousand hypervisors (8 MiB) takes 50 to 100 ms. Made when
+        the first scrape of a body asked for it, it was the wait of that scrape (the p99 of a
+        scraper asking for gzip ten times a second), and it grew with the body. So once a scrape
+        has asked, each render compresses its body in the render's thread, and the two are shown
+        together: a gzip scrape is then served at once, as a plain one is. Until then (the first
+        gzip scrape, or one that comes before the render it asked for is shown), the body is
+        compressed in a thread, off the event loop, once for every scrape that waits for it; a
+        scrape that goes away meanwhile does not cancel it for the others."""
+        self.gzip_asked = True
         body = self.body
         if self._gzipping is None or self._gzipping[0] is not body:
-            compressing = asyncio.ensure_future(asyncio.to_thread(gzip.compress, body, compresslevel=6))
+            compressing = asyncio.ensure_future(asyncio.to_thread(_gzip, body))
             self._gzipping = (body, compressing)
         return await asyncio.shield(self._gzipping[1])
 
@@ -108,8 +119,14 @@ class MetricsCache:
                 reclaimable=reclaimable,
                 placement=PlacementShown(self.store.placement) if self.placement else None,
             )
-            body = await asyncio.get_running_loop().run_in_executor(self._renderer, render)
+            loop = asyncio.get_running_loop()
+            body, compressed = await loop.run_in_executor(
+                self._renderer, functools.partial(_rendered, render, gzipped=self.gzip_asked)
+            )
             self.body, self.version, self._gzipping = body, version, None
+            if compressed is not None:
+                self._gzipping = (body, loop.create_future())
+                self._gzipping[1].set_result(compressed)
             self.rendered.set()
             # Rendering a large fleet takes a while: never spend more than a third of the time on it.
             await self._pause(version, max(RENDER_GAP_SECONDS, 2 * (time.monotonic() - started)))
@@ -139,3 +156,13 @@ class MetricsCache:
 
     def _until_next_stale(self) -> float | None:
         return self.store.until_next_stale(self.stale_after, time.time())
+
+
+def _rendered(render: Callable[[], bytes], *, gzipped: bool) -> tuple[bytes, bytes | None]:
+    """The body, and where asked, the body gzipped (zlib lets other threads run meanwhile)."""
+    body = render()
+    return body, _gzip(body) if gzipped else None
+
+
+def _gzip(body: bytes) -> bytes:
+    return gzip.compress(body, compresslevel=GZIP_LEVEL)
