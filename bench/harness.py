@@ -194,16 +194,17 @@ gzip, as Prometheus does), each named."""
 
 def scrapes_while(
     port: int,
-    busy: Callable[[bytes], bool],
+    busy: Callable[[bytes], bool] | None,
     limit: float,
     period: float | None = None,
     *,
     gzipped: bool = False,
 ) -> list[float]:
     """/metrics over one keep-alive connection while `busy(body)` holds for the body of the last
-    scrape (`sample` reads it: no scrape of its own), at most `limit` s: back to back (`period`
-    None) or one every `period` s, asking for gzip or not; the seconds each took to arrive (the
-    body is decompressed after, for `busy`)."""
+    scrape (`sample` reads it: no scrape of its own), at most `limit` s (`busy` None: for `limit`
+    s): back to back (`period` None) or one every `period` s, asking for gzip or not; the seconds
+    each took to arrive. A gzipped body is decompressed after, and only for `busy`: 8 MiB take
+    the scraper 30 ms of a CPU, which ten times a second is a third of one of the machine's two."""
     headers = {"Accept-Encoding": "gzip"} if gzipped else {}
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     result: list[float] = []
@@ -218,7 +219,7 @@ def scrapes_while(
             connection.request("GET", "/metrics", headers=headers)
             body = connection.getresponse().read()
             result.append(time.perf_counter() - started)
-            if not busy(gzip.decompress(body) if gzipped else body):
+            if busy is not None and not busy(gzip.decompress(body) if gzipped else body):
                 break
     finally:
         connection.close()

@@ -2,8 +2,9 @@
 
 1. In process, the worker's side (fleet/packing.py's FleetPacking) on the 1,000 x 50 fleet of
    bench/tolerance.py with the demo's flavor mix, in 2 availability zones and 20 racks: the first
-   computation, then one hypervisor changed, by a claim (no compaction reads it) and by a domain
-   started on it. Each is timed as the worker publishes it: the update (every changed
+   computation, then one hypervisor changed, by a claim (no compaction reads it), by a domain
+   started on it (the compactions brought up to date) and by that domain stopped again (the
+   compactions solved). Each is timed as the worker publishes it: the update (every changed
    hypervisor's stranded capacity, published with the tolerance), then each queued answer (the
    fleet's compaction, each group's, each flavor's sellable instances in the fleet and in each
    zone), one step at a time.
@@ -46,6 +47,8 @@ RACKS = 20
 PACKED = "virtcap_packing_timestamp_seconds"
 PACKING_DURATION = "virtcap_packing_duration_seconds"
 PENDING = "virtcap_packing_pending_answers"
+STOPPED = "that domain stopped again"
+"""The hypervisor back as it was: a compaction reads one domain fewer, and is solved again."""
 IDLE_SECONDS = 60.0
 """How long /metrics is measured with nothing computing, for comparison."""
 LARGE = Demand({Resource.VCPU: 4, Resource.MEMORY: 8 * GIB, Resource.DISK: 80 * GIB})
@@ -110,24 +113,36 @@ def packing_in_process(runs: int, hypervisors: int, domains: int) -> None:
         ("first computation", None),
         ("a claim on one hypervisor", tolerance_fleet_changed),
         ("a domain started on one hypervisor", with_domain_started),
+        (STOPPED, None),
     )
     figures: dict[str, dict[str, list[float]]] = {label: {part: [] for part in PARTS} for label, _ in changes}
     steps: dict[str, int] = {}
+    updated = 0
     for run in range(runs):
         packing, fleet = FleetPacking(), states
+        started: tuple[int, HostState] | None = None
         for label, change in changes:
-            if change is not None:
+            if label == STOPPED and started is not None:
+                index, before = started  # the hypervisor as it was before the domain started
+                fleet = [before if i == index else state for i, state in enumerate(fleet)]
+            elif change is not None:
                 index = (run * 37 + len(steps)) % len(fleet)
+                if change is with_domain_started:
+                    started = (index, fleet[index])
                 fleet = [change(state) if i == index else state for i, state in enumerate(fleet)]
             for part, seconds in catch_up(packing, fleet, settings).items():
                 figures[label][part].append(seconds)
             report = packing.report()
             steps[label] = len(report.solved)
+        updated += packing.compactions_updated
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     rows: Table = [
         (label, f"{steps[label]:,}", *(cell(found[part], " s", 2) for part in PARTS))
         for label, found in figures.items()
     ]
+    rows.append(
+        ("compactions brought up to date (not solved) per run", f"{updated / runs:g}", *[""] * len(PARTS))
+    )
     blank = [""] * len(PARTS)
     rows.append(("peak RSS (this process, the fleet and the answers)", f"{peak:,.0f} MiB", *blank))
     print_table(
@@ -185,9 +200,7 @@ def packing_while_scraped(scratch: Path, runs: int, hypervisors: int, domains: i
                 first.setdefault("caught up", []).append(metric_value(port, PACKING_DURATION) or 0.0)
                 latency_figures(first, measured)
                 idle = figures.setdefault(f"{scraped}: nothing to compute (for comparison)", {})
-                latency_figures(
-                    idle, scrapes_while(port, lambda _body: True, IDLE_SECONDS, period, gzipped=gzipped)
-                )
+                latency_figures(idle, scrapes_while(port, None, IDLE_SECONDS, period, gzipped=gzipped))
                 claimed = AfterClaim(metric_value(port, PACKED))
                 post_claim(port, next(iter(uris)))
                 measured = scrapes_while(port, claimed.busy, 3600, period, gzipped=gzipped)

@@ -453,7 +453,7 @@ def served(
                 for scraped, period, gzipped in SCRAPERS:
                     figures = found[scraped]
                     before = metric_value(port, REQUESTS_OK) or 0.0
-                    measured = scrapes_while(port, lambda _body: True, window, period, gzipped=gzipped)
+                    measured = scrapes_while(port, None, window, period, gzipped=gzipped)
                     after = metric_value(port, REQUESTS_OK) or 0.0
                     figures.setdefault("cycle", []).append(ready)
                     latency_figures(figures, measured)

@@ -92,7 +92,7 @@ def tolerance_while_scraped(scratch: Path, runs: int, hypervisors: int, domains:
                 claimer = threading.Thread(target=claim_again_and_again, daemon=True)
                 claimer.start()
                 try:
-                    measured = scrapes_while(port, lambda _body: True, seconds)
+                    measured = scrapes_while(port, None, seconds)
                 finally:
                     stop.set()
                     claimer.join()
