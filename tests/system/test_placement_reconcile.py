@@ -25,6 +25,7 @@ from virtcap.model.placement_drift import Drift
 from virtcap.model.resources import Resource
 from virtcap.service.placement import PlacementTask
 from virtcap.service.placement_worker import PlacementWorker
+from virtcap.service.planner import lower_priority
 
 pytestmark = pytest.mark.upstream
 
@@ -48,16 +49,26 @@ def placement(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PlacementSer
         yield server
 
 
-def fleet_config(url: str) -> Config:
+def fleet_config(url: str, timeout: str = "3s") -> Config:
     return parse_config(
         f"""
-placement: {{endpoint: '{url}', timeout: 3s, interval: 1h}}
+placement: {{endpoint: '{url}', timeout: {timeout}, interval: 1h}}
 hypervisors:
   - {{name: hv1, uri: 'test:///default', placement_provider: hv1-node}}
   - {{name: hv2, uri: 'test:///default', placement_provider: hv2-node}}
 """,
         "x.yaml",
     )
+
+
+SLOW_START_SECONDS = 3.0
+"""Longer than a round may take with a timeout of 0.5 s (4 timeouts and a bit, ROUND_TIMEOUT_FACTOR)."""
+
+
+def slow_start() -> None:
+    """A worker's start as slow as on a busy machine (its imports at a lower priority)."""
+    lower_priority()
+    time.sleep(SLOW_START_SECONDS)
 
 
 def audited(config: Config) -> SnapshotStore:
@@ -160,3 +171,25 @@ def test_the_worker_process_reconciles_as_the_task_does_in_process(tmp_path: Pat
             assert set(same_as_in_process()) == {"hv1", "hv2"}
         finally:
             task.close()
+
+
+def test_a_worker_slow_to_start_has_its_round_bound_from_when_it_is_ready(placement: PlacementServer) -> None:
+    """A round's bound is Placement's to keep: a worker that takes longer than that to start
+    still has its rounds answered, and one that is not ready within its own bound is given up."""
+    config = fleet_config(placement.base_url, timeout="0.5s")
+    store = audited(config)
+    task = PlacementTask(config, store, PlacementWorker(slow_start))
+    try:
+        report = asyncio.run(task.read_once())
+        assert report.up, report.error
+    finally:
+        task.close()
+    never_ready = PlacementWorker(slow_start, start_seconds=SLOW_START_SECONDS / 3)
+    task = PlacementTask(config, store, never_ready)
+    try:
+        began = time.monotonic()
+        report = asyncio.run(task.read_once())
+        assert not report.up and report.error
+        assert time.monotonic() - began < SLOW_START_SECONDS
+    finally:
+        task.close()

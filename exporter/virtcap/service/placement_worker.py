@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import multiprocessing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -26,6 +26,11 @@ from virtcap.service.planner import kill_workers, lower_priority, pool_processes
 
 REAP_SECONDS = 1.0
 """How long a killed worker is waited for."""
+START_SECONDS = 300.0
+"""How long a new worker may take to be ready (a spawned interpreter importing the reader's
+modules, below the exporter's priority: on a busy machine, tens of seconds) before it is taken for
+stuck and killed. Apart from a round's bound, which is Placement's to keep: counted in it, a slow
+start failed every round and killed every worker before it was ready."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +93,10 @@ _IN_WORKER = Reconciler()
 """The worker process's."""
 
 
+def worker_ready() -> None:
+    """In the worker: nothing, once this module (and the reader's) is imported."""
+
+
 def reconcile_round(
     section: PlacementSection, hypervisors: Mapping[str, str], changed: Mapping[str, HypervisorSide]
 ) -> RoundAnswer:
@@ -98,7 +107,12 @@ def reconcile_round(
 class PlacementWorker:
     """One worker process, one round at a time (the task's rounds never overlap)."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self, initializer: Callable[[], None] = lower_priority, start_seconds: float = START_SECONDS
+    ) -> None:
+        """`initializer`: what the worker does first (`lower_priority`)."""
+        self._initializer = initializer
+        self._start_seconds = start_seconds
         self._pool: ProcessPoolExecutor | None = None
         self._sent: dict[str, HypervisorSide] = {}
         """The sides the worker holds (as of the last round sent to it)."""
@@ -112,9 +126,10 @@ class PlacementWorker:
     ) -> RoundAnswer:
         """A round in the worker: the drifts, PlacementError from the reader, TimeoutError past
         `timeout` (the worker killed). Only the sides that changed since the last round go to the
-        worker (an audit that changed nothing, most of them), found in a thread."""
+        worker (an audit that changed nothing, most of them), found in a thread. A new worker is
+        waited for until it is ready (`START_SECONDS`) before the round's `timeout` starts."""
         try:
-            pool = self._started()
+            pool = await self._ready()
             changed = await asyncio.to_thread(self._changed, sides)
             future = pool.submit(reconcile_round, section, hypervisors, changed)
             self._sent = dict(sides)  # what the worker holds once it has taken the round in
@@ -131,16 +146,25 @@ class PlacementWorker:
         # a side's records are the same tuple while its audit is: compared by identity first
         return {name: side for name, side in sides.items() if self._sent.get(name) != side}
 
-    def _started(self) -> ProcessPoolExecutor:
-        if self._pool is None:
-            self._sent = {}  # a new worker holds nothing
-            # spawned, not forked: the exporter's threads (libvirt's, the executor's) hold locks
-            # a forked child would inherit held
-            # and below the exporter's priority: a round has the interval to end, a scrape none
-            self._pool = ProcessPoolExecutor(
-                max_workers=1, mp_context=multiprocessing.get_context("spawn"), initializer=lower_priority
-            )
-        return self._pool
+    async def _ready(self) -> ProcessPoolExecutor:
+        if self._pool is not None:
+            return self._pool
+        self._sent = {}  # a new worker holds nothing
+        # spawned, not forked: the exporter's threads (libvirt's, the executor's) hold locks
+        # a forked child would inherit held
+        # and below the exporter's priority: a round has the interval to end, a scrape none
+        pool = self._pool = ProcessPoolExecutor(
+            max_workers=1, mp_context=multiprocessing.get_context("spawn"), initializer=self._initializer
+        )
+        try:
+            async with asyncio.timeout(self._start_seconds):
+                await asyncio.wrap_future(pool.submit(worker_ready))
+        except TimeoutError:
+            self.close()
+            raise PlacementError(
+                f"the Placement reader's worker process was not ready within {self._start_seconds:g} s"
+            ) from None
+        return pool
 
     def close(self) -> None:
         """The worker killed, whatever it is doing (a hung round included)."""
