@@ -184,7 +184,7 @@ def test_a_worker_slow_to_start_has_its_round_bound_from_when_it_is_ready(placem
         assert report.up, report.error
     finally:
         task.close()
-    never_ready = PlacementWorker(slow_start, start_seconds=SLOW_START_SECONDS / 3)
+    never_ready = PlacementWorker(slow_start, start_seconds=SLOW_START_SECONDS / 6)
     task = PlacementTask(config, store, never_ready)
     try:
         began = time.monotonic()

@@ -51,31 +51,47 @@ def test_one_compression_per_body_off_the_event_loop(tmp_path: Path) -> None:
     asyncio.run(scenario())
 
 
+KEPT_SECONDS = 3.0
+"""How long the renders compress after a gzip scrape, in the test (a render takes well under it)."""
+
+
 def test_once_asked_each_render_comes_with_its_body_gzipped(tmp_path: Path) -> None:
     """A gzip scrape then waits for no compression: the render made it, in its thread, and shows
-    the body only with it."""
+    the body only with it. Once no scrape has asked for a while, the renders stop compressing."""
 
     async def scenario() -> None:
         store = SnapshotStore()
         settings = ClaimSettings(database=str(tmp_path / "claims.sqlite"))
         claims = ClaimLedger(settings, store, ClaimDatabase(settings.database))
         cache = MetricsCache(store, 60.0, claims, Supervisor())
+        cache.gzip_kept_seconds = KEPT_SECONDS
         rendering = asyncio.create_task(cache.run())
+
+        async def rendered_again() -> asyncio.Task[bytes]:
+            """A new render shown, then a gzip scrape, let run until it waits (or is done)."""
+            shown = cache.body
+            store.touch()  # something shown changed: a render
+            async with asyncio.timeout(30):
+                while cache.body is shown:
+                    await asyncio.sleep(0.01)
+            scrape = asyncio.create_task(cache.gzipped())
+            await asyncio.sleep(0)
+            return scrape
+
         try:
             await cache.rendered.wait()
-            assert not cache.gzip_asked
+            assert not cache.gzip_wanted()
             assert gzip.decompress(await cache.gzipped()) == cache.body  # the first: compressed then
-            assert cache.gzip_asked
+            assert cache.gzip_wanted()
             for _ in range(2):
-                shown = cache.body
-                store.touch()  # something shown changed: a render
-                async with asyncio.timeout(30):
-                    while cache.body is shown:
-                        await asyncio.sleep(0.01)
-                scrape = asyncio.create_task(cache.gzipped())
-                await asyncio.sleep(0)
+                scrape = await rendered_again()
                 assert scrape.done()  # served at once: no compression to wait for
                 assert gzip.decompress(scrape.result()) == cache.body
+            await asyncio.sleep(KEPT_SECONDS)
+            assert not cache.gzip_wanted()
+            scrape = await rendered_again()
+            assert not scrape.done()  # the render no longer compressed: this scrape waits for it
+            assert gzip.decompress(await scrape) == cache.body
         finally:
             rendering.cancel()
             with contextlib.suppress(asyncio.CancelledError):

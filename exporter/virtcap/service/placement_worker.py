@@ -164,6 +164,9 @@ class PlacementWorker:
             raise PlacementError(
                 f"the Placement reader's worker process was not ready within {self._start_seconds:g} s"
             ) from None
+        except asyncio.CancelledError:
+            self.close()  # not ready: the next round would count the rest of its start
+            raise
         return pool
 
     def close(self) -> None:

@@ -26,6 +26,10 @@ from virtcap.service.supervise import Supervisor
 
 GZIP_LEVEL = 6
 """zlib's default."""
+GZIP_KEPT_SECONDS = 600.0
+"""How long after the last scrape that asked for gzip the renders still compress their bodies:
+longer than any scrape interval, so that a Prometheus scraping gzip keeps them at it, and one
+`curl --compressed` does not have every render compress for ever."""
 RENDER_GAP_SECONDS = 0.5
 """At most two renders a second (fewer for a fleet that takes long to render): a large fleet
 changes all the time, and scrapes need not see every change."""
@@ -46,8 +50,10 @@ class MetricsCache:
         """The store version the body shows."""
         self._gzipping: tuple[bytes, asyncio.Future[bytes]] | None = None
         """The body being gzipped or gzipped last, and its compression."""
-        self.gzip_asked = False
-        """A scrape has asked for gzip: each render compresses its body too, before it is shown."""
+        self.gzip_asked_at: float | None = None
+        """When a scrape last asked for gzip (monotonic): within `gzip_kept_seconds`, each render
+        compresses its body too, before it is shown."""
+        self.gzip_kept_seconds = GZIP_KEPT_SECONDS
         self._fragments = FragmentCache()
         self.exposition = ExpositionSection()
         """`exposition`: the project and domain series; set by whoever configures the exporter."""
@@ -71,16 +77,22 @@ class MetricsCache:
         the first scrape of a body asked for it, it was the wait of that scrape (the p99 of a
         scraper asking for gzip ten times a second), and it grew with the body. So once a scrape
         has asked, each render compresses its body in the render's thread, and the two are shown
-        together: a gzip scrape is then served at once, as a plain one is. Until then (the first
+        together: a gzip scrape is then served at once, as a plain one is (while such scrapes
+        keep coming: `gzip_kept_seconds`). Until then (the first
         gzip scrape, or one that comes before the render it asked for is shown), the body is
         compressed in a thread, off the event loop, once for every scrape that waits for it; a
         scrape that goes away meanwhile does not cancel it for the others."""
-        self.gzip_asked = True
+        self.gzip_asked_at = time.monotonic()
         body = self.body
         if self._gzipping is None or self._gzipping[0] is not body:
             compressing = asyncio.ensure_future(asyncio.to_thread(_gzip, body))
             self._gzipping = (body, compressing)
         return await asyncio.shield(self._gzipping[1])
+
+    def gzip_wanted(self) -> bool:
+        """Whether a scrape asked for gzip within `gzip_kept_seconds`."""
+        asked = self.gzip_asked_at
+        return asked is not None and time.monotonic() - asked < self.gzip_kept_seconds
 
     @property
     def projects(self) -> Mapping[str, str]:
@@ -121,7 +133,7 @@ class MetricsCache:
             )
             loop = asyncio.get_running_loop()
             body, compressed = await loop.run_in_executor(
-                self._renderer, functools.partial(_rendered, render, gzipped=self.gzip_asked)
+                self._renderer, functools.partial(_rendered, render, gzipped=self.gzip_wanted())
             )
             self.body, self.version, self._gzipping = body, version, None
             if compressed is not None:
