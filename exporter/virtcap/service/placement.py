@@ -255,15 +255,8 @@ class DomainRecords:
                 kept = (domain, domain_record(domain, hypervisor, policy))
             made_from[domain.uuid] = kept
             made.append(kept[1])
-        records = tuple(made)
-        if before is not None and _same_objects(records, before.records):
-            records = before.records
-        return cls(snapshot, policy, records, made_from)
+        return cls(snapshot, policy, tuple(made), made_from)
 
 
 def _domains(snapshot: HypervisorSnapshot) -> tuple[DomainFacts, ...] | None:
     return snapshot.facts.domains if snapshot.facts is not None else None
-
-
-def _same_objects(these: tuple[DomainRecord, ...], those: tuple[DomainRecord, ...]) -> bool:
-    return len(these) == len(those) and all(a is b for a, b in zip(these, those, strict=True))
