@@ -172,7 +172,7 @@ def config_file(directory: Path, uri: str, *, incremental: bool) -> Path:
     path = directory / "virtcap.yaml"
     path.write_text(
         f"""
-audit: {{interval: 1h, timeout: 10s, incremental: {str(incremental).lower()}, resync_every: 1000}}
+audit: {{interval: 2s, timeout: 10s, incremental: {str(incremental).lower()}, resync_every: 1000}}
 claims: {{database: {directory / "claims.sqlite"}, writers: {{{WRITER[0]}: "{HASH}"}}}}
 hypervisors:
   - {{name: local, uri: "{uri}"}}
@@ -193,6 +193,15 @@ def compared(samples: Samples) -> dict[tuple[str, frozenset[tuple[str, str]]], f
     return {(name, labels): v for name in COMPARED for labels, v in series(samples, name).items()}
 
 
+def agreeing(incremental: Server, full: Server, what: str) -> None:
+    """The two servers show the same numbers within 10 s (each audits every 2 s: a reading of
+    kernel-wide state, such as hugepages another worker's test reserves, that one server's audit
+    met and the other's did not is read again); else the difference, shown."""
+    with contextlib.suppress(AssertionError):
+        wait_for(lambda: compared(incremental.samples()) == compared(full.samples()), 10.0, what=what)
+    assert compared(incremental.samples()) == compared(full.samples()), what
+
+
 def test_serve_with_incremental_audits_shows_what_full_audits_show(lab: Lab, tmp_path: Path) -> None:
     incremental_config = config_file(tmp_path / "incremental", lab.uri, incremental=True)
     full_config = config_file(tmp_path / "full", lab.uri, incremental=False)
@@ -200,13 +209,7 @@ def test_serve_with_incremental_audits_shows_what_full_audits_show(lab: Lab, tmp
         running_server(["--config", str(incremental_config)], tmp_path) as incremental,
         running_server(["--config", str(full_config)], tmp_path) as full,
     ):
-        # polled, not read once: another test's hugepages (kernel-wide, another worker's) may change
-        # the host's memory between the two servers' audits
-        wait_for(
-            lambda: compared(incremental.samples()) == compared(full.samples()),
-            10.0,
-            what="the same numbers from incremental and full audits at the start",
-        )
+        agreeing(incremental, full, "the same numbers from incremental and full audits at the start")
         first = compared(incremental.samples())
 
         def shutoff_memory(server: Server) -> float | None:
@@ -235,22 +238,14 @@ def test_serve_with_incremental_audits_shows_what_full_audits_show(lab: Lab, tmp
         expected = before + (64 + 128 + 80) * MIB  # serve-0, serve-1 redefined; serve-2 its flavor
         for server in (incremental, full):
             wait_for(lambda s=server: shutoff_memory(s) == expected, 10.0, what="the changes in /metrics")
-        wait_for(
-            lambda: compared(incremental.samples()) == compared(full.samples()),
-            10.0,
-            what="the same numbers from incremental and full audits",
-        )
+        agreeing(incremental, full, "the same numbers from incremental and full audits")
         assert compared(incremental.samples()) != first
         # one domain changes among three: an incremental audit reads it alone
         _domain, domain_uuid, volume = domains[1]
         lab.admin.defineXML(lab.guest("serve-1", domain_uuid, memory_mib=16, vcpus=1, disks=[volume]))
         for server in (incremental, full):
             wait_for(lambda s=server: shutoff_memory(s) == expected - 112 * MIB, 10.0, what="a redefinition")
-        wait_for(
-            lambda: compared(incremental.samples()) == compared(full.samples()),
-            10.0,
-            what="the same numbers after a redefinition",
-        )
+        agreeing(incremental, full, "the same numbers after a redefinition")
         reads = {
             kind: value(server.samples(), "virtcap_audit_domain_reads_total", hypervisor="local")
             for kind, server in (("incremental", incremental), ("full", full))
