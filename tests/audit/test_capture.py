@@ -19,7 +19,7 @@ import pytest
 
 from tests.support.files import FIXTURES
 from tests.support.libvirtd import Libvirtd
-from tests.support.serving import running_server, series, value, wait_for
+from tests.support.serving import WORKER_SECONDS, running_server, series, value, wait_for
 from virtcap.audit.capture import capture_host, encode_bounded, uri_problem
 from virtcap.audit.capture_format import (
     VCPU_STATS,
@@ -416,11 +416,12 @@ def test_serving_captures_exposes_what_serving_the_hosts_does(
                 # the failure tolerance is computed in the background, after the audits
                 return len(series(server.samples(), "hypervisor_evacuation_feasible")) == up
 
-            wait_for(every_evacuation_computed, 30, what="every hypervisor's evacuation")
-            # and the packing answers that follow it, every one computed: by a worker at SCHED_IDLE,
-            # which a machine busy with other tests (the suite's) leaves waiting for a CPU
+            wait_for(every_evacuation_computed, WORKER_SECONDS, what="every hypervisor's evacuation")
+            # and the packing answers that follow it, every one computed
             pending = "virtcap_packing_pending_answers"
-            wait_for(lambda: value(server.samples(), pending) == 0, 180, what="every packing answer")
+            wait_for(
+                lambda: value(server.samples(), pending) == 0, WORKER_SECONDS, what="every packing answer"
+            )
             # every domain shut off at the first audits is reclaimable 1 s after them
             time.sleep(max(0.0, every_domain_seen + 1.5 - time.monotonic()))
             samples = server.samples()

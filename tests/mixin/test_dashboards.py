@@ -37,7 +37,7 @@ from tests.support.mixin import (
 from tests.support.placement_loader import PlacementLoader, nova_inventories
 from tests.support.placement_server import running_placement
 from tests.support.prometheus import FLEET, Prometheus, running_prometheus, scrape_config
-from tests.support.serving import running_server, wait_for
+from tests.support.serving import WORKER_SECONDS, running_server, wait_for
 from virtcap.demo import demo_config_text
 
 PROVISIONING = ROOT / "deploy/grafana/provisioning"
@@ -298,7 +298,9 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]
             )
             # every packing answer scraped (they follow the tolerance, one step after the other)
             caught_up = "virtcap_packing_pending_answers == 0"
-            wait_for(lambda: running.query(caught_up), 60, interval=0.5, what="every packing answer")
+            wait_for(
+                lambda: running.query(caught_up), WORKER_SECONDS, interval=0.5, what="every packing answer"
+            )
             time.sleep(5)  # enough scrapes of it for the rates, and a few rule evaluations
             yield running
 

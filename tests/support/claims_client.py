@@ -36,7 +36,9 @@ def call(
         headers={"Content-Type": "application/json", **(headers or {})},
     )
     try:
-        with urllib.request.urlopen(request, timeout=10) as response:
+        # longer than a plan may take (the planner's time limit and grace): a plan on a machine
+        # the suite loads takes longer than on a quiet one
+        with urllib.request.urlopen(request, timeout=90) as response:
             return response.status, json.load(response)
     except urllib.error.HTTPError as error:
         text = error.read()

@@ -27,6 +27,11 @@ Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 # stays the daemon's) and has it killed if the test session dies without its finalizers (SIGKILL,
 # a CI timeout), so that nothing a killed run started outlives it.
 DIES_WITH_THE_TESTS = ["setpriv", "--pdeathsig=KILL", "--"]
+WORKER_SECONDS = 180.0
+"""How long a test waits for what the failure tolerance's worker computes (the evacuations, the
+packing answers): it runs at SCHED_IDLE, on CPU time nothing else wants, and the suite's other
+tests can want both CPUs for a minute or more. A bound, not a duration: a quiet machine answers in
+seconds."""
 
 
 def free_port() -> int:

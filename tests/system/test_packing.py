@@ -19,7 +19,7 @@ from typing import IO
 import pytest
 
 from tests.support.claims_client import auth, call, write_config
-from tests.support.serving import Samples, running_server, series, value, wait_for
+from tests.support.serving import WORKER_SECONDS, Samples, running_server, series, value, wait_for
 from virtcap.demo import demo_config
 from virtcap.exposition.packing_catalogue import PACKING_FAMILIES
 from virtcap.exposition.report import fleet_document, render_tables
@@ -276,7 +276,7 @@ def _packing_series(samples: Samples) -> set[str]:
 def test_the_running_demo_exposes_the_packing_families(tmp_path: Path) -> None:
     with running_server(["--demo"], tmp_path) as server:
         timestamp = "virtcap_packing_timestamp_seconds"
-        wait_for(lambda: value(server.samples(), PENDING) == 0, 60, what="every packing answer")
+        wait_for(lambda: value(server.samples(), PENDING) == 0, WORKER_SECONDS, what="every packing answer")
         samples = server.samples()
         computed = value(samples, "virtcap_failure_tolerance_timestamp_seconds")
         packed = value(samples, timestamp)
@@ -327,7 +327,7 @@ def test_maintenance_recomputes_the_packing_and_turning_the_tolerance_off_remove
     config = write_config(tmp_path)
     with running_server(["--config", str(config)], tmp_path) as server:
         timestamp = "virtcap_packing_timestamp_seconds"
-        wait_for(lambda: value(server.samples(), PENDING) == 0, 60, what="every packing answer")
+        wait_for(lambda: value(server.samples(), PENDING) == 0, WORKER_SECONDS, what="every packing answer")
         assert _stranded_hypervisors(server.samples()) == {"mixed", "big", "small"}
 
         # in maintenance: the packing is computed again without its stranded series

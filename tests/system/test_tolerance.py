@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from tests.support.claims_client import claim, write_config
 from tests.support.fleets import FULL, larger_fleet
-from tests.support.serving import Samples, running_server, value, wait_for
+from tests.support.serving import WORKER_SECONDS, Samples, running_server, value, wait_for
 from virtcap.demo import demo_config
 from virtcap.exposition.report import fleet_document, render_tables
 from virtcap.fleet import tolerance as tolerance_module
@@ -215,7 +215,7 @@ def test_the_exporter_computes_it_in_the_background_after_claims_and_reloads(tmp
     with running_server(["--config", str(config)], tmp_path) as server:
         wait_for(
             lambda: set(_tolerance_series(server.samples())) == {"mixed", "big", "small"},
-            30,
+            WORKER_SECONDS,
             what="every hypervisor's evacuation",
         )
         samples = server.samples()
@@ -309,10 +309,14 @@ def test_a_worker_that_dies_is_started_again_and_computes_the_fleet_again(tmp_pa
     config = write_config(tmp_path)
     with running_server(["--config", str(config)], tmp_path) as server:
         computations = "virtcap_failure_tolerance_computations_total"
-        wait_for(lambda: value(server.samples(), computations, kind="full") == 1, 30, what="a computation")
+        wait_for(
+            lambda: value(server.samples(), computations, kind="full") == 1,
+            WORKER_SECONDS,
+            what="a computation",
+        )
         # and the packing answers that follow it: the worker is then idle, waiting for a request
         pending = "virtcap_packing_pending_answers"
-        wait_for(lambda: value(server.samples(), pending) == 0, 30, what="every packing answer")
+        wait_for(lambda: value(server.samples(), pending) == 0, WORKER_SECONDS, what="every packing answer")
         (worker,) = _children(server.process.pid)
         os.kill(worker, signal.SIGKILL)
         # the next computation finds it dead: a claim asks for one
