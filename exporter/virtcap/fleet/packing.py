@@ -143,11 +143,10 @@ class FleetPacking:
         self._stranded: dict[str, StrandedCapacity] = {}
         self._solved: tuple[str, ...] = ()
         self._cache = StrandedCache()
-        self._compactions: dict[Group | None, CompactionSummary] = {}
-        """Per configured group, and for the fleet (None), the last compaction."""
-        self._whole: dict[Group | None, tuple[Compaction, list[HostState]]] = {}
-        """The same compactions whole, with the states each was made of: what the next is
-        brought up to date from (`compaction_update`), where a change allows."""
+        self._compactions: dict[Group | None, tuple[Compaction, list[HostState]]] = {}
+        """Per configured group, and for the fleet (None), the last compaction with the states it
+        was made of: what the next is brought up to date from (`compaction_update`), where a
+        change allows."""
         self._sellable: dict[tuple[str | None, str], int] = {}
         """Per (availability zone or None for the fleet, flavor), the last sellable count."""
         self._queue: dict[Step, None] = {}
@@ -258,8 +257,7 @@ class FleetPacking:
                 found = self._compacted(step.group, members, settings)
                 with self._lock:
                     if step.group is None or step.group in _members(list(self._states.values()), settings):
-                        self._compactions[step.group] = CompactionSummary.of(found)
-                        self._whole[step.group] = (found, members)
+                        self._compactions[step.group] = (found, members)
             else:
                 count = self._sold(step, states, settings, multipliers)
                 with self._lock:
@@ -289,10 +287,15 @@ class FleetPacking:
     def _report(self) -> PackingReport:
         settings = self._settings
         assert settings is not None
-        groups = {group: found for group, found in self._compactions.items() if group is not None}
+        groups = {
+            group: CompactionSummary.of(found)
+            for group, (found, _) in self._compactions.items()
+            if group is not None
+        }
+        fleet = self._compactions.get(None)
         return PackingReport(
             stranded=dict(self._stranded),
-            compaction=self._compactions.get(None),
+            compaction=CompactionSummary.of(fleet[0]) if fleet is not None else None,
             groups=dict(sorted(groups.items())),
             sellable={
                 flavor: self._sellable[None, flavor]
@@ -336,9 +339,6 @@ class FleetPacking:
         self._compactions = {
             group: found for group, found in self._compactions.items() if group is None or group in groups
         }
-        self._whole = {
-            group: whole for group, whole in self._whole.items() if group is None or group in groups
-        }
         self._sellable = {
             (zone, flavor): count
             for (zone, flavor), count in self._sellable.items()
@@ -375,7 +375,7 @@ class FleetPacking:
     ) -> Compaction:
         """The group's (or the fleet's) compaction: the last one brought up to date where only
         domains started since (`compaction_update`, exact), else solved."""
-        last = self._whole.get(group)
+        last = self._compactions.get(group)
         if last is not None:
             updated = compaction_update(last[0], last[1], members)
             if updated is not None:
