@@ -61,18 +61,25 @@ keystone-venv: system-deps
 # not computing. A file's tests stay on one worker (loadfile): their module-scoped servers start once.
 WORKERS ?= 4
 PYTEST_PARALLEL = -n $(WORKERS) --dist loadfile
+# The suite starts hundreds of interpreters (`virtcap serve`, the commands, their workers), each
+# compiling every module of virtcap anew where PYTHONDONTWRITEBYTECODE is set: compiled once, here
+# (compileall writes the caches whatever that variable says).
+COMPILED = -m compileall -q exporter/virtcap
 
 unit: $(BIN)/virtcap upstream-venv keystone-venv
+	$(BIN)/python $(COMPILED)
 	VIRTCAP_UPSTREAM_VENV=$(abspath $(UPSTREAM_VENV)) VIRTCAP_KEYSTONE_VENV=$(abspath $(KEYSTONE_VENV)) $(BIN)/pytest $(PYTEST_PARALLEL) --durations=15
 
 # The unit tests under the lowest releases pyproject.toml accepts: each lower bound must be one that
 # works. Those of a private libvirtd and of upstream Nova are left to `make unit`: they test libvirt
 # and Nova more than these libraries, and take long.
 lower-bounds: system-deps $(LOWER_VENV)/bin/virtcap
+	$(LOWER_VENV)/bin/python $(COMPILED)
 	$(LOWER_VENV)/bin/pytest $(PYTEST_PARALLEL) -m "not libvirtd and not upstream" --ignore=tests/conformance
 
 # The conformance suite alone (`make unit` runs it too): virtcap against upstream Nova and Placement.
 conformance: $(BIN)/virtcap upstream-venv
+	$(BIN)/python $(COMPILED)
 	VIRTCAP_UPSTREAM_VENV=$(abspath $(UPSTREAM_VENV)) $(BIN)/pytest $(PYTEST_PARALLEL) tests/conformance
 
 test: system-deps $(BIN)/virtcap lint typecheck unit
