@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 
 from tests.support.keystone_server import READER_USER, Keystone, keystone_venv, running_keystone
 from tests.support.placement_loader import PROJECT_ID, PlacementLoader, nova_inventories
@@ -22,7 +23,8 @@ from tests.support.placement_server import (
     PlacementServer,
     running_placement,
 )
-from virtcap.audit.placement import PlacementError, PlacementRead, PlacementReader
+from tests.support.serving import free_port
+from virtcap.audit.placement import EnvironmentReadOnce, PlacementError, PlacementRead, PlacementReader
 from virtcap.config.placement import PlacementAuth, PlacementSection
 from virtcap.model.placement_drift import MIGRATION, Consumer, ProviderInventory
 
@@ -201,6 +203,32 @@ def test_a_placement_down_fails_the_round(tmp_path: Path) -> None:
         placement_reader = reader(server.base_url)
         server.kill()
         failing_round(placement_reader, {"hv": "hv"})
+
+
+def test_the_environments_proxy_settings_are_followed(
+    placement: PlacementServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reader's session reads the environment once per origin (EnvironmentReadOnce), with
+    requests' own rules: a proxy that refuses connections fails the round, unless `no_proxy`
+    names Placement's host."""
+    host = unique("proxied")
+    PlacementLoader(placement.base_url).load({"providers": [{"name": host}]})
+    for name in ("no_proxy", "NO_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    refusing = f"http://127.0.0.1:{free_port()}"
+    monkeypatch.setenv("http_proxy", refusing)
+    monkeypatch.setenv("HTTP_PROXY", refusing)
+    failing_round(reader(placement.base_url), {host: host})
+    monkeypatch.setenv("no_proxy", "127.0.0.1")
+    placement_reader = reader(placement.base_url)
+    for _ in range(2):  # the second round with the settings the first one read
+        tree = placement_reader.read_trees({host: host}).trees[host]
+        assert tree is not None and tree.root_name == host
+    session, plain = EnvironmentReadOnce(), requests.Session()
+    for url in (placement.base_url + "/resource_providers", "http://placement.example:8778/"):
+        assert session.merge_environment_settings(url, {}, None, True, None) == (
+            plain.merge_environment_settings(url, {}, None, True, None)
+        )
 
 
 class WrongShapes(MisbehavingProxy):
