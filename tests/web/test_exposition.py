@@ -19,7 +19,7 @@ from virtcap.demo import demo_config
 from virtcap.exposition import families as exposition_module
 from virtcap.exposition.catalogue import HYPERVISOR_FAMILIES
 from virtcap.exposition.families import FragmentCache, HypervisorView, PlacementShown, render, views
-from virtcap.exposition.placement_families import placement_families
+from virtcap.exposition.placement_families import drift_families, placement_families
 from virtcap.exposition.report import fleet_document, render_tables
 from virtcap.fleet.placement import PlacementReport
 from virtcap.fleet.snapshot import HypervisorSnapshot
@@ -415,7 +415,8 @@ def test_the_placement_families_are_rendered_once_a_reading_and_never_stale(
 ) -> None:
     """The fragment cache keeps the Placement families' text while the reading and the shown
     hypervisors stay the same: byte for byte what a whole render gives, rendered again only when
-    a new reading or a hypervisor turning stale changes them."""
+    a new reading or a hypervisor turning stale changes them, and then only for the hypervisors
+    whose drift changed."""
     store = SnapshotStore()
     config = demo_config()
     store.track([h.name for h in config.hypervisors])
@@ -428,7 +429,14 @@ def test_the_placement_families_are_rendered_once_a_reading_and_never_stale(
         built.append(1)
         return placement_families(report, shown)
 
+    drifted: list[str] = []
+
+    def counting_drifts(name: str, drift: Drift) -> list[Metric]:
+        drifted.append(name)
+        return drift_families(name, drift)
+
     monkeypatch.setattr(exposition_module, "placement_families", counting)
+    monkeypatch.setattr(exposition_module, "drift_families", counting_drifts)
     cache = FragmentCache()
     now = time.time()
 
@@ -443,6 +451,14 @@ def test_the_placement_families_are_rendered_once_a_reading_and_never_stale(
     built.clear()
     rendered(first)
     assert len(built) == 1  # the whole render's only: the cache kept its text
+    assert sorted(drifted) == sorted(audited)
+    drifted.clear()
+    # a new reading (new objects, as the worker sends them) where one hypervisor's drift changed
+    one_more = replace(first, drifts={name: _drift(name, 2 if name == audited[1] else 1) for name in audited})
+    found = rendered(one_more)
+    assert drifted == [audited[1]]
+    assert value(found, "hypervisor_placement_orphaned_consumers", hypervisor=audited[1]) == 2
+    assert value(found, "hypervisor_placement_orphaned_consumers", hypervisor=audited[0]) == 1
     second = replace(first, drifts={name: _drift(name, 3) for name in audited})
     assert value(rendered(second), "hypervisor_placement_orphaned_consumers", hypervisor=audited[0]) == 3
     later = rendered(second, at=now + 3600)  # every hypervisor's data stale: none of its series
