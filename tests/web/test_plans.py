@@ -34,7 +34,7 @@ from virtcap.model.resources import Resource, resource_by_label
 from virtcap.model.scheduler import HostState
 from virtcap.service.consolidation import ConsolidationPlanner, compaction_target, plan_answer
 from virtcap.service.oneshot import audit_fleet_once
-from virtcap.service.planner import PlannerBusyError, PlannerFailedError
+from virtcap.service.planner import Job, Planner, PlannerBusyError, PlannerFailedError, lower_priority
 
 PLAN = "/api/v1/plans/consolidation"
 OPTIONS: list[dict[str, Any]] = [
@@ -354,7 +354,7 @@ def test_a_worker_past_its_time_limit_is_killed_and_the_next_plan_starts_another
     multipliers = demo_config().multipliers
 
     async def late_then_on_time() -> tuple[BaseException | None, list[int], str]:
-        # a limit no worker meets: starting one takes longer than a millisecond
+        # a limit no plan meets: computing one takes longer than a millisecond
         planner = ConsolidationPlanner(time_limit_seconds=0.001, grace_seconds=0.0)
         failed: BaseException | None = None
         try:
@@ -377,6 +377,51 @@ def test_a_worker_past_its_time_limit_is_killed_and_the_next_plan_starts_another
     assert isinstance(failed, PlannerFailedError)
     assert json.loads(answer)["complete"] is True
     assert killed == []  # killed, not left to finish
+
+
+SLOW_START_SECONDS = 3.0
+"""Longer than the plans' bound below (their time limit and grace, 0.5 s each)."""
+
+
+def slow_start() -> None:
+    """A worker's start as slow as on a busy machine (its imports at a lower priority)."""
+    lower_priority()
+    time.sleep(SLOW_START_SECONDS)
+
+
+def planned() -> tuple[bool, str]:
+    return True, '"planned"'
+
+
+async def nothing_to_prepare() -> Job:
+    return planned, ()
+
+
+def test_a_slow_worker_start_is_not_counted_in_a_plans_bound() -> None:
+    """A plan whose new worker takes longer to start than the plan may take is answered all the
+    same; a worker not ready within its own bound (START_SECONDS) is given up, plainly."""
+
+    async def slow_then_stuck() -> tuple[str, BaseException | None, float]:
+        planner = Planner(0.5, 0.5, initializer=slow_start)
+        try:
+            _answered, text = await planner.submit(nothing_to_prepare, 0.5, "the plan")
+        finally:
+            await planner.stop()
+        stuck = Planner(0.5, 0.5, initializer=slow_start, start_seconds=SLOW_START_SECONDS / 6)
+        failed: BaseException | None = None
+        began = time.monotonic()
+        try:
+            await stuck.submit(nothing_to_prepare, 0.5, "the plan")
+        except PlannerFailedError as error:
+            failed = error
+        finally:
+            await stuck.stop()
+        return text, failed, time.monotonic() - began
+
+    text, failed, took = asyncio.run(slow_then_stuck())
+    assert text == '"planned"'
+    assert isinstance(failed, PlannerFailedError) and "not ready" in str(failed)
+    assert took < SLOW_START_SECONDS
 
 
 def test_options_the_planner_refuses_are_plan_errors(demo_states: list[HostState]) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import math
 import multiprocessing
 import os
@@ -25,6 +26,11 @@ PLAN_TIME_LIMIT_SECONDS = 30.0
 PLAN_GRACE_SECONDS = 30.0
 """How much longer than its time limit a plan may take before its worker is killed (one try of a
 search is one evacuation: seconds on a large fleet)."""
+START_SECONDS = 300.0
+"""How long a new worker may take to be ready (a spawned interpreter importing what its jobs need,
+below the exporter's priority: on a busy machine, tens of seconds) before it is taken for stuck and
+killed. Apart from a job's own bound: counted in it, a slow start failed the job (the first plan
+after the exporter started, every Placement round) on a machine too busy to start it in time."""
 WORKER_NICENESS = 10
 """The worker's CPU priority: below the exporter's, whose scrapes and audits take the CPU first,
 but not SCHED_IDLE as the failure tolerance's worker: someone waits for a plan, and on a busy
@@ -55,15 +61,30 @@ def lower_priority() -> None:
         os.nice(WORKER_NICENESS)
 
 
+def imported(module: str) -> None:
+    """In a worker: `module` imported (a job's, before the job's bound starts)."""
+    importlib.import_module(module)
+
+
 class Planner:
     """One worker process, one plan at a time."""
 
     def __init__(
-        self, time_limit_seconds: float = PLAN_TIME_LIMIT_SECONDS, grace_seconds: float = PLAN_GRACE_SECONDS
+        self,
+        time_limit_seconds: float = PLAN_TIME_LIMIT_SECONDS,
+        grace_seconds: float = PLAN_GRACE_SECONDS,
+        *,
+        initializer: Callable[[], None] = lower_priority,
+        start_seconds: float = START_SECONDS,
     ) -> None:
+        """`initializer`: what the worker does first (`lower_priority`)."""
         self.time_limit_seconds = time_limit_seconds
         self.grace_seconds = grace_seconds
+        self._initializer = initializer
+        self._start_seconds = start_seconds
         self._pool: ProcessPoolExecutor | None = None
+        self._imported: set[str] = set()
+        """The job modules the worker has imported."""
         self._preparing = False
         self._running: Future[tuple[bool, str]] | None = None
         self._expected_by = 0.0
@@ -77,7 +98,9 @@ class Planner:
     ) -> tuple[bool, str]:
         """`prepare`d on the event loop (the fleet's states taken and pickled a slice at a time),
         then run in the worker: its (answered, text). Raises PlannerBusyError or
-        PlannerFailedError (`what` names the plan in their messages)."""
+        PlannerFailedError (`what` names the plan in their messages). A new worker, and one that
+        has not run a job of this module yet, is waited for until ready (START_SECONDS) before the
+        plan's time limit starts."""
         if self._stopped:
             raise PlannerFailedError("the exporter is stopping")
         if self.busy():
@@ -88,12 +111,15 @@ class Planner:
             function, arguments = await prepare()
             if self._stopped:
                 raise PlannerFailedError("the exporter is stopping")
-            pool = self._started()
+            pool = await self._ready(function.__module__, what)
             future = pool.submit(function, *arguments)
             self._running = future
         except BrokenProcessPool:
             self._discard()
             raise PlannerFailedError(f"{what}: the planner's worker process could not be started") from None
+        except asyncio.CancelledError:
+            self._discard()  # not ready: the next plan would count the rest of its start
+            raise
         finally:
             self._preparing = False
         limit = time_limit_seconds + self.grace_seconds
@@ -107,14 +133,26 @@ class Planner:
             self._discard()
             raise PlannerFailedError(f"{what}: the planner's worker process died") from None
 
-    def _started(self) -> ProcessPoolExecutor:
+    async def _ready(self, module: str, what: str) -> ProcessPoolExecutor:
         if self._pool is None:
             # spawned, not forked: the exporter's threads (libvirt's, the executor's) hold locks
             # a forked child would inherit held
             self._pool = ProcessPoolExecutor(
-                max_workers=1, mp_context=multiprocessing.get_context("spawn"), initializer=lower_priority
+                max_workers=1, mp_context=multiprocessing.get_context("spawn"), initializer=self._initializer
             )
-        return self._pool
+            self._imported = set()
+        pool = self._pool
+        if module not in self._imported:
+            try:
+                async with asyncio.timeout(self._start_seconds):
+                    await asyncio.wrap_future(pool.submit(imported, module))
+            except TimeoutError:
+                self._discard()
+                raise PlannerFailedError(
+                    f"{what}: the planner's worker process was not ready within {self._start_seconds:g} s"
+                ) from None
+            self._imported.add(module)
+        return pool
 
     def _discard(self) -> ProcessPoolExecutor | None:
         """The worker killed (whatever it is doing), the pool shut down without waiting: the
