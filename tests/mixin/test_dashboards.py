@@ -387,7 +387,10 @@ def placement_prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[P
                     " and on (fleet) count by (fleet) (hypervisor_placement_inventory_drift) > 0"
                 )
                 wait_for(
-                    lambda: running.query(read), 60, interval=0.25, what="a reading of Placement scraped"
+                    lambda: running.query(read),
+                    WORKER_SECONDS,
+                    interval=0.25,
+                    what="a reading of Placement scraped",
                 )
                 # what was planted, as the panels read it (one reading: the families agree)
                 for query, expected in PLANTED.items():

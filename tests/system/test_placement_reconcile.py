@@ -7,8 +7,13 @@ the per-hypervisor answers, within its bound."""
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import time
+import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -16,16 +21,17 @@ import pytest
 
 from tests.support.factories import GIB, MIB, domain, host
 from tests.support.placement_loader import PROJECT_ID, PlacementLoader, nova_inventories
-from tests.support.placement_server import PlacementServer, running_placement
+from tests.support.placement_server import MisbehavingProxy, PlacementServer, running_placement
 from virtcap.config import Config, parse_config
 from virtcap.fleet.snapshot import HypervisorSnapshot
 from virtcap.fleet.store import SnapshotStore
 from virtcap.model.facts import DomainFacts, NovaFlavor, NovaInstance, NovaOwner
 from virtcap.model.placement_drift import Drift
 from virtcap.model.resources import Resource
-from virtcap.service.placement import PlacementTask
+from virtcap.service.placement import ROUND_TIMEOUT_FACTOR, PlacementTask
 from virtcap.service.placement_worker import PlacementWorker
-from virtcap.service.planner import lower_priority
+from virtcap.service.planner import pool_processes
+from virtcap.service.worker_process import idle_worker, start_worker
 
 pytestmark = pytest.mark.upstream
 
@@ -63,11 +69,17 @@ hypervisors:
 
 SLOW_START_SECONDS = 3.0
 """Longer than a round may take with a timeout of 0.5 s (4 timeouts and a bit, ROUND_TIMEOUT_FACTOR)."""
+CHILDREN = 6
+"""Nested providers under each root: the more providers, the more answers a round waits for in turn."""
+MARGIN_SECONDS = 5.0
+"""A round given up returns within its bound and this (no hang); never a measure of speed."""
+BUSY_SECONDS = 8.0
+"""Longer than a round may take with a timeout of 0.5 s."""
 
 
 def slow_start() -> None:
     """A worker's start as slow as on a busy machine (its imports at a lower priority)."""
-    lower_priority()
+    idle_worker()
     time.sleep(SLOW_START_SECONDS)
 
 
@@ -193,3 +205,112 @@ def test_a_worker_slow_to_start_has_its_round_bound_from_when_it_is_ready(placem
         assert time.monotonic() - began < SLOW_START_SECONDS
     finally:
         task.close()
+
+
+@contextmanager
+def cpu_busy(cpu: int, seconds: float) -> Iterator[None]:
+    """Eight busy loops at normal priority on CPU `cpu`, for `seconds`: an idle-priority process
+    held to that CPU then gets it for a few milliseconds a second at most."""
+    loop = f"import time\nend = time.monotonic() + {seconds}\nwhile time.monotonic() < end:\n    pass"
+    started = f"import os\nos.sched_setaffinity(0, {{{cpu}}})\nprint(flush=True)\n"
+    command = [sys.executable, "-c", started + loop]
+    busy = [subprocess.Popen(command, stdout=subprocess.PIPE) for _ in range(8)]
+    try:
+        for process in busy:  # each on its CPU, looping
+            assert process.stdout is not None and process.stdout.readline()
+        yield
+    finally:
+        for process in busy:
+            process.kill()
+            process.wait()
+
+
+def test_a_round_waiting_for_a_cpu_is_not_given_up(placement: PlacementServer) -> None:
+    """At idle priority the worker runs only on a CPU nothing else wants: a round kept waiting for
+    one longer than its bound (4 request timeouts and a bit) is answered once it gets one, rather
+    than taken for a Placement too slow (its worker killed, the families gone). The worker is held
+    to one CPU, kept busy; Placement answers from the others."""
+    config = fleet_config(placement.base_url, timeout="0.5s")
+    bound = 0.5 * (ROUND_TIMEOUT_FACTOR + len(config.hypervisors) / 25)
+    store = audited(config)
+    worker = PlacementWorker()
+    task = PlacementTask(config, store, worker)
+    try:
+        first = asyncio.run(task.read_once())  # the worker started, its modules imported
+        assert first.up, first.error
+        assert worker._pool is not None
+        cpu = max(os.sched_getaffinity(0))
+        for process in pool_processes(worker._pool):
+            assert process.pid is not None
+            os.sched_setaffinity(process.pid, {cpu})  # its main thread: the round's threads inherit it
+        with cpu_busy(cpu, BUSY_SECONDS):
+            began = time.monotonic()
+            report = asyncio.run(task.read_once())
+            took = time.monotonic() - began
+        assert report.up, report.error
+        assert took > bound, "the worker got a CPU within the bound: nothing was tested"
+    finally:
+        task.close()
+
+
+class JustInTime(MisbehavingProxy):
+    """Placement's answers, each just within the reader's timeout."""
+
+    delay = 0.0
+
+    def answer(
+        self, method: str, path: str, headers: dict[str, str], body: bytes
+    ) -> tuple[int, list[tuple[str, str]], bytes]:
+        time.sleep(self.delay)
+        return super().answer(method, path, headers, body)
+
+
+def test_a_placement_answering_each_request_just_in_time_has_its_round_given_up(
+    placement: PlacementServer,
+) -> None:
+    """The round's bound (4 request timeouts and a bit) counts the time the worker waits for
+    Placement: a Placement whose every answer comes just within the timeout fails the round at its
+    bound, its worker killed; the next round, answered at once, is read."""
+    suffix = uuid.uuid4().hex[:8]  # the module's tests share a Placement
+    providers = {"hv1": f"hv1-{suffix}", "hv2": f"hv2-{suffix}"}
+    PlacementLoader(placement.base_url).load(
+        {
+            "providers": [
+                {
+                    "name": provider,
+                    "inventories": nova_inventories(16, 64 * 1024, 1000),
+                    "children": [
+                        {"name": f"{provider}-vgpu-{index}", "inventories": {"VGPU": {"total": 4}}}
+                        for index in range(CHILDREN)
+                    ],
+                }
+                for provider in providers.values()
+            ]
+        }
+    )
+    proxy = JustInTime(placement.base_url)
+    with proxy:
+        config = parse_config(
+            f"""
+placement: {{endpoint: '{proxy.base_url}', timeout: 0.5s, interval: 1h}}
+hypervisors:
+  - {{name: hv1, uri: 'test:///default', placement_provider: {providers["hv1"]}}}
+  - {{name: hv2, uri: 'test:///default', placement_provider: {providers["hv2"]}}}
+""",
+            "x.yaml",
+        )
+        bound = 0.5 * (ROUND_TIMEOUT_FACTOR + len(providers) / 25)
+        store = audited(config)
+        # at the exporter's priority: a busy machine does not keep it waiting for a CPU
+        task = PlacementTask(config, store, PlacementWorker(start_worker))
+        try:
+            assert asyncio.run(task.read_once()).up  # the worker started
+            # the list, then 2 requests per provider (28), 4 at a time: 8 answers in turn, about 3 s
+            proxy.delay = 0.3
+            report = asyncio.run(task.read_once())
+            assert not report.up and report.error, report
+            assert report.duration_seconds < bound + 1.0 + MARGIN_SECONDS
+            proxy.delay = 0.0
+            assert asyncio.run(task.read_once()).up
+        finally:
+            task.close()

@@ -11,7 +11,7 @@ import pytest
 
 from tests.support.placement_loader import PlacementLoader, nova_inventories
 from tests.support.placement_server import running_placement
-from tests.support.serving import running_server, series, value, wait_for, write_fleet_config
+from tests.support.serving import WORKER_SECONDS, running_server, series, value, wait_for, write_fleet_config
 
 pytestmark = pytest.mark.upstream
 
@@ -69,7 +69,11 @@ def test_a_reload_starts_and_stops_the_reconciliation(tmp_path: Path) -> None:
                 f"placement: {{endpoint: '{placement.base_url}', timeout: 3s, interval: 1s}}\n{without}"
             )
             server.process.send_signal(signal.SIGHUP)
-            wait_for(lambda: value(server.samples(), "virtcap_placement_up") == 1, 30, what="Placement read")
+            wait_for(
+                lambda: value(server.samples(), "virtcap_placement_up") == 1,
+                WORKER_SECONDS,
+                what="Placement read",
+            )
             assert server.get("/api/v1/placement/drift")[0] == 200
             # the reader's worker process: a child of the exporter's, gone once placement: is
             workers = _children(server.process.pid) - others

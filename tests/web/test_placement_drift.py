@@ -18,7 +18,7 @@ from jsonschema import Draft202012Validator
 from tests.support.placement_fleet import EXPECTED, plant, write_fleet
 from tests.support.placement_loader import PlacementLoader
 from tests.support.placement_server import PlacementServer, running_placement
-from tests.support.serving import Server, free_port, running_server, wait_for
+from tests.support.serving import WORKER_SECONDS, Server, free_port, running_server, wait_for
 
 PATH = "/api/v1/placement/drift"
 
@@ -46,7 +46,7 @@ def test_the_drift_is_what_was_planted_as_the_description_says(
     placement: PlacementServer, tmp_path: Path
 ) -> None:
     with running_server(["--config", str(write_fleet(tmp_path, placement.base_url))], tmp_path) as server:
-        wait_for(lambda: reconciled(server), timeout=60, what="both hypervisors reconciled")
+        wait_for(lambda: reconciled(server), timeout=WORKER_SECONDS, what="both hypervisors reconciled")
         status, document = answer(server)
         _, only = answer(server, PATH + "?hypervisor=hv2")
         _, unknown = answer(server, PATH + "?hypervisor=nowhere")
@@ -78,7 +78,9 @@ def test_placement_unreachable_is_503_with_why_and_scrapes_go_on(tmp_path: Path)
     nowhere = f"http://127.0.0.1:{free_port()}"
     with running_server(["--config", str(write_fleet(tmp_path, nowhere))], tmp_path) as server:
         # the first reading fails at once (connection refused): 503 before and after it
-        wait_for(lambda: "not read:" in answer(server)[1]["error"], timeout=30, what="a failed reading")
+        wait_for(
+            lambda: "not read:" in answer(server)[1]["error"], timeout=WORKER_SECONDS, what="a failed reading"
+        )
         status, document = server.get(PATH)
         metrics, _ = server.get("/metrics")
         log = server.log_text()

@@ -33,15 +33,13 @@ from virtcap.fleet.packing import PackingReport
 from virtcap.fleet.tolerance import FleetSimulation, HostEvacuation, SimulationRequest, ToleranceReport
 from virtcap.model.packing.stranded import StrandedCapacity
 from virtcap.model.scheduler import HostState
-from virtcap.service.worker_process import start_worker
+from virtcap.service.worker_process import start_worker, yield_the_cpu
 
 log = logging.getLogger(__name__)
 
 HEADER = struct.Struct(">Q")
 WORKER_COMMAND = (sys.executable, "-c", "from virtcap.service.tolerance_worker import main; main()")
 """Not `-m`: a module run as `__main__` would unpickle the requests' classes as another module's."""
-NICENESS = 19
-"""Where SCHED_IDLE is refused, the lowest priority a nice value gives."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -297,16 +295,6 @@ def compute_steps(
 def _end_worker() -> None:
     logging.shutdown()
     os._exit(STEPS_FAILED_EXIT)  # from a thread: the main one is blocked reading the next request
-
-
-def yield_the_cpu() -> None:
-    """Linux's SCHED_IDLE: the worker runs only on a CPU nothing else wants, and a scrape or an
-    audit that wakes up takes the CPU from it at once, so that a scrape is as fast while it
-    computes; its answer may come later on a busy machine, never a scrape."""
-    try:
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-    except (AttributeError, OSError):  # not Linux, or refused by a container's seccomp policy
-        os.nice(NICENESS)
 
 
 def frame_pipes() -> tuple[FileIO, FileIO]:

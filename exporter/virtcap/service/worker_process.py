@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import os
 import signal
+from pathlib import Path
 
 from virtcap.service.garbage import freeze_survivors
 
 _PR_SET_PDEATHSIG = 1
+NICENESS = 19
+"""Where SCHED_IDLE is refused, the lowest priority a nice value gives."""
 
 
 def start_worker() -> None:
@@ -26,3 +30,33 @@ def die_with_parent() -> None:
     an exporter killed in the middle of a computation). SIGKILL ends a stopped process too."""
     with contextlib.suppress(OSError, AttributeError):  # not Linux: no parent-death signal
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def yield_the_cpu() -> None:
+    """Linux's SCHED_IDLE: the worker runs only on a CPU nothing else wants, and a scrape or an
+    audit that wakes up takes the CPU from it at once (a worker at a mere nice value keeps it for
+    the rest of its time slice, each time), so that a scrape is as fast while it computes; its
+    answer may come later on a busy machine, never a scrape. Threads started after inherit it."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    except (AttributeError, OSError):  # not Linux, or refused by a container's seccomp policy
+        os.nice(NICENESS)
+
+
+def idle_worker() -> None:
+    """A worker's start (`start_worker`), then at idle priority (`yield_the_cpu`)."""
+    start_worker()
+    yield_the_cpu()
+
+
+def runnable(pid: int) -> bool:
+    """Whether a thread of process `pid` is running or waiting for a CPU (Linux's state R); False
+    where that cannot be read."""
+    for path in Path(f"/proc/{pid}/task").glob("*/stat"):
+        try:
+            state = path.read_text().rpartition(")")[2].split()[0]
+        except (OSError, IndexError):  # the thread ended meanwhile
+            continue
+        if state == "R":
+            return True
+    return False
