@@ -406,11 +406,9 @@ def test_the_command_asks_a_running_exporter_for_the_same_answer(demo: Server, t
     assert asked.returncode == 0, asked.stderr
     local = cli(str(path), "--demo", "--format", "json")
     assert local.returncode == 0, local.stderr
-    status, direct, _ = post(demo, GROWING_AZ_2)
-    assert status == 200
-    assert without_time(json.loads(asked.stdout)) == without_time(direct)
-    assert set(json.loads(local.stdout)) == set(direct) == ANSWER_KEYS
-    assert without_time(json.loads(local.stdout)) == without_time(direct)
+    # the API's answer itself is checked against the fleet by the tests above
+    assert set(json.loads(asked.stdout)) == set(json.loads(local.stdout)) == ANSWER_KEYS
+    assert without_time(json.loads(asked.stdout)) == without_time(json.loads(local.stdout))
 
 
 def test_the_exporter_refuses_a_capture_and_the_command_exits_2_naming_the_key(
