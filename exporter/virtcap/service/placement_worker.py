@@ -28,8 +28,9 @@ from virtcap.service.worker_process import idle_worker, runnable
 
 REAP_SECONDS = 1.0
 """How long a killed worker is waited for."""
-SAMPLE_SECONDS = 0.5
-"""How often a round's worker is looked at: waiting for Placement, or for a CPU."""
+SAMPLE_SECONDS = 0.1
+"""How often a round's worker is looked at: waiting for Placement, or running or waiting for a CPU
+(each look counts for the time since the last one)."""
 
 
 @dataclass(frozen=True, slots=True)
