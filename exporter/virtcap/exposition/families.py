@@ -235,15 +235,10 @@ class FragmentCache:
             kept = self._fragments.get(view.name)
             # Equal views render equally; `data` is compared by identity (see HypervisorView).
             if kept is None or kept[0] != view or kept[0].data is not view.data:
-                text = _generate(build_families((view,), exposition, projects)).decode()
-                kept = (view, [_samples_only(chunk) for chunk in _family_chunks(text)])
+                kept = (view, _samples_by_family(build_families((view,), exposition, projects)))
             fragments[view.name] = kept
         self._fragments = fragments  # removed hypervisors are forgotten
-        parts = []
-        for index, header in enumerate(self._headers):
-            parts.append(header)
-            parts.extend(samples[index] for _view, samples in fragments.values())
-        body = "".join(parts).encode()
+        body = _joined(self._headers, [samples for _view, samples in fragments.values()])
         if claim_outcomes is not None:
             shown = [view for view, _samples in fragments.values()]
             body += _generate(
@@ -284,15 +279,10 @@ class FragmentCache:
                 continue
             kept = self._drift_samples.get(name)
             if kept is None or kept[0] != drift:
-                text = _generate(drift_families(name, drift)).decode()
-                kept = (drift, [_samples_only(chunk) for chunk in _family_chunks(text)])
+                kept = (drift, _samples_by_family(drift_families(name, drift)))
             samples[name] = kept
         self._drift_samples = samples  # those no longer shown or read are forgotten
-        parts = []
-        for index, chunk in enumerate(fleet):
-            parts.append(chunk)
-            parts.extend(kept[1][index] for kept in samples.values())
-        return "".join(parts).encode()
+        return _joined(fleet, [kept[1] for kept in samples.values()])
 
 
 _FAMILY_START = re.compile(r"^(?=# HELP )", re.MULTILINE)
@@ -302,6 +292,22 @@ def _family_chunks(text: str) -> list[str]:
     """The text format's families, each from its `# HELP` line on. A label value cannot hold a
     raw newline (it is escaped), so a line starting with `# HELP` always opens a family."""
     return [chunk for chunk in _FAMILY_START.split(text) if chunk]
+
+
+def _samples_by_family(families: list[Metric]) -> list[str]:
+    """Each family's samples as text, without its `# HELP` and `# TYPE` lines."""
+    return [_samples_only(chunk) for chunk in _family_chunks(_generate(families).decode())]
+
+
+def _joined(chunks: Sequence[str], fragments: Iterable[Sequence[str]]) -> bytes:
+    """The exposition: each family's chunk (its header, and samples of its own), then each
+    fragment's samples of that family, in order."""
+    fragments = list(fragments)
+    parts = []
+    for index, chunk in enumerate(chunks):
+        parts.append(chunk)
+        parts.extend(samples[index] for samples in fragments)
+    return "".join(parts).encode()
 
 
 def _samples_only(chunk: str) -> str:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import multiprocessing
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -23,7 +22,7 @@ from virtcap.audit.placement import PlacementError, PlacementReader
 from virtcap.config.placement import PlacementSection
 from virtcap.model.capacity import HostCapacity
 from virtcap.model.placement_drift import DomainRecord, Drift, HypervisorView, reconcile_fleet
-from virtcap.service.planner import START_SECONDS, kill_workers, pool_processes
+from virtcap.service.planner import START_SECONDS, kill_workers, one_worker, pool_processes, until_imported
 from virtcap.service.worker_process import idle_worker, runnable
 
 REAP_SECONDS = 1.0
@@ -91,10 +90,6 @@ class Reconciler:
 
 _IN_WORKER = Reconciler()
 """The worker process's."""
-
-
-def worker_ready() -> None:
-    """In the worker: nothing, once this module (and the reader's) is imported."""
 
 
 def reconcile_round(
@@ -180,14 +175,9 @@ class PlacementWorker:
         if self._pool is not None:
             return self._pool
         self._sent = {}  # a new worker holds nothing
-        # spawned, not forked: the exporter's threads (libvirt's, the executor's) hold locks
-        # a forked child would inherit held
-        pool = self._pool = ProcessPoolExecutor(
-            max_workers=1, mp_context=multiprocessing.get_context("spawn"), initializer=self._initializer
-        )
+        pool = self._pool = one_worker(self._initializer)
         try:
-            async with asyncio.timeout(self._start_seconds):
-                await asyncio.wrap_future(pool.submit(worker_ready))
+            await until_imported(pool, __name__, self._start_seconds)  # the reader's modules too
         except TimeoutError:
             self.close()
             raise PlacementError(

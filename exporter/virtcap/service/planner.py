@@ -66,6 +66,21 @@ def imported(module: str) -> None:
     importlib.import_module(module)
 
 
+def one_worker(initializer: Callable[[], None]) -> ProcessPoolExecutor:
+    """A pool of one worker process, started by `initializer`: spawned, not forked (the
+    exporter's threads, libvirt's and the executor's, hold locks a forked child would inherit held)."""
+    return ProcessPoolExecutor(
+        max_workers=1, mp_context=multiprocessing.get_context("spawn"), initializer=initializer
+    )
+
+
+async def until_imported(pool: ProcessPoolExecutor, module: str, seconds: float) -> None:
+    """Once `pool`'s worker has started and imported `module`; TimeoutError past `seconds`
+    (START_SECONDS: its start is kept apart from its jobs' bounds)."""
+    async with asyncio.timeout(seconds):
+        await asyncio.wrap_future(pool.submit(imported, module))
+
+
 class Planner:
     """One worker process, one plan at a time."""
 
@@ -135,17 +150,12 @@ class Planner:
 
     async def _ready(self, module: str, what: str) -> ProcessPoolExecutor:
         if self._pool is None:
-            # spawned, not forked: the exporter's threads (libvirt's, the executor's) hold locks
-            # a forked child would inherit held
-            self._pool = ProcessPoolExecutor(
-                max_workers=1, mp_context=multiprocessing.get_context("spawn"), initializer=self._initializer
-            )
+            self._pool = one_worker(self._initializer)
             self._imported = set()
         pool = self._pool
         if module not in self._imported:
             try:
-                async with asyncio.timeout(self._start_seconds):
-                    await asyncio.wrap_future(pool.submit(imported, module))
+                await until_imported(pool, module, self._start_seconds)
             except TimeoutError:
                 self._discard()
                 raise PlannerFailedError(

@@ -8,7 +8,6 @@ Nothing is held, moved or changed; the exporter's own state is only read."""
 from __future__ import annotations
 
 import asyncio
-import multiprocessing
 import pickle
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -78,7 +77,7 @@ from virtcap.model.scenario.spec import (
 from virtcap.model.scheduler import HostState
 from virtcap.service.flavors import with_discovered_flavors
 from virtcap.service.oneshot import audit_fleet_once
-from virtcap.service.planner import Job, Planner, pool_processes
+from virtcap.service.planner import Job, Planner, one_worker, pool_processes
 from virtcap.service.slices import in_slices
 from virtcap.service.tolerance_worker import pickle_one
 from virtcap.service.worker_process import start_worker
@@ -385,9 +384,7 @@ class _BeforeAnswers:
     def __enter__(self) -> _BeforeAnswers:
         parallel = self._parallel
         if parallel or (parallel is None and len(self._hosts) >= PARALLEL_FROM_HYPERVISORS):
-            self._pool = ProcessPoolExecutor(
-                max_workers=1, mp_context=multiprocessing.get_context("spawn"), initializer=start_worker
-            )
+            self._pool = one_worker(start_worker)
             pickled = pickle.dumps(list(self._hosts), pickle.HIGHEST_PROTOCOL)
             self._future = self._pool.submit(_answers_before, pickled, self._settings, self._reserve)
         return self
