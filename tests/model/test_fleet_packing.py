@@ -110,6 +110,20 @@ def test_a_new_domain_queues_the_compactions_that_read_it() -> None:
     assert_as_the_model(packing.report(), with_domain(hosts, "a"))
 
 
+def test_a_domain_stopped_brings_the_compactions_up_to_date_where_the_bound_proves_them() -> None:
+    packing, hosts = FleetPacking(), with_domain(fleet(), "a")
+    packing.apply(hosts, settings(), SPREAD)
+    stopped = fleet()  # a3 stopped: a, b and c still need two hypervisors of their zones
+    packing.update(stopped, settings(), SPREAD)
+    assert packing.queued[0] == Step("compaction")
+    packing.step()
+    assert packing.compactions_updated == 1
+    while packing.step():
+        pass
+    assert packing.compactions_updated == 2  # and rack r1's
+    assert_as_the_model(packing.report(), stopped)
+
+
 def test_steps_keep_their_place_and_read_the_states_as_they_are_when_computed() -> None:
     """A change while steps are queued queues nothing twice: every answer is brought up to date
     however often the fleet changes, and each is the model's for the states at its step."""

@@ -81,6 +81,10 @@ class Compaction:
     """The domains no hypervisor took, even after repair (then `hypervisors` holds the others)."""
     stuck: tuple[DomainRef, ...] = ()
     """The domains no eligible hypervisor takes even empty: left where they are."""
+    added_up_bound: int = 0
+    """The part of `lower_bound` found without the per-hypervisor program (the stuck domains'
+    hypervisors, the sum bound, the added-up program: what `lower_bound()` computes), or less
+    after an update that added domains: what `compaction_update` looks at after domains stopped."""
     time_limited: bool = False
     """A program stopped at the time limit, not at its node limit or its optimum: the answer may
     differ on a slower or faster machine."""
@@ -263,6 +267,7 @@ def _by_zone(
     return Compaction(
         hypervisors=sum(answer.hypervisors for answer in answers),
         lower_bound=sum(answer.lower_bound for answer in answers),
+        added_up_bound=sum(answer.added_up_bound for answer in answers),
         optimal=all(answer.optimal for answer in answers),
         assignment={member: name for answer in answers for member, name in answer.assignment.items()},
         kept=tuple(state.name for state in hosts if state.name in used),
@@ -279,42 +284,95 @@ def _by_zone(
     )
 
 
+def lower_bound(
+    states: Sequence[HostState], *, time_limit_seconds: float = 10.0, max_nodes: int = MAX_NODES
+) -> int:
+    """A proven lower bound on the compaction of `states` without solving it: per zone part (as
+    `compaction` splits them), the largest of the stuck domains' hypervisors, the sum bound and
+    the added-up program's bound (not the per-hypervisor program's, which `compaction` may add)."""
+    deadline = time.perf_counter() + time_limit_seconds
+    total = 0
+    for part in zone_parts(eligible(states)):
+        prepared = _Prepared.of(part)
+        _, _, aggregate_bound, _ = _aggregate(
+            prepared.shapes, prepared.types, prepared.forced, deadline, max_nodes
+        )
+        total += prepared.bound(aggregate_bound)
+    return total
+
+
+@dataclass(slots=True)
+class _Prepared:
+    """What a program is made of: the domains' shapes (the stuck ones left out), each hypervisor
+    emptied (a stuck domain's consumed first), the domains' demands, the hypervisors' types."""
+
+    shapes: tuple[Shape, ...]
+    shape_keys: frozenset[Hashable]
+    base: dict[str, HostState]
+    guests: dict[DomainRef, Demand]
+    types: list[HostType]
+    stuck: list[DomainRef]
+
+    @property
+    def forced(self) -> set[str]:
+        """The hypervisors kept for their stuck domains."""
+        return {member.hypervisor for member in self.stuck}
+
+    def bound(self, aggregate_bound: float) -> int:
+        """The largest of the stuck domains' hypervisors, the sum bound and the added-up program's."""
+        return max(len(self.forced), _sum_bound(self.shapes, self.types), _ceil(aggregate_bound))
+
+    @classmethod
+    def of(cls, hosts: Sequence[HostState]) -> _Prepared:
+        shapes = domain_shapes(hosts)
+        shape_keys = frozenset(shape_key(shape.demand) for shape in shapes)
+        base = {state.name: emptied(state) for state in hosts}
+        guests = {
+            DomainRef(state.name, guest.name): guest.demand for state in hosts for guest in state.guests
+        }
+        fullest = {state.name: -len(state.guests) for state in hosts}
+        types = _types(list(base.values()), shapes, fullest)
+        stuck = [
+            member
+            for index, shape in enumerate(shapes)
+            if all(host_type.fits[index] == 0 for host_type in types)
+            for member in shape.members
+        ]
+        if stuck:
+            # each left on its hypervisor, which is kept with it consumed first, a type of its own
+            by_host: dict[str, list[Demand]] = {}
+            for member in stuck:
+                by_host.setdefault(member.hypervisor, []).append(guests[member])
+            for name, demands in by_host.items():
+                base[name] = _forced(base[name], demands)
+            stuck_set = set(stuck)
+            movable = (
+                Shape(shape.demand, tuple(m for m in shape.members if m not in stuck_set)) for shape in shapes
+            )
+            shapes = tuple(shape for shape in movable if shape.count)
+            others = [state for state in base.values() if state.name not in by_host]
+            types = _types(others, shapes, fullest) + [
+                _host_type([base[name]], shapes) for name in sorted(by_host)
+            ]
+        return cls(shapes, shape_keys, base, guests, types, stuck)
+
+
 def _compaction(hosts: Sequence[HostState], deadline: float, max_nodes: int) -> Compaction:
     """The compaction of these eligible hypervisors as one program."""
     began = time.perf_counter()
-    shapes = domain_shapes(hosts)
-    shape_keys = frozenset(shape_key(shape.demand) for shape in shapes)
-    base = {state.name: emptied(state) for state in hosts}
-    guests = {DomainRef(state.name, guest.name): guest.demand for state in hosts for guest in state.guests}
-    fullest = {state.name: -len(state.guests) for state in hosts}
-    types = _types(list(base.values()), shapes, fullest)
-    stuck = [
-        member
-        for index, shape in enumerate(shapes)
-        if all(host_type.fits[index] == 0 for host_type in types)
-        for member in shape.members
-    ]
-    if stuck:
-        # each left on its hypervisor, which is kept with it consumed first, a type of its own
-        by_host: dict[str, list[Demand]] = {}
-        for member in stuck:
-            by_host.setdefault(member.hypervisor, []).append(guests[member])
-        for name, demands in by_host.items():
-            base[name] = _forced(base[name], demands)
-        stuck_set = set(stuck)
-        shapes = tuple(
-            movable
-            for shape in shapes
-            if (movable := Shape(shape.demand, tuple(m for m in shape.members if m not in stuck_set))).count
-        )
-        others = [state for state in base.values() if state.name not in by_host]
-        types = _types(others, shapes, fullest) + [
-            _host_type([base[name]], shapes) for name in sorted(by_host)
-        ]
-    forced = {member.hypervisor for member in stuck}
+    prepared = _Prepared.of(hosts)
+    shapes, types, base, guests, stuck = (
+        prepared.shapes,
+        prepared.types,
+        prepared.base,
+        prepared.guests,
+        prepared.stuck,
+    )
+    forced = prepared.forced
     used, holds, aggregate_bound, time_limited = _aggregate(shapes, types, forced, deadline, max_nodes)
     counts = _spread(shapes, types, used, holds) if used is not None else {}
-    bounds = [len(forced), _sum_bound(shapes, types), _ceil(aggregate_bound)]
+    added_up_bound = prepared.bound(aggregate_bound)
+    bounds = [added_up_bound]
     copies = sum(len(host_type.states) for host_type in types)
     if copies * len(shapes) <= COMPACT_PROGRAM_LIMIT and len(counts) > max(bounds):
         program, columns = _program(shapes, types, forced)
@@ -337,6 +395,7 @@ def _compaction(hosts: Sequence[HostState], deadline: float, max_nodes: int) -> 
         hypervisors=len(kept),
         lower_bound=max(bounds),
         optimal=len(kept) <= max(bounds) and not outcome.unplaced,
+        added_up_bound=added_up_bound,
         assignment=outcome.assignment,
         kept=kept,
         eligible=len(hosts),
@@ -348,7 +407,7 @@ def _compaction(hosts: Sequence[HostState], deadline: float, max_nodes: int) -> 
         solver_seconds=solved - began,
         validation_seconds=validated - solved,
         held={name: outcome.held[name] for name in kept if name in outcome.held},
-        shape_keys=shape_keys,
+        shape_keys=prepared.shape_keys,
     )
 
 
@@ -763,4 +822,13 @@ def largest_first(demand: Demand, member: DomainRef) -> tuple[int, int, int, Dom
     )
 
 
-__all__ = ["Compaction", "compaction", "eligible", "emptied", "in_a_row", "largest_first", "zone_parts"]
+__all__ = [
+    "Compaction",
+    "compaction",
+    "eligible",
+    "emptied",
+    "in_a_row",
+    "largest_first",
+    "lower_bound",
+    "zone_parts",
+]
