@@ -142,3 +142,24 @@ def test_a_hypervisor_dropped_here_is_forgotten_and_another_shards_are_kept(tmp_
             await second.close()
 
     assert _run(scenario()) == {("hv-a", "uuid-u1"), ("hv-c", "uuid-u1")}
+
+
+def test_the_candidates_are_made_as_they_are_taken_each_hypervisors_as_when_asked() -> None:
+    """A render takes the candidates a slice of the event loop at a time: they are made as they
+    are taken (not as one list first), and an audit meanwhile does not change those asked for."""
+    stopped = host(domains=(domain("u1", DomainState.SHUTOFF), domain("u2", DomainState.SHUTOFF)))
+    tracker = ReclaimTracker(ReclaimPolicy(shutoff_after=1.0, idle_cpu_below=0.05, idle_for=1.0))
+    for name in ("hv-a", "hv-b"):
+        _run(tracker.record(name, stopped, now=T0))
+    expected = list(tracker.candidates())
+    taken = tracker.candidates()
+    first = next(taken)
+    _run(tracker.record("hv-b", host(domains=(domain("u1"),)), now=T0 + 1))  # hv-b's domains started
+    assert [first, *taken] == expected
+    assert [(found[0], found[1].name) for found in expected] == [
+        ("hv-a", "u1"),
+        ("hv-a", "u2"),
+        ("hv-b", "u1"),
+        ("hv-b", "u2"),
+    ]
+    assert [found[0] for found in tracker.candidates()] == ["hv-a", "hv-a"]

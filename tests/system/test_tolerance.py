@@ -108,6 +108,35 @@ def test_an_audit_that_changes_nothing_the_scheduler_reads_costs_no_computation(
     assert simulation.compute(again, SPREAD, 3) is None
 
 
+class Compared:
+    """A part of what the scheduler reads whose comparisons are counted."""
+
+    comparisons = 0
+
+    def __eq__(self, other: object) -> bool:
+        Compared.comparisons += 1
+        return isinstance(other, Compared)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def test_a_new_audit_that_reads_the_same_is_compared_whole_once(
+    audited: tuple[HypervisorSnapshot, ...],
+) -> None:
+    changes, hosts = FleetChanges(), _hosts(audited)
+    states = [changes.state_of(host)[0] for host in hosts]
+    told = [(state, (Compared(),)) for state in states]
+    assert changes.request_from(hosts, told, SPREAD, 3) is not None
+    again = [(state, (Compared(),)) for state in states]  # every hypervisor audited again, alike
+    before = Compared.comparisons
+    assert not any(changes.differs(one) for one in again)
+    assert Compared.comparisons - before == len(hosts)
+    # the computations after it (each burst of audits of the others) compare nothing whole
+    assert not any(changes.differs(one) for one in again)
+    assert Compared.comparisons - before == len(hosts)
+    assert changes.request_from(hosts, again, SPREAD, 3) is None
+
+
 def test_a_changed_hypervisor_is_computed_again_incrementally_with_the_full_answer(
     audited: tuple[HypervisorSnapshot, ...],
 ) -> None:

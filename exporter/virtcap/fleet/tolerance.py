@@ -210,9 +210,18 @@ class FleetChanges:
     def differs(self, built: tuple[HostState, tuple[object, ...]]) -> bool:
         """Whether what the scheduler reads of a host (its `state_of`) differs from what the
         simulation was last told: compared whole after a new audit, a tenth of a millisecond for
-        a host of 50 domains."""
+        a host of 50 domains. A new audit that reads the same is taken as what was told, so that
+        it is compared whole once: left, every computation after it (one per burst of audits,
+        every half second while a large fleet is audited) compared it whole again, a tenth of
+        the exporter's CPU on a fleet of 1,000."""
         state, key = built
-        return key != self._sent.get(state.name)
+        told = self._sent.get(state.name)
+        if key is told:
+            return False
+        if key != told:
+            return True
+        self._sent[state.name] = key
+        return False
 
     def state_of(self, host: SimulatedHost) -> tuple[HostState, tuple[object, ...]]:
         """Built again only for a new audit (the domains' requests are parsed from their flavors'

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable
 from typing import TypeVar
 
 SLICE_SECONDS = 0.0005
@@ -15,8 +15,9 @@ _T = TypeVar("_T")
 _R = TypeVar("_R")
 
 
-async def in_slices(items: Sequence[_T], work: Callable[[_T], _R]) -> list[_R]:
-    """`work` on each item, on the event loop, yielding to it whenever a slice has run for
+async def in_slices(items: Iterable[_T], work: Callable[[_T], _R]) -> list[_R]:
+    """`work` on each item (an iterator's made as they are taken, in the slices too), on the
+    event loop, yielding to it whenever a slice has run for
     SLICE_SECONDS. Not in a thread: a thread running Python holds the interpreter lock for up to
     its switch interval each time the loop needs it, and a scrape waits that long several times;
     here a scrape waits for one slice at most."""
