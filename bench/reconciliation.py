@@ -443,12 +443,18 @@ def served(
     (`SCRAPERS`), so that rounds and audits run during the scrapes."""
     interval, window = (10.0, 20.0) if quick else (30.0, 60.0)
     rows: Table = []
-    for label, url, placement_interval in endpoints:
-        config = fleet_config(
-            scratch, uris, url, interval=f"{interval:g}s", placement_interval=placement_interval
-        )
-        found: dict[str, dict[str, list[float]]] = {scraped: {} for scraped, _, _ in SCRAPERS}
-        for _ in range(runs):
+    configs = [
+        fleet_config(scratch, uris, url, interval=f"{interval:g}s", placement_interval=placement_interval)
+        for _, url, placement_interval in endpoints
+    ]
+    everything: dict[str, dict[str, dict[str, list[float]]]] = {
+        label: {scraped: {} for scraped, _, _ in SCRAPERS} for label, _, _ in endpoints
+    }
+    # each run takes every endpoint in turn: a machine that slows down or speeds up over the
+    # benchmark then weighs on each alike, rather than on the endpoints measured last
+    for _ in range(runs):
+        for (label, url, _), config in zip(endpoints, configs, strict=True):
+            found = everything[label]
             with virtcap(config) as (port, child, ready):
                 for scraped, period, gzipped in SCRAPERS:
                     figures = found[scraped]
@@ -466,6 +472,7 @@ def served(
                 peak = next(line for line in status.splitlines() if line.startswith("VmHWM:"))
                 for figures in found.values():
                     figures.setdefault("rss", []).append(int(peak.split()[1]) / 1024)
+    for label, found in everything.items():
         rows.extend(
             (
                 f"{label} {scraped}",
