@@ -24,7 +24,8 @@ from tests.support.placement_server import (
     running_placement,
 )
 from tests.support.serving import free_port
-from virtcap.audit.placement import EnvironmentReadOnce, PlacementError, PlacementRead, PlacementReader
+from virtcap.audit.placement import EnvironmentReadOnce, PlacementRead, PlacementReader
+from virtcap.audit.placement_error import PlacementError
 from virtcap.config.placement import PlacementAuth, PlacementSection
 from virtcap.model.placement_drift import MIGRATION, Consumer, ProviderInventory
 

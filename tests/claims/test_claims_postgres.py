@@ -32,7 +32,8 @@ from tests.support.postgres import PASSWORD, USER, Postgres, running_postgres
 from tests.support.serving import Server, free_port, running_server, value, wait_for
 from virtcap.claims.database import SCHEMA_VERSION
 from virtcap.claims.ledger import ClaimLedger, ClaimRejectedError, NotClaimOwnerError
-from virtcap.claims.postgres import PostgresClaimDatabase, redact
+from virtcap.claims.postgres import PostgresClaimDatabase
+from virtcap.claims.redact import redact
 from virtcap.claims.storage import LedgerState, Writes
 from virtcap.config import ClaimSettings, ConfigError
 from virtcap.demo import DEMO_DIR

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import virtcap
@@ -45,3 +47,19 @@ def test_the_commands_module_exists_for_each_subcommand() -> None:
     assert list(subparsers.choices) == ["audit", "serve", "capture", "place", "plan", "claim", "maintenance"]
     for name in subparsers.choices:
         assert (PACKAGE / "commands" / f"{name}.py").is_file()
+
+
+def test_the_commands_start_without_the_clients_of_services_they_may_not_use() -> None:
+    """psycopg (shared claims) and keystoneauth1 with requests (Placement) are imported where they
+    are used: every `virtcap` process imported them at its start, a fifth of its imports."""
+    probe = (
+        "import sys, virtcap.commands.main; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in sys.argv[1:]))"
+    )
+    found = subprocess.run(
+        [sys.executable, "-c", probe, "psycopg", "keystoneauth1", "requests"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert found.stdout.strip() == "[]"

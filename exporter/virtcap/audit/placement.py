@@ -33,6 +33,7 @@ from keystoneauth1 import adapter, plugin, session, token_endpoint
 from keystoneauth1 import exceptions as ksa
 from keystoneauth1.identity import v3
 
+from virtcap.audit.placement_error import PlacementError
 from virtcap.config.placement import NOAUTH_TOKEN, SECRET_NAMES, PlacementAuth, PlacementSection
 from virtcap.model.placement_drift import Consumer, ProviderInventory, ProviderTree
 
@@ -49,13 +50,6 @@ DescribeWanted = Callable[[str, str], bool] | AbstractSet[str]
 """Which consumers to describe: (hypervisor, consumer UUID) -> whether, or a set of UUIDs."""
 
 _T = TypeVar("_T")
-
-
-class PlacementError(Exception):
-    """Placement could not be read this round; the message is one line, without a secret.
-    `requests`: those the round made (the one that failed included)."""
-
-    requests: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from virtcap.claims.database import ClaimDatabase
-from virtcap.claims.postgres import PostgresClaimDatabase, redact
+from virtcap.claims.redact import redact
 from virtcap.claims.storage import ClaimStorage
 from virtcap.config import ClaimSettings, ConfigError
 
@@ -19,6 +19,9 @@ def claim_storage(settings: ClaimSettings, source: str) -> ClaimStorage:
     password: str | None = None
     if settings.password_file is not None:
         password = read_password(settings.password_file, source)
+    # psycopg is imported only where the claims are shared: a tenth of a second of every start
+    from virtcap.claims.postgres import PostgresClaimDatabase  # noqa: PLC0415
+
     return PostgresClaimDatabase(settings.database, password)
 
 

@@ -32,12 +32,13 @@ import socket
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import psycopg
 from psycopg import errors as pg_errors
 
 from virtcap.claims.database import CLAIM_COLUMNS, SCHEMA_VERSION
+from virtcap.claims.redact import redact
 from virtcap.claims.storage import (
     HISTORY_COLUMNS,
     LedgerState,
@@ -115,24 +116,6 @@ _UPSERT_HISTORY = (
 
 def is_postgres_url(database: str) -> bool:
     return urlsplit(database).scheme in URL_SCHEMES
-
-
-def redact(url: str) -> str:
-    """The URL without any password, for logs, pages and errors: user, host, port, database and
-    the parameters that are no secret."""
-    parts = urlsplit(url)
-    netloc = parts.hostname or ""
-    if parts.hostname and ":" in parts.hostname:
-        netloc = f"[{parts.hostname}]"
-    with contextlib.suppress(ValueError):
-        if parts.port is not None:
-            netloc += f":{parts.port}"
-    if parts.username:
-        netloc = f"{parts.username}@{netloc}"
-    query = urlencode(
-        [(key, value) for key, value in parse_qsl(parts.query) if "password" not in key.lower()]
-    )
-    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
 
 
 class PostgresClaimDatabase:

@@ -16,7 +16,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from virtcap.audit.placement import PlacementError
+from virtcap.audit.placement_error import PlacementError
 from virtcap.audit.threads import run_in_daemon_thread
 from virtcap.config import Config, Hypervisor
 from virtcap.config.placement import PlacementSection

@@ -12,18 +12,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from multiprocessing.process import BaseProcess
+from typing import TYPE_CHECKING
 
-from virtcap.audit.placement import PlacementError, PlacementReader
+from virtcap.audit.placement_error import PlacementError
 from virtcap.config.placement import PlacementSection
 from virtcap.model.capacity import HostCapacity
 from virtcap.model.placement_drift import DomainRecord, Drift, HypervisorView, reconcile_fleet
 from virtcap.service.planner import START_SECONDS, kill_workers, one_worker, pool_processes, until_imported
 from virtcap.service.worker_process import idle_worker, runnable
+
+if TYPE_CHECKING:
+    from virtcap.audit.placement import PlacementReader
+
+READER_MODULE = "virtcap.audit.placement"
+"""The reader (keystoneauth1 and requests): imported where a round runs, the worker or a
+thread of a process without one, not by every process that imports this one."""
 
 REAP_SECONDS = 1.0
 """How long a killed worker is waited for."""
@@ -65,7 +74,8 @@ class Reconciler:
             del self._sides[name]
         if self._reader is None or self._reader[0] != section:
             self.close()
-            self._reader = (section, PlacementReader(section))
+            reader: type[PlacementReader] = importlib.import_module(READER_MODULE).PlacementReader
+            self._reader = (section, reader(section))
         # the consumers Placement is asked about: those that are no domain of their hypervisor
         local = {
             name: frozenset(record.uuid for record in domains) for name, (_, domains) in self._sides.items()
@@ -177,7 +187,8 @@ class PlacementWorker:
         self._sent = {}  # a new worker holds nothing
         pool = self._pool = one_worker(self._initializer)
         try:
-            await until_imported(pool, __name__, self._start_seconds)  # the reader's modules too
+            for module in (__name__, READER_MODULE):
+                await until_imported(pool, module, self._start_seconds)
         except TimeoutError:
             self.close()
             raise PlacementError(
