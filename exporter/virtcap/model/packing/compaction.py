@@ -34,6 +34,7 @@ import math
 import time
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 from virtcap.model.capacity import HostCapacity, flavor_fit, placement_free
 from virtcap.model.host_fit import Demand
@@ -284,21 +285,29 @@ def _by_zone(
     )
 
 
+class LowerBound(NamedTuple):
+    value: int
+    shape_keys: frozenset[Hashable]
+    """The `shape_key`s of the domains it was found for (a `Compaction`'s, met on the way)."""
+
+
 def lower_bound(
     states: Sequence[HostState], *, time_limit_seconds: float = 10.0, max_nodes: int = MAX_NODES
-) -> int:
+) -> LowerBound:
     """A proven lower bound on the compaction of `states` without solving it: per zone part (as
     `compaction` splits them), the largest of the stuck domains' hypervisors, the sum bound and
     the added-up program's bound (not the per-hypervisor program's, which `compaction` may add)."""
     deadline = time.perf_counter() + time_limit_seconds
     total = 0
+    keys: set[Hashable] = set()
     for part in zone_parts(eligible(states)):
         prepared = _Prepared.of(part)
         _, _, aggregate_bound, _ = _aggregate(
             prepared.shapes, prepared.types, prepared.forced, deadline, max_nodes
         )
         total += prepared.bound(aggregate_bound)
-    return total
+        keys |= prepared.shape_keys
+    return LowerBound(total, frozenset(keys))
 
 
 @dataclass(slots=True)
@@ -824,6 +833,7 @@ def largest_first(demand: Demand, member: DomainRef) -> tuple[int, int, int, Dom
 
 __all__ = [
     "Compaction",
+    "LowerBound",
     "compaction",
     "eligible",
     "emptied",

@@ -28,7 +28,7 @@ suffices is for the solver).
 from __future__ import annotations
 
 import time
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from virtcap.model.host_fit import Demand
 from virtcap.model.packing.compaction import (
@@ -95,10 +95,12 @@ def compaction_update(
     kept = tuple(name for name in previous.kept if name in held)
     if removed and not added and previous.added_up_bound < len(kept):
         return None  # fewer domains never raise that bound: it cannot prove the packing now
-    bound = previous.lower_bound if not removed else lower_bound(states)
+    if removed:
+        bound, keys = lower_bound(states)
+    else:
+        bound, keys = previous.lower_bound, previous.shape_keys | {shape_key(d) for _, d in added}
     if len(kept) > bound:
         return None
-    keys = _shape_keys(new) if removed else previous.shape_keys | {shape_key(d) for _, d in added}
     return Compaction(
         hypervisors=len(kept),
         lower_bound=bound,
@@ -153,10 +155,6 @@ def _release(
             state = consume_in_turn(state, (demand,))
         held[name] = state
     return True
-
-
-def _shape_keys(states: Sequence[HostState]) -> frozenset[Hashable]:
-    return frozenset(shape_key(guest.demand) for state in states for guest in state.guests)
 
 
 def _changed(was: HostState, now: HostState) -> tuple[list[DomainRef], list[tuple[DomainRef, Demand]]] | None:
