@@ -87,14 +87,17 @@ test: system-deps $(BIN)/virtcap lint typecheck unit
 # The committed rule files and dashboards are generated from the Jsonnet mixin (sources in alerts/
 # and dashboards/ beside the files they generate, mixin/ for what both share; no dependencies, no
 # -J path), the README's metrics table from the metric catalogue and the demo's node files and
-# captures by virtcap.demo.generate; a test fails when any of them drifts.
+# captures by virtcap.demo.generate; a test fails when any of them drifts. Jsonnet is go-jsonnet
+# from PyPI (the test extra's gojsonnet), as the tests render the mixin: Debian's C++ jsonnet took
+# seconds of CPU for each rendering.
+JSONNET = $(BIN)/python -m tests.support.jsonnet
 generate: system-deps $(BIN)/virtcap
 	$(BIN)/python -m virtcap.exposition.catalogue docs/metrics.md
 	$(BIN)/python -m virtcap.demo.generate > /dev/null
-	jsonnet -S alerts/prometheus_alerts.jsonnet > alerts/prometheus_alerts.yaml
-	jsonnet -S alerts/prometheus_rules.jsonnet > alerts/prometheus_rules.yaml
+	$(JSONNET) -S alerts/prometheus_alerts.jsonnet > alerts/prometheus_alerts.yaml
+	$(JSONNET) -S alerts/prometheus_rules.jsonnet > alerts/prometheus_rules.yaml
 	rm -f dashboards/*.json
-	jsonnet -m dashboards dashboards/dashboards.jsonnet > /dev/null
+	$(JSONNET) -m dashboards dashboards/dashboards.jsonnet > /dev/null
 
 # Side by side with the Debian prometheus-libvirt-exporter; the real-libvirtd figure needs root and
 # the system libvirtd (the tests only ever start a private one).

@@ -13,7 +13,7 @@ packages=(
     # system daemon is needed
     libvirt-daemon libvirt-clients qemu-system-x86 qemu-utils util-linux
     # the monitoring stack the rules, dashboards and compose files are tested with
-    prometheus prometheus-alertmanager jsonnet docker-compose
+    prometheus prometheus-alertmanager docker-compose
     # the shared claim ledger: libpq for psycopg, and a real PostgreSQL server for its tests
     libpq5 postgresql
     # the test certificates of the TLS tests

@@ -12,11 +12,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from tests.support.claims_client import call
 from tests.support.demo import GROUP_HEADROOM, GROUP_TOTALS
 from tests.support.files import ROOT
+from tests.support.jsonnet import JsonnetError, evaluate, evaluate_snippet
 from tests.support.mixin import (
     ALERTS_DIRECTORY,
     ALERTS_FILE,
@@ -67,14 +69,8 @@ def test_the_mixin_exposes_what_monitoring_mixins_do() -> None:
     _config, as kubernetes-mixin's and node-mixin's, and a jsonnetfile.json without dependencies to
     fetch (it builds offline); the alerts' and dashboards' sources at the top level, beside the
     files generated from them."""
-    command = [
-        "jsonnet",
-        "-e",
-        "local m = import 'mixin.libsonnet'; std.sort(std.objectFieldsAll(m))",
-        "-J",
-        str(MIXIN),
-    ]
-    fields = json.loads(subprocess.run(command, capture_output=True, text=True, check=True).stdout)
+    code = "local m = import 'mixin.libsonnet'; std.sort(std.objectFieldsAll(m))"
+    fields = json.loads(evaluate_snippet(code, [MIXIN]))
     assert fields == ["_config", "grafanaDashboards", "prometheusAlerts", "prometheusRules"]
     assert json.loads((MIXIN / "jsonnetfile.json").read_text())["dependencies"] == []
     for part in ("config.libsonnet", "lib"):
@@ -427,7 +423,6 @@ def test_the_runway_window_and_warning_are_configurable() -> None:
     ]
     assert f"runway_seconds < {9 * 86400 + 12 * 3600}\n" in runway["expr"]
     assert "the last 30d" in runway["annotations"]["description"]
-    command = ["jsonnet", str(ALERTS_SOURCE), "--tla-code", "manifest=false"]
-    command += ["--tla-code", 'config={"runwayWarning": "two weeks"}']
-    failed = subprocess.run(command, capture_output=True, text=True, check=False)
-    assert failed.returncode != 0 and "two weeks" in failed.stderr
+    with pytest.raises(JsonnetError) as failed:
+        evaluate(ALERTS_SOURCE, {"manifest": "false", "config": '{"runwayWarning": "two weeks"}'})
+    assert "two weeks" in str(failed.value)

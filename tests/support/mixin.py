@@ -1,19 +1,19 @@
 """The monitoring mixin: where its sources and generated files are (alerts/ and dashboards/ at the
-top level, what they share in mixin/), the alerts' configurable `for` durations, jsonnet to render
-it, and a reader of the aggregations, joins and vector selectors of its PromQL (to hold every one
-of them to the fleet label)."""
+top level, what they share in mixin/), the alerts' configurable `for` durations, Jsonnet to render
+it (go-jsonnet: tests/support/jsonnet.py), and a reader of the aggregations, joins and vector
+selectors of its PromQL (to hold every one of them to the fleet label)."""
 
 from __future__ import annotations
 
 import functools
 import json
 import re
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tests.support.files import ROOT
+from tests.support.jsonnet import as_files, evaluate
 from tests.support.yaml_doc import manifest_yaml_doc
 
 MIXIN = ROOT / "mixin"
@@ -62,29 +62,28 @@ FOR_KEYS = (
 )
 
 
-def _tla(config: dict[str, Any] | None) -> list[str]:
-    return [] if config is None else ["--tla-code", f"config={json.dumps(config)}"]
+def _tla(config: dict[str, Any] | None) -> dict[str, str]:
+    return {} if config is None else {"config": json.dumps(config)}
 
 
 def jsonnet(source: Path, config: dict[str, Any] | None = None) -> str:
     """One of the mixin's YAML entry files (ALERTS_SOURCE, RULES_SOURCE) rendered, `config` merged
     into its _config: its document as JSON, written as YAML as jsonnet would (yaml_doc.py). No -J:
     the mixin imports only its own files, by relative path."""
-    rendered = _rendered(("jsonnet", str(source), "--tla-code", "manifest=false", *_tla(config)))
+    rendered = _rendered(source, json.dumps(config, sort_keys=True) if config is not None else None)
     return manifest_yaml_doc(json.loads(rendered)) + "\n"
 
 
 @functools.cache
-def _rendered(command: tuple[str, ...]) -> str:
-    # Remembered for the test process: a rendering takes jsonnet seconds of CPU, the same one is
-    # asked for by several tests, and the sources do not change while the tests run.
-    return subprocess.run(command, capture_output=True, text=True, check=True).stdout
+def _rendered(source: Path, config: str | None) -> str:
+    # Remembered for the test process: the same rendering is asked for by several tests, and the
+    # sources do not change while the tests run.
+    return evaluate(source, {"manifest": "false", **_tla(json.loads(config) if config else None)})
 
 
 def jsonnet_dashboards(directory: Path, config: dict[str, Any] | None = None) -> None:
     """The dashboards rendered into `directory`, one JSON file each, as `make generate` does."""
-    command = ["jsonnet", "-m", str(directory), str(DASHBOARDS_SOURCE), *_tla(config)]
-    subprocess.run(command, capture_output=True, text=True, check=True)
+    as_files(directory, DASHBOARDS_SOURCE, _tla(config))
 
 
 AGGREGATORS = (
