@@ -63,3 +63,27 @@ def test_the_commands_start_without_the_clients_of_services_they_may_not_use() -
         check=True,
     )
     assert found.stdout.strip() == "[]"
+
+
+def test_a_command_line_imports_the_module_of_the_subcommand_it_names_alone() -> None:
+    """`virtcap claim ...` does not import the web server nor the audits: most of a short
+    command's CPU was the imports of every other subcommand (aiohttp's server for `serve`)."""
+    probe = (
+        "import sys, contextlib\n"
+        "from virtcap.commands.main import main\n"
+        "with contextlib.redirect_stdout(None), contextlib.suppress(SystemExit):\n"
+        "    main([sys.argv[1], '--help'])\n"
+        "print(sorted(m for m in sys.modules if m.startswith('virtcap.commands.') or m == 'aiohttp.web'))"
+    )
+    for name in ("claim", "maintenance", "capture", "serve"):
+        found = subprocess.run(
+            [sys.executable, "-c", probe, name], capture_output=True, text=True, check=True
+        )
+        modules = set(ast.literal_eval(found.stdout.strip()))
+        subcommands = {module for module in modules if module.count(".") == 2} - {
+            "virtcap.commands.main",
+            "virtcap.commands.arguments",
+            "virtcap.commands.client",
+        }
+        assert subcommands == {f"virtcap.commands.{name}"}, (name, sorted(modules))
+        assert ("aiohttp.web" in modules) == (name == "serve"), name

@@ -4,43 +4,54 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
+from types import ModuleType
 from typing import NoReturn
 
 from virtcap import __version__
-from virtcap.commands import audit, capture, claim, maintenance, place, plan, serve
 from virtcap.commands.arguments import EXIT_USAGE
 from virtcap.config import ConfigError
 
 _SUBCOMMANDS = {
-    "audit": audit,
-    "serve": serve,
-    "capture": capture,
-    "place": place,
-    "plan": plan,
-    "claim": claim,
-    "maintenance": maintenance,
+    "audit": "virtcap.commands.audit",
+    "serve": "virtcap.commands.serve",
+    "capture": "virtcap.commands.capture",
+    "place": "virtcap.commands.place",
+    "plan": "virtcap.commands.plan",
+    "claim": "virtcap.commands.claim",
+    "maintenance": "virtcap.commands.maintenance",
 }
-"""In the order `virtcap --help` lists them."""
+"""Each subcommand's module (its `add_parser` and `run`), in the order `virtcap --help` lists them."""
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _subcommand(name: str) -> ModuleType:
+    return importlib.import_module(_SUBCOMMANDS[name])
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every subcommand, or of `only` alone: a command line that names its
+    subcommand first imports that one's module and no other (the web server's for `serve` alone,
+    say). The suite runs hundreds of commands, and most of a short one's CPU was imports."""
     parser = argparse.ArgumentParser(
         prog="virtcap", description="Capacity and overcommit monitor for libvirt/KVM fleets."
     )
     parser.add_argument("--version", action="version", version=f"virtcap {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in _SUBCOMMANDS.values():
-        module.add_parser(commands)
+    for name in _SUBCOMMANDS:
+        if only is None or name == only:
+            _subcommand(name).add_parser(commands)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    handler: Callable[[argparse.Namespace], int] = _SUBCOMMANDS[args.command].run
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    named = arguments[0] if arguments and arguments[0] in _SUBCOMMANDS else None
+    args = build_parser(named).parse_args(arguments)
+    handler: Callable[[argparse.Namespace], int] = _subcommand(args.command).run
     try:
         return handler(args)
     except ConfigError as error:
