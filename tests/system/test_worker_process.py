@@ -104,3 +104,16 @@ def test_a_worker_dies_with_the_process_that_started_it_even_stopped() -> None:
     finally:
         exporter.kill()
         exporter.wait()
+
+
+def test_the_failure_tolerances_worker_starts_without_the_configurations_machinery() -> None:
+    """The worker is sent hosts, never a configuration file: it imports neither the configuration
+    (pydantic's models, YAML) nor anything above the fleet. Each exporter starts one, and those
+    imports were a quarter of its start."""
+    probe = (
+        "import sys, virtcap.service.tolerance_worker; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pydantic', 'yaml', 'aiohttp')"
+        " or m.startswith(('virtcap.config', 'virtcap.web', 'virtcap.commands'))))"
+    )
+    found = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert found.stdout.strip() == "[]"

@@ -5,14 +5,17 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
-from virtcap.config import Hypervisor
 from virtcap.model.capacity import HostCapacity, host_capacity
 from virtcap.model.facts import HostFacts
 from virtcap.model.host_fit import Demand
 from virtcap.model.maintenance import Maintenance, in_effect, maintenance_reason
 from virtcap.model.ownership import ProjectUsage, host_projects
 from virtcap.model.resources import Amounts
+
+if TYPE_CHECKING:  # the configuration's models (pydantic, YAML): not for a worker that never reads one
+    from virtcap.config import Hypervisor
 
 
 @dataclass(frozen=True, slots=True)
