@@ -70,15 +70,15 @@ def jsonnet(source: Path, config: dict[str, Any] | None = None) -> str:
     """One of the mixin's YAML entry files (ALERTS_SOURCE, RULES_SOURCE) rendered, `config` merged
     into its _config: its document as JSON, written as YAML as jsonnet would (yaml_doc.py). No -J:
     the mixin imports only its own files, by relative path."""
-    rendered = _rendered(source, json.dumps(config, sort_keys=True) if config is not None else None)
+    rendered = _rendered(source, tuple(_tla(config).items()))
     return manifest_yaml_doc(json.loads(rendered)) + "\n"
 
 
 @functools.cache
-def _rendered(source: Path, config: str | None) -> str:
+def _rendered(source: Path, tla_codes: tuple[tuple[str, str], ...]) -> str:
     # Remembered for the test process: the same rendering is asked for by several tests, and the
     # sources do not change while the tests run.
-    return evaluate(source, {"manifest": "false", **_tla(json.loads(config) if config else None)})
+    return evaluate(source, {"manifest": "false", **dict(tla_codes)})
 
 
 def jsonnet_dashboards(directory: Path, config: dict[str, Any] | None = None) -> None:

@@ -16,20 +16,13 @@ from virtcap import __version__
 from virtcap.commands.arguments import EXIT_USAGE
 from virtcap.config import ConfigError
 
-_SUBCOMMANDS = {
-    "audit": "virtcap.commands.audit",
-    "serve": "virtcap.commands.serve",
-    "capture": "virtcap.commands.capture",
-    "place": "virtcap.commands.place",
-    "plan": "virtcap.commands.plan",
-    "claim": "virtcap.commands.claim",
-    "maintenance": "virtcap.commands.maintenance",
-}
-"""Each subcommand's module (its `add_parser` and `run`), in the order `virtcap --help` lists them."""
+_SUBCOMMANDS = ("audit", "serve", "capture", "place", "plan", "claim", "maintenance")
+"""In the order `virtcap --help` lists them; each is the module of its name in this package,
+with its `add_parser` and `run`."""
 
 
 def _subcommand(name: str) -> ModuleType:
-    return importlib.import_module(_SUBCOMMANDS[name])
+    return importlib.import_module(f"{__package__}.{name}")
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
