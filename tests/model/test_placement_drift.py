@@ -3,12 +3,15 @@ provider trees: every kind of drift planted on purpose, its expected value writt
 
 from __future__ import annotations
 
+import random
+
 from tests.support.factories import domain, host
 from virtcap.model.capacity import host_capacity
 from virtcap.model.facts import HostFacts, NovaFlavor, NovaInstance, NovaOwner
 from virtcap.model.placement_drift import (
     MIGRATION,
     Consumer,
+    DriftMemo,
     HypervisorView,
     ProviderInventory,
     ProviderTree,
@@ -162,3 +165,57 @@ def test_a_vgpu_class_on_nested_providers_is_summed() -> None:
     found = reconcile_fleet([view("hv1", facts(), planted)])["hv1"]
     assert found.inventory[Resource.VGPU, "total"] == 8  # virtcap sees no GPU on this host
     assert found.inventory[Resource.VGPU, "reserved"] == 1
+
+
+def test_a_memo_keeps_what_a_hypervisor_alone_decides_and_not_a_migrations_pairing() -> None:
+    """A hypervisor whose views are the same objects keeps its drift; one whose migration record
+    is excused by a domain elsewhere is computed again, since the other side may have changed."""
+    memo = DriftMemo()
+    healthy = view(
+        "healthy",
+        facts(instance("h", project="p2")),
+        tree("healthy", [small("uuid-h", project="p2"), small("leaked")]),
+    )
+    source = view("src", facts(), tree("src", [small("migration-1", MIGRATION)]))
+    destination = view("dst", facts(instance("a")), tree("dst", [small("uuid-a")]))
+    first = reconcile_fleet([healthy, source, destination], memo)
+    assert first["src"].migrations == ("migration-1",)
+    assert set(memo.kept) == {"healthy", "dst"}
+    # the instance leaves the destination: the record left behind is orphaned now
+    gone = view("dst", facts(), tree("dst", []))
+    second = reconcile_fleet([healthy, source, gone], memo)
+    assert second["healthy"] is first["healthy"]
+    assert [consumer.uuid for consumer in second["src"].orphaned] == ["migration-1"]
+    assert second == reconcile_fleet([healthy, source, gone])
+
+
+def test_a_memo_changes_no_answer_over_rounds_of_random_changes() -> None:
+    """Rounds of fleets whose hypervisors change at random (a new tree, other domains, leaked
+    allocations, migration records, instances without allocation, live migrations): each
+    round's drifts with the memo equal those computed afresh."""
+    generator = random.Random(29)
+    names = [f"hv{index}" for index in range(8)]
+    memo = DriftMemo()
+    views = {name: _random_view(generator, name) for name in names}
+    reused = 0
+    for _ in range(30):
+        for name in generator.sample(names, generator.randint(0, 3)):
+            views[name] = _random_view(generator, name)
+        fleet = list(views.values())
+        before = dict(memo.kept)
+        found = reconcile_fleet(fleet, memo)
+        assert found == reconcile_fleet(fleet)
+        reused += sum(1 for name, drift in found.items() if name in before and before[name][1] is drift)
+    assert reused > 30  # the memo was used, not only kept
+
+
+def _random_view(generator: random.Random, name: str) -> HypervisorView:
+    shared = [f"x{index}" for index in range(4)]  # instances that may run or be allocated anywhere
+    domains = [instance(f"{name}-{index}") for index in range(generator.randint(0, 3))]
+    domains += [instance(uuid) for uuid in shared if generator.random() < 0.15]
+    consumers = [small(f"uuid-{d.name}") for d in domains if generator.random() < 0.85]  # type: ignore[attr-defined]
+    consumers += [small(f"uuid-{uuid}") for uuid in shared if generator.random() < 0.15]
+    consumers += [small(f"leak-{name}-{index}") for index in range(generator.randint(0, 2))]
+    consumers += [small(f"mig-{name}-{index}", MIGRATION) for index in range(generator.randint(0, 2))]
+    unique = {consumer.uuid: consumer for consumer in consumers}
+    return view(name, facts(*domains), tree(name, list(unique.values())))

@@ -224,11 +224,71 @@ class HypervisorView:
     domains: tuple[DomainRecord, ...]
 
 
-def reconcile_fleet(views: Sequence[HypervisorView]) -> dict[str, Drift]:
+def reconcile_fleet(views: Sequence[HypervisorView], memo: DriftMemo | None = None) -> dict[str, Drift]:
     """Every hypervisor's drift that has a provider tree (see the module's docstring). The fleet
-    together: a migration has two sides, on two hypervisors."""
-    fleet = _Fleet(views)
-    return {view.hypervisor: fleet.drift(view, view.tree) for view in views if view.tree is not None}
+    together: a migration has two sides, on two hypervisors. With a `memo`, the drifts it kept
+    from the last call are taken again where they hold (the same answer as without)."""
+    fleet: _Fleet | None = None
+    found: dict[str, Drift] = {}
+    kept: dict[str, tuple[HypervisorView, Drift]] = {}
+    for view in views:
+        tree = view.tree
+        if tree is None:
+            continue
+        drift = memo.drift(view) if memo is not None else None
+        if drift is None:
+            fleet = fleet if fleet is not None else _Fleet(views)
+            drift = fleet.drift(view, tree)
+            if not _reads_fleet(view, tree):
+                kept[view.hypervisor] = (view, drift)
+        else:
+            kept[view.hypervisor] = (view, drift)
+        found[view.hypervisor] = drift
+    if memo is not None:
+        memo.kept = kept
+    return found
+
+
+class DriftMemo:
+    """The drifts of the last `reconcile_fleet` that read nothing of the rest of the fleet
+    (`_reads_fleet`: every Nova instance allocated here, no consumer that is no domain here a
+    migration record), with the view each was made of. Such a drift is a function of its view
+    alone: the next call takes it again for a view of the same tree (the very object: the reader
+    keeps a tree while Placement's answers for it stay the same), capacity and domains, rather
+    than comparing its tens of consumers again. The views that still need computing are computed
+    in the same order as without it, and a drift kept never pairs a migration record, so the
+    others come out the same."""
+
+    def __init__(self) -> None:
+        self.kept: dict[str, tuple[HypervisorView, Drift]] = {}
+
+    def drift(self, view: HypervisorView) -> Drift | None:
+        """The kept drift of a view made of the same parts, if there is one."""
+        found = self.kept.get(view.hypervisor)
+        if found is None:
+            return None
+        before, drift = found
+        if (
+            before.tree is view.tree
+            and (before.domains is view.domains or before.domains == view.domains)
+            and (before.capacity is view.capacity or before.capacity == view.capacity)
+        ):
+            return drift
+        return None
+
+
+def _reads_fleet(view: HypervisorView, tree: ProviderTree) -> bool:
+    """Whether `_Fleet.drift` reads the rest of the fleet for this view: for a Nova instance
+    without allocation here (the source side of a live migration?) or for a migration record
+    that is no domain here (a migration in progress?)."""
+    consumers = {uuid.lower() for uuid in tree.consumers}
+    if any(domain.nova and domain.uuid not in consumers for domain in view.domains):
+        return True
+    here = {domain.uuid for domain in view.domains}
+    return any(
+        consumer.consumer_type == MIGRATION and uuid.lower() not in here
+        for uuid, consumer in tree.consumers.items()
+    )
 
 
 class _Fleet:

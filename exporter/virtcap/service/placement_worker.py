@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from virtcap.audit.placement_error import PlacementError
 from virtcap.config.placement import PlacementSection
 from virtcap.model.capacity import HostCapacity
-from virtcap.model.placement_drift import DomainRecord, Drift, HypervisorView, reconcile_fleet
+from virtcap.model.placement_drift import DomainRecord, Drift, DriftMemo, HypervisorView, reconcile_fleet
 from virtcap.service.planner import START_SECONDS, kill_workers, one_worker, pool_processes, until_imported
 from virtcap.service.worker_process import idle_worker, runnable
 
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from virtcap.audit.placement import PlacementReader
 
 READER_MODULE = "virtcap.audit.placement"
-"""The reader (keystoneauth1 and requests): imported where a round runs, the worker or a
+"""The reader (keystoneauth1, requests, urllib3): imported where a round runs, the worker or a
 thread of a process without one, not by every process that imports this one."""
 
 REAP_SECONDS = 1.0
@@ -57,12 +57,15 @@ HypervisorSide = tuple[HostCapacity, tuple[DomainRecord, ...]]
 
 class Reconciler:
     """Rounds of reading and reconciling, with what they keep from one to the next: the reader
-    (its session, the consumers it described), made anew for another `placement:` section, and
-    the hypervisors' sides as last given. Blocking: the worker process's, or a thread's."""
+    (its session, the consumers it described, the trees it made), made anew for another
+    `placement:` section, the hypervisors' sides as last given, and the drifts that hold while
+    their hypervisor's tree and side stay (`DriftMemo`). Blocking: the worker process's, or a thread's."""
 
     def __init__(self) -> None:
         self._reader: tuple[PlacementSection, PlacementReader] | None = None
         self._sides: dict[str, HypervisorSide] = {}
+        self._drifts = DriftMemo()
+        """The last round's drifts that hold while their hypervisor's tree and side stay."""
 
     def round(
         self, section: PlacementSection, hypervisors: Mapping[str, str], changed: Mapping[str, HypervisorSide]
@@ -90,7 +93,7 @@ class Reconciler:
             for name, (capacity, domains) in self._sides.items()
         ]
         unmatched = tuple(sorted(name for name, tree in read.trees.items() if tree is None))
-        return RoundAnswer(reconcile_fleet(views), unmatched, read.total_requests)
+        return RoundAnswer(reconcile_fleet(views, self._drifts), unmatched, read.total_requests)
 
     def close(self) -> None:
         if self._reader is not None:
