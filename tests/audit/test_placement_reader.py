@@ -4,16 +4,17 @@ scripts/keystone-venv.sh has installed one."""
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import time
+import urllib.parse
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import requests
 
 from tests.support.keystone_server import READER_USER, Keystone, keystone_venv, running_keystone
 from tests.support.placement_loader import PROJECT_ID, PlacementLoader, nova_inventories
@@ -24,7 +25,7 @@ from tests.support.placement_server import (
     running_placement,
 )
 from tests.support.serving import free_port
-from virtcap.audit.placement import EnvironmentReadOnce, PlacementRead, PlacementReader
+from virtcap.audit.placement import PlacementRead, PlacementReader
 from virtcap.audit.placement_error import PlacementError
 from virtcap.config.placement import PlacementAuth, PlacementSection
 from virtcap.model.placement_drift import MIGRATION, Consumer, ProviderInventory
@@ -174,6 +175,51 @@ def test_at_most_three_requests_per_provider_on_a_fleet(placement: PlacementServ
     assert all(duration >= 0 for duration in rounds[0].seconds.values())
 
 
+def test_a_tree_is_kept_while_its_answers_stay_and_made_again_when_one_changes(
+    placement: PlacementServer,
+) -> None:
+    """The trees of a round whose answers are Placement's last ones again are the same objects
+    (nothing parsed nor summed again); an allocation on a nested provider, a described consumer
+    and a changed inventory each make their tree again, with the change."""
+    steady, changing = unique("steady"), unique("changing")
+    vgpu = f"{changing}_pci_0000_84_00_0"
+    first, later = str(uuid.uuid4()), str(uuid.uuid4())
+    loader = PlacementLoader(placement.base_url)
+    loader.load(
+        {
+            "providers": [
+                {"name": steady, "inventories": nova_inventories(8, 16384, 100)},
+                {
+                    "name": changing,
+                    "inventories": nova_inventories(8, 16384, 100),
+                    "children": [{"name": vgpu, "inventories": {"VGPU": {"total": 4, "max_unit": 4}}}],
+                },
+            ],
+            "consumers": [{"uuid": first, "allocations": {steady: {"VCPU": 1}, changing: {"VCPU": 1}}}],
+        }
+    )
+    placement_reader = reader(placement.base_url)
+    hypervisors = {steady: steady, changing: changing}
+
+    def trees(describe: frozenset[str] = frozenset()) -> tuple[Any, Any]:
+        read = placement_reader.read_trees(hypervisors, describe=describe)
+        return read.trees[steady], read.trees[changing]
+
+    kept, before = trees()
+    assert trees() == (kept, before) and trees()[0] is kept and trees()[1] is before
+    loader.allocate(later, {vgpu: {"VGPU": 1}})
+    again, after = trees()
+    assert again is kept and after is not before
+    assert after is not None and after.consumers[later] == Consumer(later, {"VGPU": 1})
+    described = trees(frozenset({later}))[1]
+    assert described is not None and described.consumers[later].consumer_type == "INSTANCE"
+    assert trees()[1] is described  # described once, remembered
+    loader.set_inventory_fields(changing, "VCPU", reserved=2)
+    reserved = trees()[1]
+    assert reserved is not described and reserved is not None and reserved.root["VCPU"].reserved == 2
+    assert reserved.consumers == described.consumers
+
+
 def failing_round(
     placement_reader: PlacementReader, hypervisors: dict[str, str], timeout: float = TIMEOUT
 ) -> PlacementError:
@@ -206,30 +252,56 @@ def test_a_placement_down_fails_the_round(tmp_path: Path) -> None:
         failing_round(placement_reader, {"hv": "hv"})
 
 
+class _ForwardProxy(MisbehavingProxy):
+    """An HTTP forward proxy to Placement (requests with absolute URIs): what it carried, with
+    the credentials it was given."""
+
+    def __init__(self, upstream: str) -> None:
+        super().__init__(upstream)
+        self.carried: list[str] = []
+        self.credentials: set[str | None] = set()
+
+    def answer(
+        self, method: str, path: str, headers: dict[str, str], body: bytes
+    ) -> tuple[int, list[tuple[str, str]], bytes]:
+        target = urllib.parse.urlsplit(path)
+        if not target.scheme:
+            return 400, [("Content-Type", "text/plain")], b"expected an absolute URI\n"
+        self.carried.append(target.path)
+        given = [value for name, value in headers.items() if name.lower() == "proxy-authorization"]
+        self.credentials.add(given[0] if given else None)
+        kept = {name: value for name, value in headers.items() if name.lower() != "proxy-authorization"}
+        query = f"?{target.query}" if target.query else ""
+        return self.forward(method, target.path + query, kept, body)
+
+
 def test_the_environments_proxy_settings_are_followed(
     placement: PlacementServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The reader's session reads the environment once per origin (EnvironmentReadOnce), with
-    requests' own rules: a proxy that refuses connections fails the round, unless `no_proxy`
-    names Placement's host."""
+    """requests' rules for the environment: `http_proxy` carries the requests (with the
+    credentials its URL gives), a proxy that refuses connections fails the round, and `no_proxy`
+    naming Placement's host bypasses it."""
     host = unique("proxied")
     PlacementLoader(placement.base_url).load({"providers": [{"name": host}]})
-    for name in ("no_proxy", "NO_PROXY", "all_proxy", "ALL_PROXY"):
+    for name in ("no_proxy", "NO_PROXY", "all_proxy", "ALL_PROXY", "HTTP_PROXY"):
         monkeypatch.delenv(name, raising=False)
+    proxy = _ForwardProxy(placement.base_url)
+    with proxy:
+        port = proxy.base_url.rsplit(":", maxsplit=1)[1]
+        monkeypatch.setenv("http_proxy", f"http://virtcap:pr%40xy@127.0.0.1:{port}")
+        tree = reader(placement.base_url).read_trees({host: host}).trees[host]
+    assert tree is not None and tree.root_name == host
+    assert "/resource_providers" in proxy.carried
+    assert f"/resource_providers/{tree.root_uuid}/allocations" in proxy.carried
+    assert proxy.credentials == {"Basic " + base64.b64encode(b"virtcap:pr@xy").decode()}
     refusing = f"http://127.0.0.1:{free_port()}"
     monkeypatch.setenv("http_proxy", refusing)
-    monkeypatch.setenv("HTTP_PROXY", refusing)
     failing_round(reader(placement.base_url), {host: host})
     monkeypatch.setenv("no_proxy", "127.0.0.1")
     placement_reader = reader(placement.base_url)
-    for _ in range(2):  # the second round with the settings the first one read
+    for _ in range(2):  # the second round with the pool the first one chose
         tree = placement_reader.read_trees({host: host}).trees[host]
         assert tree is not None and tree.root_name == host
-    session, plain = EnvironmentReadOnce(), requests.Session()
-    for url in (placement.base_url + "/resource_providers", "http://placement.example:8778/"):
-        assert session.merge_environment_settings(url, {}, None, True, None) == (
-            plain.merge_environment_settings(url, {}, None, True, None)
-        )
 
 
 class WrongShapes(MisbehavingProxy):
@@ -408,6 +480,48 @@ def test_keystone_refusals_fail_the_round_plainly_without_the_secret(
     assert "auditor-secret" not in str(forbidden)
     noauth = failing_round(reader(server.base_url), {"kv1": "kv1"})
     assert "401" in str(noauth)
+
+
+class _TokenWitness(MisbehavingProxy):
+    """Forwards, keeping the tokens the requests carried, in the order first seen."""
+
+    def __init__(self, upstream: str) -> None:
+        super().__init__(upstream)
+        self.tokens: list[str] = []
+
+    def answer(
+        self, method: str, path: str, headers: dict[str, str], body: bytes
+    ) -> tuple[int, list[tuple[str, str]], bytes]:
+        token = next((value for name, value in headers.items() if name.lower() == "x-auth-token"), "")
+        if token not in self.tokens:
+            self.tokens.append(token)
+        return super().answer(method, path, headers, body)
+
+
+def test_a_revoked_token_is_renewed_and_the_request_retried(
+    keystone_placement: tuple[Keystone, PlacementServer], tmp_path: Path
+) -> None:
+    """Placement answers 401 to a token Keystone revoked since the last round: the reader gets a
+    new one from its credentials and the round goes on, as keystoneauth1's session would."""
+    keystone, server = keystone_placement
+    user, password = READER_USER
+    (tmp_path / "password").write_text(password)
+    witness = _TokenWitness(server.base_url)
+    with witness:
+        placement_reader = keystone_reader(
+            keystone,
+            witness.base_url,
+            type="password",
+            username=user,
+            project_name="service",
+            password_file=str(tmp_path / "password"),
+        )
+        assert placement_reader.read_trees({"kv1": "kv1"}).trees["kv1"] is not None
+        assert len(witness.tokens) == 1
+        keystone.revoke_token(witness.tokens[0])
+        tree = placement_reader.read_trees({"kv1": "kv1"}).trees["kv1"]
+    assert tree is not None and tree.root["VCPU"].total == 4
+    assert len(witness.tokens) == 2
 
 
 class _DeletingAfterTheList(MisbehavingProxy):

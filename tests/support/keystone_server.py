@@ -102,6 +102,17 @@ class Keystone:
             raise PlacementHarnessError(f"Keystone issued no token for {user}: {answer}")
         return token
 
+    def revoke_token(self, token: str) -> None:
+        """Revokes a token (`DELETE /v3/auth/tokens`): Placement refuses it from then on."""
+        request = urllib.request.Request(
+            self.auth_url + "/auth/tokens",
+            headers={"X-Auth-Token": self.admin_token, "X-Subject-Token": token},
+            method="DELETE",
+        )
+        with urllib.request.urlopen(request, timeout=30) as response:
+            if response.status != 204:
+                raise PlacementHarnessError(f"Keystone answered {response.status} to a revocation")
+
     def application_credential(self, user: str, password: str) -> tuple[str, str]:
         """A new application credential of a user (for its own project): its id and secret."""
         token = self.issue_token(user, password)

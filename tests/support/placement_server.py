@@ -292,7 +292,7 @@ class MisbehavingProxy:
         kept = {name: value for name, value in headers.items() if name.lower() not in HOP_BY_HOP}
         request = urllib.request.Request(self.upstream + path, data=body or None, headers=kept, method=method)
         try:
-            with urllib.request.urlopen(request, timeout=30) as response:
+            with _DIRECT.open(request, timeout=30) as response:
                 return response.status, _end_to_end(response.headers.items()), response.read()
         except urllib.error.HTTPError as error:
             return error.code, _end_to_end(error.headers.items()), error.read()
@@ -308,6 +308,8 @@ class MisbehavingProxy:
         self._server.server_close()
 
 
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+"""To the Placement behind the proxy straight, whatever proxy a test sets in the environment."""
 HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "host"}
 
 

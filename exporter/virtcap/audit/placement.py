@@ -1,6 +1,7 @@
 """Placement in, provider trees out: what OpenStack Placement holds for the audited hypervisors.
 
-Blocking (keystoneauth1 over requests): the service runs `PlacementReader.read_trees` in a thread.
+Blocking (urllib3, with keystoneauth1's token and endpoint: audit/placement_http.py): the service
+runs `PlacementReader.read_trees` in a thread.
 A round makes one `GET /resource_providers` for the whole fleet (every provider with its parent),
 then per provider of a matched tree its inventories and its allocations, and `GET
 /allocations/{consumer}` for at most `max_described` consumers the caller asks about (their
@@ -9,16 +10,17 @@ provider, plus 1, plus the consumers described.
 
 Anything that goes wrong (Placement or Keystone down, hung, refusing the credentials, answering an
 error, HTML or JSON of another shape) raises `PlacementError` with a one-line message; a secret is
-never in it, and the keystoneauth1 or requests exception it replaces is not chained to it.
+never in it, and the keystoneauth1 or urllib3 exception it replaces is not chained to it.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import threading
 import time
 import typing
-import urllib.parse
 import uuid as uuid_module
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
@@ -28,23 +30,19 @@ from http import HTTPStatus
 from pathlib import Path
 from typing import Any, TypeVar
 
-import requests
-from keystoneauth1 import adapter, plugin, session, token_endpoint
-from keystoneauth1 import exceptions as ksa
+from keystoneauth1 import plugin, token_endpoint
 from keystoneauth1.identity import v3
 
 from virtcap.audit.placement_error import PlacementError
+from virtcap.audit.placement_http import Answer, PlacementHttp, first_line
 from virtcap.config.placement import NOAUTH_TOKEN, SECRET_NAMES, PlacementAuth, PlacementSection
 from virtcap.model.placement_drift import Consumer, ProviderInventory, ProviderTree
 
-MICROVERSION = "1.39"
-"""Placement 16's newest; `consumer_type` (1.38) is what tells a migration record apart."""
 MAX_DESCRIBED = 100
 """Consumers described (`GET /allocations/{consumer}`) per round at most; the others next round."""
 CONCURRENCY = 4
 """Requests in flight at once: enough to hide Placement's latency, few enough for a small API."""
 REQUEST_KINDS = ("providers", "inventories", "allocations", "consumer")
-_MESSAGE_CHARS = 300
 
 DescribeWanted = Callable[[str, str], bool] | AbstractSet[str]
 """Which consumers to describe: (hypervisor, consumer UUID) -> whether, or a set of UUIDs."""
@@ -145,39 +143,6 @@ def _configured(auth: PlacementAuth, name: str) -> bool:
     return getattr(auth, f"{name}_file") is not None or getattr(auth, f"{name}_env") is not None
 
 
-class EnvironmentReadOnce(requests.Session):
-    """A requests session that reads the environment's settings (the `*_proxy` variables,
-    `no_proxy`, REQUESTS_CA_BUNDLE) once per origin, not at every request as requests does.
-
-    requests walks the whole environment twice a request for them: in a process with a large one,
-    half the CPU of each of a round's 2,000 requests. A process's environment stays as it started,
-    and so does this session's own configuration (keystoneauth1 sets it once), so the first answer
-    for an origin holds for every later request to it."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._settings: dict[tuple[Any, ...], dict[str, Any]] = {}
-
-    def merge_environment_settings(
-        self, url: str, proxies: dict[str, str] | None, stream: bool | None, verify: Any, cert: Any
-    ) -> dict[str, Any]:
-        origin = urllib.parse.urlsplit(url)
-        key = (
-            origin.scheme,
-            origin.netloc,
-            frozenset((proxies or {}).items()),
-            stream,
-            repr(verify),
-            repr(cert),
-        )
-        settings = self._settings.get(key)
-        if settings is None:
-            settings = self._settings[key] = super().merge_environment_settings(
-                url, dict(proxies) if proxies is not None else None, stream, verify, cert
-            )
-        return {**settings, "proxies": dict(settings["proxies"])}  # the caller's to change
-
-
 class PlacementReader:
     """A keystoneauth1 session to one Placement (config's `placement:`), read a round at a time.
 
@@ -192,33 +157,22 @@ class PlacementReader:
         max_described: int = MAX_DESCRIBED,
     ) -> None:
         auth, self._secrets = auth_plugin(section)
-        self._timeout = float(section.timeout)
-        self._where = section.endpoint or "Placement (the Keystone catalog's)"
+        where = section.endpoint or "Placement (the Keystone catalog's)"
         if section.auth.type != "none":
-            self._where += " or Keystone"
-        self._session = session.Session(
-            auth=auth,
-            session=EnvironmentReadOnce(),
-            verify=section.ca_file if section.ca_file is not None else True,
-            timeout=self._timeout,
-            user_agent="virtcap",
-        )
-        self._adapter = adapter.Adapter(
-            self._session,
-            service_type="placement",
-            interface=section.interface,
-            region_name=section.region_name,
-            endpoint_override=section.endpoint,
-            default_microversion=MICROVERSION,
-        )
+            where += " or Keystone"
+        self._http = PlacementHttp(section, auth, where=where, concurrency=concurrency)
         self._concurrency = max(1, concurrency)
         self._max_described = max(0, max_described)
         self._described: dict[str, _Description] = {}
         """Consumers already described, while they hold allocations on a tree read."""
+        self._made: dict[str, tuple[bytes, Any]] = {}
+        """Per provider's path read last round, its answer's digest and what was made of it."""
+        self._trees: dict[str, _Tree] = {}
+        """Per root provider read last round, its tree and what it was made of."""
         self._round = threading.Lock()
 
     def close(self) -> None:
-        self._session.session.close()
+        self._http.close()
 
     def read_trees(
         self, hypervisors: Mapping[str, str], describe: DescribeWanted = frozenset()
@@ -235,13 +189,17 @@ class PlacementReader:
                 error.requests = sum(counter.requests.values())
                 raise
             except Exception as error:  # a boundary: nothing but PlacementError leaves a round
-                failed = PlacementError(self._scrubbed(f"reading Placement failed: {_first_line(error)}"))
+                failed = PlacementError(self._scrubbed(f"reading Placement failed: {first_line(error)}"))
                 failed.requests = sum(counter.requests.values())
                 raise failed from None
 
     def _read(
         self, hypervisors: Mapping[str, str], describe: DescribeWanted, counter: _Counter
     ) -> PlacementRead:
+        try:
+            self._http.begin()
+        except PlacementError as error:
+            raise PlacementError(self._scrubbed(str(error))) from None
         listed = _providers(self._get(counter, "providers", "/resource_providers"))
         by_uuid = {provider.uuid: provider for provider in listed}
         by_name = {provider.name: provider for provider in listed}
@@ -267,27 +225,52 @@ class PlacementReader:
             for root, tree in members.items()
             if root not in gone
         }
-        summed = {
-            root: _consumers(allocations[provider.uuid] for provider in tree)
+        made_of = {
+            root: _MadeOf(
+                tuple(provider.name for provider in tree),
+                tuple(made[provider.uuid] for provider in tree for made in (inventories, allocations)),
+            )
             for root, tree in members.items()
         }
-        undescribed = self._describe(counter, matched, summed, describe)
+        unchanged = {
+            root: before
+            for root, before in self._trees.items()
+            if root in made_of and before.made_of.same(made_of[root])
+        }
+        summed = {
+            root: unchanged[root].summed
+            if root in unchanged
+            else _consumers(allocations[provider.uuid] for provider in tree)
+            for root, tree in members.items()
+        }
+        described, undescribed = self._describe(counter, matched, summed, describe)
         trees: dict[str, ProviderTree | None] = {}
+        kept: dict[str, _Tree] = {}
         for hypervisor, root in matched.items():
             if root is None:
                 trees[hypervisor] = None
                 continue
-            tree = members[root.uuid]
-            trees[hypervisor] = ProviderTree(
-                root_uuid=root.uuid,
-                root_name=root.name,
-                root=inventories[root.uuid],
-                nested={provider.name: inventories[provider.uuid] for provider in tree[1:]},
-                consumers={
-                    uuid: self._with_description(uuid, resources)
-                    for uuid, resources in sorted(summed[root.uuid].items())
-                },
-            )
+            before = unchanged.get(root.uuid)
+            if before is not None and described.isdisjoint(before.summed):
+                # the same answers, no consumer of it described since it was made
+                found = before.tree
+            else:
+                tree = members[root.uuid]
+                found = ProviderTree(
+                    root_uuid=root.uuid,
+                    root_name=root.name,
+                    root=inventories[root.uuid],
+                    nested={provider.name: inventories[provider.uuid] for provider in tree[1:]},
+                    consumers={
+                        uuid: self._with_description(uuid, resources)
+                        for uuid, resources in sorted(summed[root.uuid].items())
+                    },
+                )
+            trees[hypervisor] = found
+            kept[root.uuid] = _Tree(made_of[root.uuid], summed[root.uuid], found)
+        self._trees = kept
+        read = {provider.uuid for tree in members.values() for provider in tree}
+        self._made = {path: made for path, made in self._made.items() if path.split("/")[2] in read}
         return PlacementRead(
             trees=trees,
             requests=dict(counter.requests),
@@ -299,14 +282,21 @@ class PlacementReader:
     def _read_provider(
         self, counter: _Counter, uuid: str, kind: str
     ) -> tuple[str, str, dict[str, ProviderInventory] | dict[str, dict[str, int]] | None]:
-        """A provider's inventories or allocations; None: the provider is gone (404)."""
+        """A provider's inventories or allocations; None: the provider is gone (404). An answer
+        the same as last round's (by its digest: BLAKE2b's 128 bits) is not parsed again, and
+        what was made of it is the same object."""
         path = f"/resource_providers/{uuid}/{kind}"
-        body = self._get(counter, kind, path, missing_ok=True)
-        if body is None:
+        answer = self._fetch(counter, kind, path)
+        if answer.status == HTTPStatus.NOT_FOUND:
             return uuid, kind, None
-        if kind == "inventories":
-            return uuid, kind, _inventories(body, path)
-        return uuid, kind, _allocations(body, path)
+        digest = hashlib.blake2b(answer.body, digest_size=16).digest()
+        before = self._made.get(path)
+        if before is not None and before[0] == digest and answer.status == HTTPStatus.OK:
+            return uuid, kind, before[1]
+        body = self._answer(path, answer)
+        made = _inventories(body, path) if kind == "inventories" else _allocations(body, path)
+        self._made[path] = (digest, made)
+        return uuid, kind, made
 
     def _fan_out(
         self,
@@ -326,9 +316,10 @@ class PlacementReader:
         matched: Mapping[str, _Provider | None],
         summed: Mapping[str, Mapping[str, Mapping[str, int]]],
         describe: DescribeWanted,
-    ) -> int:
+    ) -> tuple[set[str], int]:
         """Describes the consumers asked about not described yet (at most `max_described`);
-        forgets those no tree holds any more. How many are left for a later round."""
+        forgets those no tree holds any more. Those described now, and how many are left for a
+        later round."""
         held = {uuid for consumers in summed.values() for uuid in consumers}
         self._described = {uuid: known for uuid, known in self._described.items() if uuid in held}
         wanted: set[str] = set()
@@ -345,12 +336,14 @@ class PlacementReader:
                 if asked:
                     wanted.add(uuid)
         chosen = sorted(wanted)[: self._max_described]
+        described = set()
         for uuid, description in _concurrently(
             chosen, lambda uuid: (uuid, self._consumer(counter, uuid)), self._concurrency
         ):
             if description is not None:
                 self._described[uuid] = description
-        return len(wanted) - len(chosen)
+                described.add(uuid)
+        return described, len(wanted) - len(chosen)
 
     def _consumer(self, counter: _Counter, uuid: str) -> _Description | None:
         path = f"/allocations/{uuid}"
@@ -381,19 +374,22 @@ class PlacementReader:
     ) -> dict[str, Any] | None:
         """One GET, its JSON object (None for a 404 where `missing_ok`); PlacementError for
         anything else."""
+        answer = self._fetch(counter, kind, path)
+        if missing_ok and answer.status == HTTPStatus.NOT_FOUND:
+            return None
+        return self._answer(path, answer)
+
+    def _fetch(self, counter: _Counter, kind: str, path: str) -> Answer:
         started = time.monotonic()
         try:
-            response = self._adapter.get(path, raise_exc=False, headers={"Accept": "application/json"})
-        except ksa.ClientException as error:
-            raise PlacementError(self._scrubbed(self._failure(path, error))) from None
+            return self._http.get(path)
+        except PlacementError as error:
+            raise PlacementError(self._scrubbed(str(error))) from None
         finally:
             counter.add(kind, time.monotonic() - started)
-        if missing_ok and response.status_code == HTTPStatus.NOT_FOUND:
-            return None
-        return self._answer(path, response)
 
-    def _answer(self, path: str, response: requests.Response) -> dict[str, Any]:
-        status = response.status_code
+    def _answer(self, path: str, answer: Answer) -> dict[str, Any]:
+        status = answer.status
         if status == HTTPStatus.UNAUTHORIZED:
             raise PlacementError(
                 f"Placement refused the credentials (401) for GET {path}: check placement.auth"
@@ -406,40 +402,49 @@ class PlacementReader:
             )
         if status != HTTPStatus.OK:
             raise PlacementError(
-                self._scrubbed(f"Placement answered {status} to GET {path}{_error_title(response)}")
+                self._scrubbed(f"Placement answered {status} to GET {path}{_error_title(answer)}")
             )
         try:
-            body = response.json()
-        except ValueError:
-            kind = response.headers.get("Content-Type", "no content type").split(";")[0]
+            body = json.loads(answer.body)
+        except ValueError:  # not JSON, or not text
+            kind = answer.content_type or "no content type"
             raise PlacementError(f"Placement answered GET {path} with {kind}, not JSON") from None
         if not isinstance(body, dict):
             raise _shape(path, "the answer", "a JSON object")
         return body
 
-    def _failure(self, path: str, error: ksa.ClientException) -> str:
-        if isinstance(error, ksa.ConnectTimeout):
-            return f"GET {path}: no answer within {self._timeout:g} s from {self._where}"
-        if isinstance(error, ksa.SSLError):
-            return f"GET {path}: TLS failed ({_os_reason(error) or 'certificate'}): check placement.ca_file"
-        if isinstance(error, ksa.ConnectionError):
-            reason = _os_reason(error) or "unreachable"
-            return f"GET {path}: cannot connect to {self._where} ({reason})"
-        if isinstance(error, ksa.Unauthorized):
-            return "Keystone refused virtcap's credentials (401): check placement.auth"
-        if isinstance(error, ksa.EndpointNotFound | ksa.EmptyCatalog):
-            return (
-                "the Keystone catalog has no placement endpoint for this interface and region:"
-                " check placement.interface and placement.region_name, or set placement.endpoint"
-            )
-        if isinstance(error, ksa.HttpError):
-            return f"Keystone answered {error.http_status} while authenticating: {_first_line(error)}"
-        return f"GET {path}: {type(error).__name__}: {_first_line(error)}"
-
     def _scrubbed(self, message: str) -> str:
         for secret in self._secrets:
             message = message.replace(secret, "***")
         return message
+
+
+@dataclass(frozen=True, slots=True)
+class _MadeOf:
+    """What a provider tree is made of: its providers' names, and what was made of their
+    inventories' and allocations' answers."""
+
+    names: tuple[str, ...]
+    answers: tuple[object, ...]
+
+    def same(self, other: _MadeOf) -> bool:
+        """The same names, and each answer's the very object (`_made` keeps them while their
+        answers stay the same)."""
+        return (
+            self.names == other.names
+            and len(self.answers) == len(other.answers)
+            and all(mine is theirs for mine, theirs in zip(self.answers, other.answers, strict=True))
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _Tree:
+    """A provider tree as a round made it, and what it was made of."""
+
+    made_of: _MadeOf
+    summed: Mapping[str, Mapping[str, int]]
+    """Per consumer, its amounts per class over the tree's providers."""
+    tree: ProviderTree
 
 
 class _Counter:
@@ -582,32 +587,11 @@ def _shape(path: str, where: str, expected: str) -> PlacementError:
     )
 
 
-def _error_title(response: requests.Response) -> str:
+def _error_title(answer: Answer) -> str:
     """Placement's own title of an error (`{"errors": [{"title": ...}]}`), if it gave one."""
     try:
-        errors = response.json().get("errors")
+        errors = json.loads(answer.body).get("errors")
         title = errors[0]["title"]
     except (ValueError, AttributeError, LookupError, TypeError):
         return ""
-    return f" ({_first_line(title)})" if isinstance(title, str) else ""
-
-
-def _os_reason(error: BaseException) -> str | None:
-    """The operating system's reason (`Connection refused`) somewhere behind a wrapped error."""
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if isinstance(current, OSError) and current.strerror:
-            return current.strerror
-        for argument in current.args:
-            if isinstance(argument, OSError) and argument.strerror:
-                return argument.strerror
-        current = current.__cause__ or current.__context__
-    return None
-
-
-def _first_line(value: object) -> str:
-    text = str(value).strip().splitlines()
-    line = text[0] if text else type(value).__name__
-    return line if len(line) <= _MESSAGE_CHARS else line[: _MESSAGE_CHARS - 3] + "..."
+    return f" ({first_line(title)})" if isinstance(title, str) else ""
