@@ -4,9 +4,11 @@ named after the hypervisors, each with Nova's inventories and 50 consumers (the 
 shows there), and a few leaked consumers; the same 1,000 test-driver hypervisors audited.
 
 1. In process: `PlacementTask.read_once` (the first round, which describes the leaked consumers,
-   and the next), then the reader (`PlacementReader.read_trees`) and `reconcile_fleet` alone:
-   wall time, requests to Placement (per provider), CPU of this process (the exporter's side)
-   and of Placement's processes, peak RSS growth; against the audit interval. Then one render of
+   and the next two), against the real Placement and against its answers recorded
+   (bench/recorded_placement.py: what reading costs when Placement runs on machines of its own),
+   then the reader (`PlacementReader.read_trees`) and `reconcile_fleet` alone: wall time, requests
+   to Placement (per provider), CPU of this process (the exporter's side) and of Placement's
+   processes, peak RSS growth; against the audit interval. Then one render of
    /metrics (`FragmentCache.render`) with the placement families and without.
 2. `virtcap serve` on the same fleet with `placement:` and without, audits and Placement rounds
    every 30 s: /metrics scraped back to back, p50/p99/max (as bench/scale.py measures them).
@@ -19,6 +21,7 @@ timed into any figure.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import math
 import os
@@ -101,14 +104,23 @@ def placement_reconciliation(scratch: Path, runs: int, hypervisors: int, domains
         database = scratch / "placement-server" / "placement.sqlite"
         consumers, leaked = load_placement(server, database, store, config)
         loaded = time.monotonic() - began
-        in_process(config, store, runs, server.process.pid, (audited, loaded, consumers, leaked))
         # As if Placement ran on machines of its own, as it does in a cloud: its answers recorded
         # and served again at a fraction of its CPU (and the real one at idle priority, apart).
         leaks = [leaked_uuid(index) for index in range(len(uris)) if index % LEAKED_EVERY == 0]
         answers = scratch / "placement-answers.json"
         answers.write_text(json.dumps(record(server.base_url, reader_paths(server.base_url, leaks))))
-        at_idle_priority(list(group_members(server.process.pid)))
-        with recorded_placement(answers) as recorded:
+        with recorded_placement(answers) as (recorded, recorded_pid):
+            replayed = parse_config(
+                fleet_config(scratch, uris, recorded, interval=None).read_text(), "bench-placement-recorded"
+            )
+            in_process(
+                config,
+                store,
+                runs,
+                (server.process.pid, replayed, recorded_pid),
+                (audited, loaded, consumers, leaked),
+            )
+            at_idle_priority(list(group_members(server.process.pid)))
             endpoints = [
                 ("without placement:", None, None),
                 ("with placement: (recorded answers)", recorded, None),
@@ -124,14 +136,14 @@ def leaked_uuid(index: int) -> str:
 
 
 @contextmanager
-def recorded_placement(answers: Path) -> Iterator[str]:
-    """bench/recorded_placement.py serving `answers`, at idle priority; its URL."""
+def recorded_placement(answers: Path) -> Iterator[tuple[str, int]]:
+    """bench/recorded_placement.py serving `answers`, at idle priority; its URL and process."""
     port = free_port()
     script = Path(__file__).with_name("recorded_placement.py")
     with process([sys.executable, str(script), str(answers), str(port)]) as child:
         wait(lambda: get(port, "/resource_providers") == 200, 60)
         at_idle_priority([child.pid])
-        yield f"http://127.0.0.1:{port}"
+        yield f"http://127.0.0.1:{port}", child.pid
 
 
 def fleet_config(
@@ -270,29 +282,42 @@ def allocation(provider: str, expected: Mapping[Resource, int], project: str | N
 
 
 def in_process(
-    config: Config, store: SnapshotStore, runs: int, placement_pid: int, built: tuple[float, float, int, int]
+    config: Config,
+    store: SnapshotStore,
+    runs: int,
+    placements: tuple[int, Config, int],
+    built: tuple[float, float, int, int],
 ) -> None:
+    """`placements`: the real Placement's process group, and the configuration reading the
+    recorded answers instead, with their server's process."""
     audited, loaded, consumers, leaked = built
+    placement_pid, replayed, recorded_pid = placements
+    real_cpu = functools.partial(group_cpu_seconds, placement_pid)
     providers = len(config.hypervisors)
     interval = config.audit.interval
     figures: dict[str, dict[str, list[float]]] = {}
     for _ in range(runs):
-        task = PlacementTask(config, store)
-        try:
-            for label in ("PlacementTask.read_once, first round", "PlacementTask.read_once, next round"):
-                with measured(figures.setdefault(label, {}), placement_pid):
-                    report = asyncio.run(task.read_once())
-                assert report.up and report.drifts is not None, report.error
-                figures[label].setdefault("requests", []).append(report.requests)
-                drifts = report.drifts
-        finally:
-            task.close()
+        for where, section, cpu_of in (
+            ("", config, real_cpu),
+            (" (recorded answers)", replayed, functools.partial(process_cpu_seconds, recorded_pid)),
+        ):
+            task = PlacementTask(section, store)
+            try:
+                for label in ("first round", "next round", "next round again"):
+                    step = f"PlacementTask.read_once{where}, {label}"
+                    with measured(figures.setdefault(step, {}), cpu_of):
+                        report = asyncio.run(task.read_once())
+                    assert report.up and report.drifts is not None, report.error
+                    figures[step].setdefault("requests", []).append(report.requests)
+                    drifts = report.drifts
+            finally:
+                task.close()
         reader = PlacementReader(config.placement)  # type: ignore[arg-type]
         hosts = {name: state.last_good for name, state in store.hypervisors.items()}
         mapping = {name: name for name in hosts}
         alone = figures.setdefault("reader alone (read_trees, nothing described)", {})
         try:
-            with measured(alone, placement_pid):
+            with measured(alone, real_cpu):
                 read = reader.read_trees(mapping)
         finally:
             reader.close()
@@ -307,7 +332,7 @@ def in_process(
             )
             for name, good in hosts.items()
         ]
-        with measured(figures.setdefault("reconcile_fleet alone", {}), placement_pid):
+        with measured(figures.setdefault("reconcile_fleet alone", {}), real_cpu):
             reconcile_fleet(fleet_views)
     orphaned = sum(len(drift.orphaned) for drift in drifts.values())
     unallocated = sum(len(drift.unallocated) for drift in drifts.values())
@@ -348,18 +373,18 @@ def in_process(
 
 
 @contextmanager
-def measured(figures: dict[str, list[float]], placement_pid: int) -> Iterator[None]:
+def measured(figures: dict[str, list[float]], placement_cpu: Callable[[], float]) -> Iterator[None]:
     """Wall time, this process's CPU, Placement's processes' CPU and the growth of this process's
     peak RSS (VmHWM reset first, where Linux allows) of the block."""
     peak_known = _reset_peak()
     rss_before = _status_mib("VmRSS")
-    theirs = group_cpu_seconds(placement_pid)
+    theirs = placement_cpu()
     cpu = time.process_time()
     began = time.perf_counter()
     yield
     figures.setdefault("wall", []).append(time.perf_counter() - began)
     figures.setdefault("cpu", []).append(time.process_time() - cpu)
-    figures.setdefault("placement_cpu", []).append(group_cpu_seconds(placement_pid) - theirs)
+    figures.setdefault("placement_cpu", []).append(placement_cpu() - theirs)
     peak = _status_mib("VmHWM")
     if peak_known and peak is not None and rss_before is not None:
         figures.setdefault("rss", []).append(peak - rss_before)
@@ -387,6 +412,12 @@ def group_members(group: int) -> dict[int, list[str]]:
         if int(fields[2]) == group:  # pgrp, the 5th field, the 3rd after the command's name
             members[int(stat.parent.name)] = fields
     return members
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """User and system CPU of one process."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def group_cpu_seconds(group: int) -> float:

@@ -165,8 +165,9 @@ class PlacementReader:
         self._max_described = max(0, max_described)
         self._described: dict[str, _Description] = {}
         """Consumers already described, while they hold allocations on a tree read."""
-        self._made: dict[str, tuple[bytes, Any]] = {}
-        """Per provider's path read last round, its answer's digest and what was made of it."""
+        self._made: dict[tuple[str, str], tuple[bytes, Any]] = {}
+        """Per provider read last round and kind ("inventories", "allocations"), its answer's
+        digest and what was made of it."""
         self._trees: dict[str, _Tree] = {}
         """Per root provider read last round, its tree and what it was made of."""
         self._round = threading.Lock()
@@ -270,7 +271,7 @@ class PlacementReader:
             kept[root.uuid] = _Tree(made_of[root.uuid], summed[root.uuid], found)
         self._trees = kept
         read = {provider.uuid for tree in members.values() for provider in tree}
-        self._made = {path: made for path, made in self._made.items() if path.split("/")[2] in read}
+        self._made = {job: made for job, made in self._made.items() if job[0] in read}
         return PlacementRead(
             trees=trees,
             requests=dict(counter.requests),
@@ -290,12 +291,12 @@ class PlacementReader:
         if answer.status == HTTPStatus.NOT_FOUND:
             return uuid, kind, None
         digest = hashlib.blake2b(answer.body, digest_size=16).digest()
-        before = self._made.get(path)
+        before = self._made.get((uuid, kind))
         if before is not None and before[0] == digest and answer.status == HTTPStatus.OK:
             return uuid, kind, before[1]
         body = self._answer(path, answer)
         made = _inventories(body, path) if kind == "inventories" else _allocations(body, path)
-        self._made[path] = (digest, made)
+        self._made[uuid, kind] = (digest, made)
         return uuid, kind, made
 
     def _fan_out(

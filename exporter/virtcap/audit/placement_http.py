@@ -113,15 +113,17 @@ class PlacementHttp:
         if target is None:
             raise ValueError("expected begin() first")
         answer = self._send(target, path)
-        if answer.status == HTTPStatus.UNAUTHORIZED and self._keystone(path, self._session.invalidate):
-            with self._lock:
-                if self._target is target:  # another thread may have renewed it already
-                    self._target = _Target(target.endpoint, self._auth_headers(path), target.pool)
-                target = self._target
-            if target is None:
-                raise ValueError("expected the round's target kept")
-            answer = self._send(target, path)
-        return answer
+        if answer.status != HTTPStatus.UNAUTHORIZED:
+            return answer
+        with self._lock:
+            if self._target is target:  # the first of the round's threads refused this token
+                if not self._keystone(path, self._session.invalidate):
+                    return answer  # a static token: nothing to renew
+                self._target = _Target(target.endpoint, self._auth_headers(path), target.pool)
+            renewed = self._target
+        if renewed is None or renewed is target:
+            return answer
+        return self._send(renewed, path)
 
     def _send(self, target: _Target, path: str) -> Answer:
         try:
