@@ -8,8 +8,8 @@ every request. So keystoneauth1 is asked once a round for the endpoint and the t
 (re-authenticating when the token is about to expire), and again after Placement answers 401, as
 its own session would (the plugin invalidated, the request retried once); the requests go
 through one urllib3 pool per proxy, with requests' own rules for the environment's proxies
-(`*_proxy`, `no_proxy`) and CA bundle (REQUESTS_CA_BUNDLE, CURL_CA_BUNDLE), read once, since a
-process's environment stays as it started.
+(`*_proxy`, `no_proxy`) and CA bundle (REQUESTS_CA_BUNDLE, CURL_CA_BUNDLE), looked up once a
+round rather than at every request.
 
 Anything that goes wrong raises `PlacementError` with a one-line message without a secret, the
 urllib3 or keystoneauth1 exception it replaces not chained to it.
@@ -85,8 +85,8 @@ class PlacementHttp:
             region_name=section.region_name,
             endpoint_override=section.endpoint,
         )
-        self._pools: dict[str | None, urllib3.PoolManager] = {}
-        """Per proxy (None: none), a pool of connections."""
+        self._pools: dict[tuple[str | None, bool], urllib3.PoolManager] = {}
+        """Per proxy (None: none) and whether Placement is reached over TLS, a pool of connections."""
         self._lock = threading.Lock()
         self._target: _Target | None = None
 
@@ -159,30 +159,33 @@ class PlacementHttp:
         """The pool for the endpoint: through the proxy requests would choose from the
         environment (none where `no_proxy` names the host), verifying TLS with the CA file, or
         requests' CA bundle."""
-        proxy = requests.utils.select_proxy(endpoint, requests.utils.get_environ_proxies(endpoint))
-        found = self._pools.get(proxy)
+        proxies = requests.utils.get_environ_proxies(endpoint)
+        proxy: str | None = requests.utils.select_proxy(endpoint, proxies)
+        secure = endpoint.lower().startswith("https:")
+        key = (proxy, secure)
+        found = self._pools.get(key)
         if found is not None:
             return found
         tls: dict[str, Any] = {}
-        if endpoint.lower().startswith("https:"):
+        if secure:
             bundle = self._ca_bundle()
             where = "ca_cert_dir" if os.path.isdir(bundle) else "ca_certs"
             tls = {"cert_reqs": "CERT_REQUIRED", where: bundle}
         if proxy is None:
             pool = urllib3.PoolManager(num_pools=4, maxsize=self._concurrency, **tls)
         else:
-            proxy = requests.utils.prepend_scheme_if_needed(proxy, "http")
-            if not proxy.lower().startswith(("http:", "https:")):
+            url = requests.utils.prepend_scheme_if_needed(proxy, "http")
+            if not url.lower().startswith(("http:", "https:")):
                 raise PlacementError(
-                    f"the environment's proxy for {self._where} is {_without_credentials(proxy)}:"
+                    f"the environment's proxy for {self._where} is {_without_credentials(url)}:"
                     " only HTTP and HTTPS proxies are supported (or name Placement's host in no_proxy)"
                 )
-            user, password = requests.utils.get_auth_from_url(proxy)
+            user, password = requests.utils.get_auth_from_url(url)
             proxy_headers = urllib3.make_headers(proxy_basic_auth=f"{user}:{password}") if user else None
             pool = urllib3.ProxyManager(
-                proxy, num_pools=4, maxsize=self._concurrency, proxy_headers=proxy_headers, **tls
+                url, num_pools=4, maxsize=self._concurrency, proxy_headers=proxy_headers, **tls
             )
-        self._pools[proxy] = pool
+        self._pools[key] = pool
         return pool
 
     def _ca_bundle(self) -> str:
