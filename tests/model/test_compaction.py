@@ -14,7 +14,7 @@ from tests.support.factories import GIB, host
 from tests.support.fleets import FLAT, state
 from tests.support.hosts import numa_cell, with_cells
 from virtcap.model.host_fit import Demand, within_host
-from virtcap.model.packing.compaction import compaction, eligible, zone_parts
+from virtcap.model.packing.compaction import compaction, eligible, lower_bound, zone_parts
 from virtcap.model.packing.shapes import DomainRef, domain_shapes
 from virtcap.model.resources import Resource
 from virtcap.model.scheduler import Guest, HostState, host_state
@@ -217,6 +217,7 @@ def test_the_compaction_of_small_fleets_is_the_brute_forces(seed: int) -> None:
     best = brute_force(hosts)
     assert result.hypervisors == best
     assert result.lower_bound <= best and result.optimal
+    assert lower_bound(hosts).value <= best  # the configuration bound included
     assert not result.unplaced and replay(hosts, result.assignment)
 
 
@@ -229,6 +230,7 @@ def test_with_numa_cells_the_answer_is_feasible_and_bounded(seed: int) -> None:
     best = brute_force(hosts)
     assert result.lower_bound <= best <= result.hypervisors
     assert not result.optimal or result.hypervisors == best
+    assert lower_bound(hosts).value <= best
     assert not result.unplaced and replay(hosts, result.assignment)
 
 

@@ -14,8 +14,10 @@ The method (docs/packing.md, "Compaction"):
 3. An integer program over shapes, one copy of each hypervisor: how many of each shape each
    hypervisor holds, within its classes' free amounts and the count of step 2, every domain
    somewhere, the fewest hypervisors used (HiGHS, one thread, a node limit and a time limit,
-   started from a first-fit packing). Its LP relaxation and the solver's dual bound give the
-   lower bound, with a sum bound per class and zone.
+   started from a first-fit packing). The lower bound: a sum bound per class and zone, the
+   program with the copies of a type added up, and the configuration bound (configurations.py);
+   the per-hypervisor program is solved only where they do not prove the first packing, and its
+   dual bound adds to them.
 4. The answer is validated domain by domain through the engine: each hypervisor kept consumes the
    domains assigned to it, largest first, each passing the filters on the hypervisor as the ones
    before left it. A domain refused there (the linear model was too optimistic about the cells,
@@ -32,13 +34,14 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from virtcap.model.capacity import HostCapacity, flavor_fit, placement_free
 from virtcap.model.host_fit import Demand
 from virtcap.model.numa.cells import CellPages, HostCell
+from virtcap.model.packing.configurations import Item, Kind, configuration_bound
 from virtcap.model.packing.milp import LinearProgram, solve
 from virtcap.model.packing.shapes import DomainRef, Shape, domain_shapes, shape_key
 from virtcap.model.resources import Resource, placement_units
@@ -82,10 +85,11 @@ class Compaction:
     """The domains no hypervisor took, even after repair (then `hypervisors` holds the others)."""
     stuck: tuple[DomainRef, ...] = ()
     """The domains no eligible hypervisor takes even empty: left where they are."""
-    added_up_bound: int = 0
+    relaxation_bound: int = 0
     """The part of `lower_bound` found without the per-hypervisor program (the stuck domains'
-    hypervisors, the sum bound, the added-up program: what `lower_bound()` computes), or less
-    after an update that added domains: what `compaction_update` looks at after domains stopped."""
+    hypervisors, the sum bound, the added-up program and, where those did not prove the packing,
+    the configuration bound: what `lower_bound()` computes), or less after an update that added
+    domains: what `compaction_update` looks at after domains stopped."""
     time_limited: bool = False
     """A program stopped at the time limit, not at its node limit or its optimum: the answer may
     differ on a slower or faster machine."""
@@ -268,7 +272,7 @@ def _by_zone(
     return Compaction(
         hypervisors=sum(answer.hypervisors for answer in answers),
         lower_bound=sum(answer.lower_bound for answer in answers),
-        added_up_bound=sum(answer.added_up_bound for answer in answers),
+        relaxation_bound=sum(answer.relaxation_bound for answer in answers),
         optimal=all(answer.optimal for answer in answers),
         assignment={member: name for answer in answers for member, name in answer.assignment.items()},
         kept=tuple(state.name for state in hosts if state.name in used),
@@ -292,11 +296,17 @@ class LowerBound(NamedTuple):
 
 
 def lower_bound(
-    states: Sequence[HostState], *, time_limit_seconds: float = 10.0, max_nodes: int = MAX_NODES
+    states: Sequence[HostState],
+    *,
+    packing: Collection[str] | None = None,
+    time_limit_seconds: float = 10.0,
+    max_nodes: int = MAX_NODES,
 ) -> LowerBound:
     """A proven lower bound on the compaction of `states` without solving it: per zone part (as
-    `compaction` splits them), the largest of the stuck domains' hypervisors, the sum bound and
-    the added-up program's bound (not the per-hypervisor program's, which `compaction` may add)."""
+    `compaction` splits them), the largest of the stuck domains' hypervisors, the sum bound, the
+    added-up program's bound and the configuration bound (not the per-hypervisor program's, which
+    `compaction` may add). Given the hypervisors a `packing` uses, a part whose cheaper bounds
+    already reach the hypervisors it uses there is not priced, and its pricing stops there."""
     deadline = time.perf_counter() + time_limit_seconds
     total = 0
     keys: set[Hashable] = set()
@@ -305,7 +315,11 @@ def lower_bound(
         _, _, aggregate_bound, _ = _aggregate(
             prepared.shapes, prepared.types, prepared.forced, deadline, max_nodes
         )
-        total += prepared.bound(aggregate_bound)
+        bound = prepared.bound(aggregate_bound)
+        target = None if packing is None else sum(1 for state in part if state.name in packing)
+        if target is None or bound < target:
+            bound = max(bound, prepared.configured(deadline, target))
+        total += bound
         keys |= prepared.shape_keys
     return LowerBound(total, frozenset(keys))
 
@@ -330,6 +344,25 @@ class _Prepared:
     def bound(self, aggregate_bound: float) -> int:
         """The largest of the stuck domains' hypervisors, the sum bound and the added-up program's."""
         return max(len(self.forced), _sum_bound(self.shapes, self.types), _ceil(aggregate_bound))
+
+    def configured(self, deadline: float, target: int | None) -> int:
+        """The configuration bound (configurations.py), its search ended once it reaches `target`
+        (the hypervisors of a packing, then proven optimal)."""
+        items = [
+            Item({resource: placement_units(resource, amount) for resource, amount in request.items()}, count)
+            for request, count in ((shape.demand.request, shape.count) for shape in self.shapes)
+        ]
+        kinds = [
+            Kind(
+                host_type.free,
+                host_type.fits,
+                len(host_type.states),
+                sum(1 for state in host_type.states if state.name in self.forced),
+            )
+            for host_type in self.types
+        ]
+        enough = math.inf if target is None else target - 1 + EPSILON
+        return _ceil(configuration_bound(items, kinds, deadline=deadline, enough=enough))
 
     @classmethod
     def of(cls, hosts: Sequence[HostState]) -> _Prepared:
@@ -380,8 +413,10 @@ def _compaction(hosts: Sequence[HostState], deadline: float, max_nodes: int) -> 
     forced = prepared.forced
     used, holds, aggregate_bound, time_limited = _aggregate(shapes, types, forced, deadline, max_nodes)
     counts = _spread(shapes, types, used, holds) if used is not None else {}
-    added_up_bound = prepared.bound(aggregate_bound)
-    bounds = [added_up_bound]
+    relaxation_bound = prepared.bound(aggregate_bound)
+    if len(counts) > relaxation_bound:
+        relaxation_bound = max(relaxation_bound, prepared.configured(deadline, len(counts)))
+    bounds = [relaxation_bound]
     copies = sum(len(host_type.states) for host_type in types)
     if copies * len(shapes) <= COMPACT_PROGRAM_LIMIT and len(counts) > max(bounds):
         program, columns = _program(shapes, types, forced)
@@ -404,7 +439,7 @@ def _compaction(hosts: Sequence[HostState], deadline: float, max_nodes: int) -> 
         hypervisors=len(kept),
         lower_bound=max(bounds),
         optimal=len(kept) <= max(bounds) and not outcome.unplaced,
-        added_up_bound=added_up_bound,
+        relaxation_bound=relaxation_bound,
         assignment=outcome.assignment,
         kept=kept,
         eligible=len(hosts),

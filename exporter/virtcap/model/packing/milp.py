@@ -69,6 +69,9 @@ class Solution:
     """The solver proved `values` optimal (to its integrality tolerance, with a zero gap asked)."""
     time_limited: bool = False
     """The time limit stopped the solver: where it stopped depends on the machine's speed."""
+    row_duals: tuple[float, ...] | None = None
+    """A linear program solved to its optimum: each row's dual value (HiGHS's sign: a column's
+    reduced cost is its cost less its column of the matrix times these)."""
 
 
 def solve(
@@ -131,4 +134,6 @@ def solve(
     else:
         dual_bound = info.mip_dual_bound if math.isfinite(info.mip_dual_bound) else -INFINITY
     time_limited = status == highspy.HighsModelStatus.kTimeLimit
-    return Solution(values, objective, dual_bound, optimal, time_limited)
+    linear = relaxed or not any(program.integer)
+    duals = tuple(highs.getSolution().row_dual) if linear and optimal else None
+    return Solution(values, objective, dual_bound, optimal, time_limited, duals)

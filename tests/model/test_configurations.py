@@ -1,0 +1,165 @@
+"""The configuration bound (model/packing/configurations.py): never above the optimum the brute
+force finds, at any round of its search; as strong as the optimum where the sum of a class is not
+(the waste each hypervisor is left with); and, through it, a compaction proven without the
+per-hypervisor program, and one brought up to date after a domain stopped."""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from dataclasses import replace
+
+import pytest
+
+from tests.model.test_compaction import brute_force, demand, holding, replay
+from tests.support.fleets import state
+from virtcap.model.packing.compaction import compaction, lower_bound
+from virtcap.model.packing.compaction_update import compaction_update
+from virtcap.model.packing.configurations import Item, Kind, configuration_bound
+from virtcap.model.resources import Resource
+from virtcap.model.scheduler import Guest, HostState
+from virtcap.model.scheduler.filters import FilterRequest, first_rejection
+
+MEMORY = Resource.MEMORY
+
+
+def bound(items: list[Item], kinds: list[Kind], **options: int) -> float:
+    return configuration_bound(items, kinds, deadline=time.perf_counter() + 60, **options)
+
+
+def test_the_waste_each_hypervisor_is_left_with_counts() -> None:
+    """Three domains of 6 on hypervisors of 10: the class adds up to 2 hypervisors, but no
+    hypervisor holds two of them."""
+    items = [Item({MEMORY: 6}, 3)]
+    kinds = [Kind({MEMORY: 10}, [10], copies=5)]
+    assert math.ceil(bound(items, kinds) - 1e-6) == 3
+
+
+def test_shapes_that_pair_up_are_priced_together() -> None:
+    """Domains of 6 and of 4 pair up on hypervisors of 10 (and two of 4 share one): 4 of each
+    need 4 hypervisors, which only a configuration holding both shows."""
+    items = [Item({MEMORY: 6}, 4), Item({MEMORY: 4}, 4)]
+    kinds = [Kind({MEMORY: 10}, [10, 10], copies=8)]
+    assert math.ceil(bound(items, kinds) - 1e-6) == 4
+    # one round prices only the configurations of one shape alone: still a bound, and a weaker one
+    assert bound(items, kinds, max_rounds=1) <= bound(items, kinds)
+
+
+def test_the_count_in_a_row_and_the_kept_hypervisors_count() -> None:
+    """A hypervisor takes two of the shape in a row whatever its room; one of the kind must be
+    used (it holds a domain no other takes)."""
+    items = [Item({MEMORY: 1}, 6)]
+    assert math.ceil(bound(items, [Kind({MEMORY: 10}, [2], copies=5)]) - 1e-6) == 3
+    assert math.ceil(bound(items, [Kind({MEMORY: 10}, [10], copies=5, least=2)]) - 1e-6) == 2
+
+
+def test_it_stops_once_it_proves_enough() -> None:
+    items = [Item({MEMORY: 6}, 40), Item({MEMORY: 4}, 40), Item({MEMORY: 3}, 30)]
+    kinds = [Kind({MEMORY: 10}, [10, 10, 10], copies=100)]
+    full = bound(items, kinds)
+    early = configuration_bound(items, kinds, deadline=time.perf_counter() + 60, enough=full / 2)
+    assert full / 2 < early <= full
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_the_bound_is_never_above_the_optimum(seed: int) -> None:
+    """At every round: the bound is sound whatever prices it was computed at."""
+    rng = random.Random(seed)
+    sizes = [rng.randint(1, 9) for _ in range(rng.randint(1, 3))]
+    items = [Item({MEMORY: size}, rng.randint(1, 4)) for size in sizes]
+    rooms = [rng.randint(9, 14) for _ in range(rng.randint(1, 2))]
+    kinds = [Kind({MEMORY: room}, [room] * len(items), copies=sum(i.count for i in items)) for room in rooms]
+    best = _fewest(items, kinds)
+    for rounds in (1, 2, 200):
+        assert bound(items, kinds, max_rounds=rounds) <= best + 1e-9
+
+
+def _fewest(items: list[Item], kinds: list[Kind]) -> int:
+    """The fewest hypervisors holding every item (one class, any kind), by brute force."""
+    sizes = sorted((item.needs[MEMORY] for item in items for _ in range(item.count)), reverse=True)
+    for used in range(sum(kind.copies for kind in kinds) + 1):
+        for chosen in _choices(kinds, used):
+            if _fits(sizes, chosen, 0):
+                return used
+    raise AssertionError("the items fit on no hypervisors: the test built them wrong")
+
+
+def _choices(kinds: list[Kind], used: int) -> list[list[int]]:
+    """Each way to use `used` hypervisors of the kinds, as their rooms (kinds of one class)."""
+    if not kinds:
+        return [[]] if used == 0 else []
+    first, rest = kinds[0], kinds[1:]
+    return [
+        [first.free[MEMORY]] * taken + others
+        for taken in range(min(used, first.copies) + 1)
+        for others in _choices(rest, used - taken)
+    ]
+
+
+def _fits(sizes: list[int], rooms: list[int], at: int) -> bool:
+    if at == len(sizes):
+        return True
+    tried: set[int] = set()
+    for index, room in enumerate(rooms):
+        if room >= sizes[at] and room not in tried:
+            tried.add(room)
+            rooms[index] -= sizes[at]
+            if _fits(sizes, rooms, at + 1):
+                rooms[index] += sizes[at]
+                return True
+            rooms[index] += sizes[at]
+    return False
+
+
+def awkward_fleet(seed: int) -> list[HostState]:
+    """Up to 6 hypervisors of 10 GiB, each with up to 3 domains of 3, 4, 6 or 7 GiB: sizes that
+    leave each hypervisor room no domain fills, so that the sum of memory and the program added up
+    over identical hypervisors fall short of the optimum on some of these fleets."""
+    rng = random.Random(seed)
+    hosts = []
+    for index in range(rng.randint(3, 6)):
+        hypervisor = state(f"h{index}", cpus=16, memory_gib=10)
+        current, guests = hypervisor, []
+        for number in range(rng.randint(0, 3)):
+            wanted = demand(1, rng.choice((3, 4, 6, 7)))
+            if first_rejection(current, FilterRequest.of(wanted)) is None:
+                current = current.consume(wanted)
+                guests.append(Guest(f"h{index}-d{number}", wanted))
+        hosts.append(replace(hypervisor, guests=tuple(guests)))
+    return hosts
+
+
+def test_on_fleets_that_waste_room_it_is_the_optimum() -> None:
+    """Never above the brute force's optimum (sound), and reaching it on every one of these
+    fleets: without the configurations, the bound falls short on several."""
+    for seed in range(40):
+        hosts = awkward_fleet(seed)
+        assert lower_bound(hosts).value == brute_force(hosts), seed
+
+
+def sixes(count: int, hypervisors: int) -> list[HostState]:
+    """Hypervisors of 10 GiB taking domains of 6 GiB, one on each of the first `count`."""
+    return [
+        holding(state(f"h{n}", cpus=8, memory_gib=10), *([demand(1, 6)] if n < count else []))
+        for n in range(hypervisors)
+    ]
+
+
+def test_the_program_is_not_needed_where_the_configurations_prove_the_packing() -> None:
+    hosts = sixes(5, 6)
+    result = compaction(hosts)
+    assert (result.hypervisors, result.lower_bound, result.optimal) == (5, 5, True)
+    assert result.relaxation_bound == 5  # the sum of memory says 3
+
+
+def test_a_domain_stopped_is_brought_up_to_date_by_the_configurations() -> None:
+    """The packing without the stopped domain uses one hypervisor fewer: the configuration bound
+    proves it, where the sum of memory alone would leave it to a solve."""
+    before = sixes(5, 6)
+    previous = compaction(before)
+    after = [holding(host) if host.name == "h2" else host for host in before]
+    updated = compaction_update(previous, before, after)
+    assert updated is not None and updated is not previous
+    assert (updated.hypervisors, updated.lower_bound, updated.optimal) == (4, 4, True)
+    assert updated.hypervisors == brute_force(after) and replay(after, updated.assignment)
