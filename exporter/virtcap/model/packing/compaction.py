@@ -44,6 +44,7 @@ from virtcap.model.numa.cells import CellPages, HostCell
 from virtcap.model.packing.configurations import Item, Kind, configuration_bound
 from virtcap.model.packing.milp import LinearProgram, solve
 from virtcap.model.packing.shapes import DomainRef, Shape, domain_shapes, shape_key
+from virtcap.model.packing.sharing import Counts, HostType, spread
 from virtcap.model.resources import Resource, placement_units
 from virtcap.model.scheduler import HostState
 from virtcap.model.scheduler.filters import FilterRequest, first_rejection
@@ -51,7 +52,7 @@ from virtcap.model.scheduler.host_states import consume_in_turn
 
 COMPACT_PROGRAM_LIMIT = 20_000
 """Up to this many (hypervisor, shape) pairs, the program with one copy per hypervisor is solved
-(exact on small fleets); above it, the added-up one shared out (see `_spread`)."""
+(exact on small fleets); above it, the added-up one shared out (see `sharing.spread`)."""
 
 MAX_NODES = 1_000
 """Branch-and-bound nodes per program, past its root. The search ends here, at the same point on
@@ -199,21 +200,6 @@ def type_key(state: HostState, *, zoned: bool = True) -> Hashable:
         repr(capacity.vgpus),
         capacity.claimed_vgpus,
     )
-
-
-@dataclass(slots=True)
-class HostType:
-    """Identical empty hypervisors: their states (the fullest first, so that the ones kept are
-    those most domains stay on), one of them, and per shape how many it takes in a row."""
-
-    states: list[HostState]
-    fits: list[int]
-    free: dict[Resource, int]
-    """Per class with a limit, what is free in Placement's unit."""
-
-    @property
-    def first(self) -> HostState:
-        return self.states[0]
 
 
 def _host_type(states: list[HostState], shapes: Sequence[Shape]) -> HostType:
@@ -412,7 +398,7 @@ def _compaction(hosts: Sequence[HostState], deadline: float, max_nodes: int) -> 
     )
     forced = prepared.forced
     used, holds, aggregate_bound, time_limited = _aggregate(shapes, types, forced, deadline, max_nodes)
-    counts = _spread(shapes, types, used, holds) if used is not None else {}
+    counts = spread(shapes, types, used, holds) if used is not None else {}
     relaxation_bound = prepared.bound(aggregate_bound)
     if len(counts) > relaxation_bound:
         relaxation_bound = max(relaxation_bound, prepared.configured(deadline, len(counts)))
@@ -528,17 +514,13 @@ def _class_room(demand: Demand, free: Mapping[Resource, int]) -> float:
     return min(rooms) if rooms else math.inf
 
 
-Counts = dict[str, dict[int, int]]
-"""Per hypervisor used, how many domains of each shape (by index) it holds."""
-
-
 def _aggregate(
     shapes: Sequence[Shape], types: Sequence[HostType], forced: set[str], deadline: float, max_nodes: int
 ) -> tuple[list[int] | None, list[dict[int, int]], float, bool]:
     """The program with the copies of a type added up: per type, how many are used and how many
     of each shape they hold together. A relaxation (any packing adds up to one of its solutions),
     small whatever the fleet's size: its optimum bounds the compaction from below, and its
-    solution is what `_spread` shares out among the copies."""
+    solution is what `sharing.spread` shares out among the copies."""
     program = LinearProgram()
     used: list[int] = []
     holds: list[dict[int, int]] = []
@@ -592,71 +574,6 @@ def _capacity_rows(
         fits = host_type.fits[index]
         if _class_room(shapes[index].demand, host_type.free) > fits:
             program.row([(column, 1.0), (opened, -float(fits))], -math.inf, 0.0)
-
-
-def _spread(
-    shapes: Sequence[Shape], types: Sequence[HostType], used: Sequence[int], holds: Sequence[dict[int, int]]
-) -> Counts:
-    """The added-up solution shared out: each type's domains dealt round the copies it uses (the
-    fullest hypervisors first), so that each holds about the average, which fits; a domain a copy
-    has no room for goes to the first copy used that has, else to a new one of a type that takes
-    it. Linear tests only: the validation tests the cells and devices."""
-    rooms: dict[str, dict[Resource, int]] = {}
-    counts: Counts = {}
-    kinds: dict[str, int] = {}
-    spare: list[list[HostState]] = [list(host_type.states) for host_type in types]
-
-    def open_copy(type_index: int) -> str:
-        state = spare[type_index].pop(0)
-        rooms[state.name] = dict(types[type_index].free)
-        counts[state.name] = {}
-        kinds[state.name] = type_index
-        return state.name
-
-    def fits(name: str, index: int) -> bool:
-        host_type = types[kinds[name]]
-        if counts[name].get(index, 0) >= host_type.fits[index]:
-            return False
-        room = rooms[name]
-        return all(
-            room[resource] >= placement_units(resource, amount)
-            for resource, amount in shapes[index].demand.request.items()
-            if resource in room and amount > 0
-        )
-
-    def put(name: str, index: int) -> None:
-        counts[name][index] = counts[name].get(index, 0) + 1
-        room = rooms[name]
-        for resource, amount in shapes[index].demand.request.items():
-            if resource in room and amount > 0:
-                room[resource] -= placement_units(resource, amount)
-
-    overflow: list[int] = []
-    for type_index, host_type in enumerate(types):
-        names = [open_copy(type_index) for _ in range(min(used[type_index], len(host_type.states)))]
-        turn = 0
-        for index in range(len(shapes)):
-            for _ in range(holds[type_index].get(index, 0) if names else 0):
-                name = names[turn % len(names)]
-                turn += 1
-                if fits(name, index):
-                    put(name, index)
-                else:
-                    overflow.append(index)
-            if not names:
-                overflow.extend([index] * holds[type_index].get(index, 0))
-    placed = [sum(count.get(index, 0) for count in counts.values()) for index in range(len(shapes))]
-    for index, shape in enumerate(shapes):
-        overflow.extend([index] * max(shape.count - placed[index] - overflow.count(index), 0))
-    for index in sorted(overflow):
-        target = next((name for name in counts if fits(name, index)), None)
-        if target is None:
-            choices = [t for t in range(len(types)) if spare[t] and types[t].fits[index] > 0]
-            if not choices:
-                continue  # the validation places it, or reports it unplaced
-            target = open_copy(max(choices, key=lambda t: (types[t].fits[index], -t)))
-        put(target, index)
-    return {name: held for name, held in counts.items() if held}
 
 
 def _compact_start(types: Sequence[HostType], columns: Columns, size: int, counts: Counts) -> list[float]:
