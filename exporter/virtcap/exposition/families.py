@@ -238,19 +238,25 @@ class FragmentCache:
                 kept = (view, _samples_by_family(build_families((view,), exposition, projects)))
             fragments[view.name] = kept
         self._fragments = fragments  # removed hypervisors are forgotten
-        body = _joined(self._headers, [samples for _view, samples in fragments.values()])
+        parts = [_joined(self._headers, [samples for _view, samples in fragments.values()])]
         if claim_outcomes is not None:
             shown = [view for view, _samples in fragments.values()]
-            body += _generate(
-                fleet_families(tolerance, shown)
-                + reclaim_families(reclaimable, projects, exposition.top_projects)
+            parts.append(
+                _generate(
+                    fleet_families(tolerance, shown)
+                    + reclaim_families(reclaimable, projects, exposition.top_projects)
+                )
             )
-            body += self._placement_text(placement, shown)
-            body += _generate(
-                storage_families(shown)
-                + exporter_families(claim_outcomes, tasks, flavors, database_up, shard)
+            parts.append(self._placement_text(placement, shown))
+            parts.append(
+                _generate(
+                    storage_families(shown)
+                    + exporter_families(claim_outcomes, tasks, flavors, database_up, shard)
+                )
             )
-        return body
+        # joined once: each `+=` copied the whole body (megabytes at 1,000 hypervisors) again, in
+        # the render thread, holding the interpreter lock the scrapes need
+        return b"".join(parts)
 
     def _placement_text(
         self, placement: PlacementShown | None, hypervisors: Iterable[HypervisorView]
