@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import itertools
 import random
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
 import pytest
@@ -251,14 +251,20 @@ def crowded_fleet(seed: int, hypervisors: int = 40, most: int = 6) -> list[HostS
     for index in range(hypervisors):
         cpus, memory, disk = rng.choice(CROWDED_SIZES)
         hypervisor = state(f"h{index}", cpus=cpus, memory_gib=memory, disk_gib=disk)
-        current, guests = hypervisor, []
-        for number in range(rng.randint(0, most)):
-            wanted = demand(*rng.choice(CROWDED_DOMAIN_SIZES))
-            if first_rejection(current, FilterRequest.of(wanted)) is None:
-                current = current.consume(wanted)
-                guests.append(Guest(f"h{index}-d{number}", wanted))
-        hosts.append(replace(hypervisor, guests=tuple(guests)))
+        wanted = (demand(*rng.choice(CROWDED_DOMAIN_SIZES)) for _ in range(rng.randint(0, most)))
+        hosts.append(filled(hypervisor, wanted))
     return hosts
+
+
+def filled(hypervisor: HostState, wanted: Iterable[Demand]) -> HostState:
+    """The (empty) hypervisor with each of the demands that passes its filters, as the ones
+    before left it, counted on it (`<name>-d<number>`, numbered among all those wanted)."""
+    current, guests = hypervisor, []
+    for number, demanded in enumerate(wanted):
+        if first_rejection(current, FilterRequest.of(demanded)) is None:
+            current = current.consume(demanded)
+            guests.append(Guest(f"{hypervisor.name}-d{number}", demanded))
+    return replace(hypervisor, guests=tuple(guests))
 
 
 def test_the_node_limit_not_the_time_limit_ends_the_search() -> None:

@@ -8,18 +8,16 @@ from __future__ import annotations
 import math
 import random
 import time
-from dataclasses import replace
 
 import pytest
 
-from tests.model.test_compaction import brute_force, demand, holding, replay
+from tests.model.test_compaction import brute_force, demand, filled, holding, replay
 from tests.support.fleets import state
 from virtcap.model.packing.compaction import compaction, lower_bound
 from virtcap.model.packing.compaction_update import compaction_update
 from virtcap.model.packing.configurations import Item, Kind, configuration_bound
 from virtcap.model.resources import Resource
-from virtcap.model.scheduler import Guest, HostState
-from virtcap.model.scheduler.filters import FilterRequest, first_rejection
+from virtcap.model.scheduler import HostState
 
 MEMORY = Resource.MEMORY
 
@@ -119,14 +117,8 @@ def awkward_fleet(seed: int) -> list[HostState]:
     rng = random.Random(seed)
     hosts = []
     for index in range(rng.randint(3, 6)):
-        hypervisor = state(f"h{index}", cpus=16, memory_gib=10)
-        current, guests = hypervisor, []
-        for number in range(rng.randint(0, 3)):
-            wanted = demand(1, rng.choice((3, 4, 6, 7)))
-            if first_rejection(current, FilterRequest.of(wanted)) is None:
-                current = current.consume(wanted)
-                guests.append(Guest(f"h{index}-d{number}", wanted))
-        hosts.append(replace(hypervisor, guests=tuple(guests)))
+        wanted = (demand(1, rng.choice((3, 4, 6, 7))) for _ in range(rng.randint(0, 3)))
+        hosts.append(filled(state(f"h{index}", cpus=16, memory_gib=10), wanted))
     return hosts
 
 
