@@ -5,6 +5,7 @@ and always what the model answers for the states as they are when computed."""
 
 from __future__ import annotations
 
+import random
 from dataclasses import replace
 
 from tests.support.factories import GIB
@@ -176,3 +177,48 @@ def test_another_reserve_computes_every_sellable_count_again_and_no_compaction()
     report = packing.report()
     for flavor, demand in FLAVORS.items():
         assert report.sellable[flavor] == sellable_count(hosts, demand, SPREAD, 0)
+
+
+def test_sellable_counts_followed_from_the_last_placements_are_counted_anew() -> None:
+    """A larger fleet changed one hypervisor at a time (a domain started, a claim, a domain
+    stopped): each flavor's sellable count, its placement followed from the last request on the
+    same hosts, is the count computed from nothing, in the fleet and in each zone."""
+    rng = random.Random(41)
+    names = [f"h{number:02d}" for number in range(30)]
+    shapes = {name: rng.choice([(8, 32), (16, 64), (16, 32)]) for name in names}
+    domains = {
+        name: [
+            guest(f"{name}-{index}", rng.choice([2, 4, 8]), rng.choice([1, 2]))
+            for index in range(rng.randrange(4))
+        ]
+        for name in names
+    }
+
+    def built(name: str) -> HostState:
+        cpus, memory = shapes[name]
+        zone = "az-1" if name < "h15" else "az-2"
+        return replace(
+            state(name, cpus=cpus, memory_gib=memory, domains=tuple(domains[name])), availability_zone=zone
+        )
+
+    hosts = [built(name) for name in names]
+    packing = FleetPacking()
+    packing.apply(hosts, settings(), SPREAD)
+    for change in range(6):
+        name = rng.choice(names)
+        number = names.index(name)
+        if change % 3 == 0:
+            domains[name].append(guest(f"{name}-new{change}", 2, 1))
+            hosts[number] = built(name)
+        elif change % 3 == 1:
+            hosts[number] = hosts[number].consume(LARGE)
+        else:
+            domains[name] = domains[name][1:]
+            hosts[number] = built(name)
+        report = packing.apply(list(hosts), settings(), SPREAD)
+        for flavor, demand in FLAVORS.items():
+            assert report.sellable[flavor] == sellable_count(hosts, demand, SPREAD, 1)
+            for zone in ("az-1", "az-2"):
+                members = [host for host in hosts if host.availability_zone == zone]
+                expected = sellable_by_zone(members, {flavor: demand}, SPREAD, 1)[zone, flavor]
+                assert report.sellable_by_zone[zone, flavor] == expected

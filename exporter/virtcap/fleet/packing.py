@@ -34,6 +34,7 @@ from virtcap.model.packing.compaction_update import compaction_update
 from virtcap.model.packing.sellable import sellable_by_zone, sellable_count
 from virtcap.model.packing.stranded import StrandedCache, StrandedCapacity, eligible, stranded_capacity
 from virtcap.model.scheduler import HostState, Multipliers
+from virtcap.model.scheduler.claims_replay import Placements
 from virtcap.model.scheduler.filters import CandidateMemo
 
 FLEET_COMPACTION_SECONDS = 60.0
@@ -147,6 +148,8 @@ class FleetPacking:
         """Per configured group, and for the fleet (None), the last compaction with the states it
         was made of: what the next is brought up to date from (`compaction_update`), where a
         change allows."""
+        self._placements = Placements()
+        """Each sellable count's last request for as many as fit, followed by the next."""
         self._sellable: dict[tuple[str | None, str], int] = {}
         """Per (availability zone or None for the fleet, flavor), the last sellable count."""
         self._queue: dict[Step, None] = {}
@@ -384,16 +387,18 @@ class FleetPacking:
         limit = settings.fleet_time_limit_seconds if group is None else settings.group_time_limit_seconds
         return compaction(members, time_limit_seconds=limit)
 
-    @staticmethod
     def _sold(
-        step: Step, states: Sequence[HostState], settings: PackingSettings, multipliers: Multipliers
+        self, step: Step, states: Sequence[HostState], settings: PackingSettings, multipliers: Multipliers
     ) -> int:
         demand = settings.flavors[step.flavor]
         reserve = settings.reserve_host_failures
+        placements = self._placements  # the step thread's alone (one step at a time)
         if step.zone is None:
-            return sellable_count(states, demand, multipliers, reserve, memo=CandidateMemo())
+            return sellable_count(
+                states, demand, multipliers, reserve, memo=CandidateMemo(), placements=placements
+            )
         members = [state for state in states if state.availability_zone == step.zone]
-        counts = sellable_by_zone(members, {step.flavor: demand}, multipliers, reserve)
+        counts = sellable_by_zone(members, {step.flavor: demand}, multipliers, reserve, placements=placements)
         return counts[step.zone, step.flavor]
 
 

@@ -19,6 +19,7 @@ from typing import Literal, NamedTuple
 
 from virtcap.model.host_fit import Demand
 from virtcap.model.resources import Resource, placement_units
+from virtcap.model.scheduler.claims_replay import Placements
 from virtcap.model.scheduler.claims_request import claims_decide
 from virtcap.model.scheduler.consumed_host import ConsumedHost
 from virtcap.model.scheduler.evacuations import EvacuationResult, evacuate, evacuation_result
@@ -39,11 +40,15 @@ def sellable_instances(
     flavors: Mapping[str, Demand],
     multipliers: Multipliers,
     reserve_host_failures: int,
+    *,
+    placements: Placements | None = None,
 ) -> Mapping[str, int]:
     """Per flavor, its sellable instances on the fleet (`sellable_count`, each flavor alone)."""
     memo = CandidateMemo()
     return {
-        flavor: sellable_count(states, demand, multipliers, reserve_host_failures, memo=memo)
+        flavor: sellable_count(
+            states, demand, multipliers, reserve_host_failures, memo=memo, placements=placements
+        )
         for flavor, demand in flavors.items()
     }
 
@@ -53,6 +58,8 @@ def sellable_by_zone(
     flavors: Mapping[str, Demand],
     multipliers: Multipliers,
     reserve_host_failures: int,
+    *,
+    placements: Placements | None = None,
 ) -> Mapping[tuple[str, str], int]:
     """Per (availability zone, flavor), the flavor's instances the zone can still take, asked for
     in that zone, while the zone's hypervisors alone tolerate the reserve (failover stays in the
@@ -66,7 +73,7 @@ def sellable_by_zone(
         for flavor, demand in flavors.items():
             in_zone = replace(demand, availability_zone=zone)
             found[zone, flavor] = sellable_count(
-                members, in_zone, multipliers, reserve_host_failures, memo=memo
+                members, in_zone, multipliers, reserve_host_failures, memo=memo, placements=placements
             )
     return found
 
@@ -78,9 +85,11 @@ def sellable_count(
     reserve_host_failures: int,
     *,
     memo: CandidateMemo | None = None,
+    placements: Placements | None = None,
 ) -> int:
     """The most instances of the demand that can be placed one by one (`request_hosts`: the
-    steps of one request for as many as fit, in order) such that afterwards the fleet still
+    steps of one request for as many as fit, in order, followed from the last request on the
+    same hosts kept in `placements`, if given) such that afterwards the fleet still
     tolerates the reserve: the largest k such that for every count up to k, the fleet with that
     many placed keeps it (`keeps_tolerance`); every instance that fits when all of them keep
     it, 0 when the fleet does not keep it as it is or the reserve is larger than the fleet.
@@ -96,9 +105,12 @@ def sellable_count(
         # `tolerated` counts hosts lost among the fleet's: never more than there are
         return 0
     if reserve_host_failures == 0:
-        return len(request_hosts(states, demand, multipliers, memo=memo))
+        return len(request_hosts(states, demand, multipliers, memo=memo, placements=placements))
     last = 0
-    for decision in reserve_decisions(states, demand, multipliers, reserve_host_failures, memo=memo):
+    decisions = reserve_decisions(
+        states, demand, multipliers, reserve_host_failures, memo=memo, placements=placements
+    )
+    for decision in decisions:
         if not decision.kept:
             return max(decision.instances - 1, 0)
         last = decision.instances
@@ -122,6 +134,7 @@ def reserve_decisions(
     *,
     memo: CandidateMemo | None = None,
     skip_ahead: bool = True,
+    placements: Placements | None = None,
 ) -> Iterator[Decision]:
     """Each count of the request's instances from 0 (`sellable_count`'s placements), whether
     the fleet with that many placed keeps a reserve of at least one host, up to the first that
@@ -141,7 +154,7 @@ def reserve_decisions(
             f"expected a reserve of 1 to {len(states)} host failures, got {reserve_host_failures}"
         )
     memo = memo if memo is not None else CandidateMemo()
-    placed = request_hosts(states, demand, multipliers, memo=memo)
+    placed = request_hosts(states, demand, multipliers, memo=memo, placements=placements)
     after = _States(states, demand, placed, multipliers, memo)
     walk = _ReserveWalk(
         states, demand, reserve_host_failures, memo, None if after.by_claims else after, placed=placed

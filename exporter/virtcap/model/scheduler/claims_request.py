@@ -18,7 +18,7 @@ the values to the bit). tests/model/test_request_paths.py holds it to the genera
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -62,6 +62,17 @@ class ClaimsRequest:
     """One candidate only: it weighs 0, as in `weigh`."""
 
 
+@dataclass(slots=True)
+class ClaimsRecord:
+    """What a request's steps leave for claims_replay.py: the chosen host's clipped values after
+    each step, and the weighers' largest values from the first step and from each step after
+    which they changed."""
+
+    values: list[WeigherValues] = field(default_factory=list)
+    top_steps: list[int] = field(default_factory=lambda: [0])
+    tops: list[WeigherValues] = field(default_factory=list)
+
+
 def claims_request(
     fleet: FleetIndex,
     candidates: Sequence[int],
@@ -70,13 +81,15 @@ def claims_request(
     *,
     count: int | None,
     traced: bool = False,
+    record: ClaimsRecord | None = None,
 ) -> ClaimsRequest:
     """The steps of a request for `count` instances of the demand (None: as many as fit) on the
     `candidates` (indices of the fleet, in name order: the hosts the request's filters and
     Placement's allocation candidates passed), one instance at a time, stopping at the first that
     finds no host or at `count`. Raises ValueError for a demand the claims do not decide, and for
     a request of as many as fit where a candidate has no limit on any class the demand asks for
-    (it would take instances without end)."""
+    (it would take instances without end). `record`: filled with what claims_replay.py keeps of
+    the steps."""
     if not claims_decide(demand):
         raise ValueError("expected a demand whose claims alone decide its fit")
     key = fleet.key(demand)
@@ -86,9 +99,7 @@ def claims_request(
         raise ValueError("expected a demand whose claims alone decide its fit")
     hosts = [ConsumedHost(number, fleet.rooms(number), fleet.room_left(number)) for number in candidates]
     if count is None:
-        for host in hosts:
-            if not any(resource in host.left for resource, _ in needs):
-                raise ValueError(f"{fleet.names[host.number]}: the demand asks for no class with a limit")
+        refuse_without_end(fleet, hosts, needs)
     steps: list[ClaimsStep] = []
     if not hosts or count == 0:
         return ClaimsRequest((), {}, len(hosts) == 1)
@@ -101,6 +112,8 @@ def claims_request(
     factors = (multipliers.ram, multipliers.cpu, multipliers.disk)
     alone = len(candidates) == 1  # one host weighs 0 (`weigh`)
     tops = [float(column.max()) for column in columns]
+    if record is not None:
+        record.tops.append((tops[0], tops[1], tops[2]))
     room = np.ones(len(candidates), dtype=bool)
     weights = _weights(columns, tops, factors, room, alone=alone)
     with_room = len(candidates)
@@ -108,36 +121,68 @@ def claims_request(
         chosen = int(np.argmax(weights))
         host = hosts[chosen]
         if traced:
-            level = fleet.level(host.number)
             now = (float(columns[0][chosen]), float(columns[1][chosen]), float(columns[2][chosen]))
-            steps.append(
-                ClaimsStep(
-                    host.number, float(weights[chosen]), host.raw(level), now, (tops[0], tops[1], tops[2])
-                )
-            )
+            steps.append(_traced_step(fleet, host, float(weights[chosen]), now, tops))
         else:
             steps.append(ClaimsStep(host.number, float(weights[chosen])))
         host.add(demand, key, amounts)
         clipped = host.clipped(fleet.level(host.number))
-        renormalize = False
-        for part, column in enumerate(columns):
-            before = float(column[chosen])
-            column[chosen] = clipped[part]
-            if before == tops[part] and clipped[part] < before:
-                tops[part] = float(column.max())
-                renormalize = renormalize or tops[part] != before
+        if record is not None:
+            record.values.append(clipped)
+        renormalize = _lowered(columns, tops, chosen, clipped)
         fits = all(need <= host.left.get(resource, need) for resource, need in needs)
         if not fits:
             room[chosen] = False
             with_room -= 1
         if renormalize:
             weights = _weights(columns, tops, factors, room, alone=alone)
+            if record is not None:
+                record.top_steps.append(len(steps))
+                record.tops.append((tops[0], tops[1], tops[2]))
         elif not fits:
             weights[chosen] = -np.inf
         elif not alone:
             weights[chosen] = weight_of(clipped, tops, multipliers)
     consumed = {host.number: host for host in hosts if host.demands}
     return ClaimsRequest(tuple(steps), consumed, alone)
+
+
+def refuse_without_end(
+    fleet: FleetIndex, hosts: Sequence[ConsumedHost], needs: Sequence[tuple[Resource, int]]
+) -> None:
+    """Raises ValueError where a host would take instances without end: no limit on any class
+    the demand asks for."""
+    for host in hosts:
+        if not any(resource in host.left for resource, _ in needs):
+            raise ValueError(f"{fleet.names[host.number]}: the demand asks for no class with a limit")
+
+
+def _traced_step(
+    fleet: FleetIndex,
+    host: ConsumedHost,
+    weight: float,
+    now: WeigherValues,
+    tops: list[float],
+) -> ClaimsStep:
+    """The step with what `Weighed` shows: the host's raw values, its clipped ones and the tops."""
+    return ClaimsStep(
+        host.number, weight, host.raw(fleet.level(host.number)), now, (tops[0], tops[1], tops[2])
+    )
+
+
+def _lowered(
+    columns: tuple[FloatArray, FloatArray, FloatArray], tops: list[float], chosen: int, clipped: WeigherValues
+) -> bool:
+    """The chosen host's values are now `clipped`: whether a weigher's largest value changed (it
+    held one, found again in `tops`)."""
+    lowered = False
+    for part, column in enumerate(columns):
+        before = float(column[chosen])
+        column[chosen] = clipped[part]
+        if before == tops[part] and clipped[part] < before:
+            tops[part] = float(column.max())
+            lowered = lowered or tops[part] != before
+    return lowered
 
 
 def _weights(

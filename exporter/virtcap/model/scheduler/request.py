@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 
 from virtcap.model.host_fit import Demand
 from virtcap.model.numa.fitting import refitted
+from virtcap.model.scheduler.claims_replay import Placements
 from virtcap.model.scheduler.claims_request import ClaimsStep, claims_decide, claims_request
 from virtcap.model.scheduler.consumed_host import ConsumedHost
 from virtcap.model.scheduler.filters import (
@@ -126,18 +127,23 @@ def request_hosts(
     multipliers: Multipliers = SPREAD,
     *,
     memo: CandidateMemo | None = None,
+    placements: Placements | None = None,
 ) -> tuple[str, ...]:
     """Where the instances of one request for as many instances of the demand as fit land, in
     order: `schedule`'s steps for a request of more instances than fit (its first k steps are a
     request of k's: each step depends on those before only). A demand that asks for no cells,
-    devices nor vGPUs takes the fast path to the first instance that finds no host; any other
-    asks `schedule` for twice as many instances until the request fails. Raises ValueError where
-    a host takes instances without end (no limit on any class the demand asks for)."""
+    devices nor vGPUs takes the fast path to the first instance that finds no host (followed
+    from the last request on the same hosts kept in `placements`, if given); any other asks
+    `schedule` for twice as many instances until the request fails. Raises ValueError where a
+    host takes instances without end (no limit on any class the demand asks for)."""
     memo = memo if memo is not None else CandidateMemo()
     if claims_decide(demand):
         _, request, _, candidates = _candidates(hosts, demand, memo)
         fleet = FleetIndex(hosts, memo)
         numbers = [fleet.index[name] for name in candidates]
+        if placements is not None:
+            traced = placements.follow(fleet, numbers, request.demand, multipliers)
+            return tuple(fleet.names[number] for number in traced.hosts)
         found = claims_request(fleet, numbers, request.demand, multipliers, count=None)
         return tuple(fleet.names[step.chosen] for step in found.steps)
     count = FIRST_REQUEST
