@@ -16,7 +16,7 @@ from tests.support.fleets import LARGER, MULTIPLIERS, STACK, larger_fleet
 from virtcap.model.host_fit import Demand
 from virtcap.model.resources import Resource
 from virtcap.model.scheduler import SPREAD, CandidateMemo, HostState, Multipliers, request_hosts
-from virtcap.model.scheduler.claims_replay import ClaimsTrace, replayed_request, traced_request
+from virtcap.model.scheduler.claims_replay import ClaimsTrace, Placements, replayed_request, traced_request
 from virtcap.model.scheduler.fleet_index import FleetIndex
 from virtcap.model.scheduler.host_states import consume_in_turn
 from virtcap.model.scheduler.request import _candidates
@@ -168,3 +168,46 @@ def test_hosts_tied_at_a_weighers_largest_value_one_of_them_changed() -> None:
         last = trace(hosts, small, multipliers)
         hosts = changed(hosts, spec, rng.randrange(count), 0, rng)
         assert_same(trace(hosts, small, multipliers, last), trace(hosts, small, multipliers))
+
+
+def test_no_candidate_or_one_is_a_request_too() -> None:
+    """No host fits the demand, or one does: a trace all the same (none or its steps), kept and
+    followed by the next (taken again: one candidate weighs 0)."""
+    hosts = larger_fleet([((4, 16, 100), [], True), ((8, 32, 200), [], True)])
+    placements = Placements()
+    for demand, steps in ((Demand({Resource.MEMORY: 64 * GIB}), 0), (Demand({Resource.MEMORY: 20 * GIB}), 1)):
+        for _ in range(2):
+            memo = CandidateMemo()
+            _, request, _, candidates = _candidates(hosts, demand, memo)
+            fleet = FleetIndex(hosts, memo)
+            found = placements.follow(
+                fleet, [fleet.index[name] for name in candidates], request.demand, SPREAD
+            )
+            assert len(found.chosen) == steps
+            assert list(request_hosts(hosts, demand)) == [fleet.names[number] for number in found.hosts]
+            assert found.copied == 0
+
+
+def test_placements_follow_the_last_request_on_the_same_hosts() -> None:
+    """The second request on the same hosts (one changed) is followed from the first; another
+    demand, or other hosts, is not mistaken for it."""
+    spec: Spec = [((16, 64, 400), [(2, 4, 40)] * (number % 3), True) for number in range(12)]
+    hosts = larger_fleet(spec)
+    small = Demand({Resource.VCPU: 1, Resource.MEMORY: 2 * GIB, Resource.DISK: 20 * GIB})
+    large = Demand({Resource.VCPU: 4, Resource.MEMORY: 8 * GIB, Resource.DISK: 80 * GIB})
+    placements = Placements()
+
+    def follow(fleet_hosts: list[HostState], demand: Demand) -> ClaimsTrace:
+        memo = CandidateMemo()
+        _, request, _, candidates = _candidates(fleet_hosts, demand, memo)
+        fleet = FleetIndex(fleet_hosts, memo)
+        return placements.follow(fleet, [fleet.index[name] for name in candidates], request.demand, SPREAD)
+
+    assert follow(hosts, small).copied == 0
+    assert follow(hosts, large).copied == 0
+    assert follow(hosts[:-1], small).copied == 0  # other hosts
+    rng = random.Random(3)
+    changed_hosts = changed(hosts, spec, 4, 0, rng)
+    found = follow(changed_hosts, small)
+    assert found.copied > len(found.chosen) // 2
+    assert_same(found, trace(changed_hosts, small, SPREAD))

@@ -98,7 +98,9 @@ def traced_request(
     offsets = np.zeros(len(numbers), dtype=np.int64)
     offsets[1:] = np.cumsum(fitted + 1)[:-1]
     values = np.empty((len(chosen) + len(numbers), 3), dtype=np.float64)
-    values[offsets] = [fleet.clipped[number] for number in candidates]
+    values[offsets] = np.array([fleet.clipped[number] for number in candidates], dtype=np.float64).reshape(
+        -1, 3
+    )
     order = np.argsort(chosen, kind="stable")
     starts = np.zeros(len(numbers), dtype=np.int64)
     starts[1:] = np.cumsum(fitted)[:-1]
@@ -107,7 +109,11 @@ def traced_request(
         order
     ]
     # a renormalization after the last step starts no step
-    starting = [index for index, step in enumerate(record.top_steps) if index == 0 or step < len(chosen)]
+    starting = [
+        index
+        for index, step in enumerate(record.top_steps[: len(record.tops)])
+        if index == 0 or step < len(chosen)
+    ]
     return ClaimsTrace(
         states=tuple(fleet.states),
         demand=demand,
