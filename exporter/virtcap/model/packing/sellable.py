@@ -182,7 +182,9 @@ def reserve_decisions(
             # the fleet of the last count decided so, with the hosts that took instances since
             for number, now in enumerate(walk.counts):
                 if now != known[number]:
-                    fleet.replace(after.host(walk.fleet.states[number], now))
+                    fleet.replace(
+                        after.host(walk.fleet.states[number], now), claimed_more=now > known[number]
+                    )
                     known[number] = now
         by: Literal["rest", "evacuation"] = "rest"
         kept = True
@@ -733,6 +735,9 @@ class _States:
         self._multipliers = multipliers
         self._memo = memo
         self._built: dict[tuple[str, int], HostState] = {}
+        self._guests: dict[str, list[Guest]] = {}
+        """Per host, the instances as its guests, in order (see `_with_guests`)."""
+        self._zoned: dict[str | None, Demand] = {}
         self.by_claims = claims_decide(demand)
         self.most = len(placed)
 
@@ -762,10 +767,20 @@ class _States:
 
     def _with_guests(self, state: HostState, counts: Mapping[str, int]) -> HostState:
         """The state with the instances placed on it (`counts`) among its guests, each named
-        apart (its number on the host, then the host)."""
+        apart (its number on the host, then the host): made once per host and number, with one
+        demand per zone (a fleet index knows a demand by identity first)."""
         sold = counts.get(state.name, 0)
         if sold == 0:
             return state
-        guest = replace(self._demand, availability_zone=state.availability_zone)
-        new = tuple(Guest(f"{SOLD_PREFIX}{index:06d}@{state.name}", guest) for index in range(sold))
-        return replace(state, guests=(*state.guests, *new))
+        made = self._guests.get(state.name)
+        if made is None:
+            made = self._guests[state.name] = []
+        if len(made) < sold:
+            zone = state.availability_zone
+            guest = self._zoned.get(zone)
+            if guest is None:
+                guest = self._zoned[zone] = replace(self._demand, availability_zone=zone)
+            made.extend(
+                Guest(f"{SOLD_PREFIX}{index:06d}@{state.name}", guest) for index in range(len(made), sold)
+            )
+        return replace(state, guests=(*state.guests, *made[:sold]))

@@ -348,8 +348,23 @@ class FleetIndex:
         copied.orders = {multipliers: dict(orders) for multipliers, orders in self.orders.items()}
         return copied
 
-    def replace(self, state: HostState) -> None:
-        """One host's state changes: its values, and whether it passes for each request."""
+    def _passes_replaced(
+        self, state: HostState, key: RequestNumber, *, passed: bool, claimed_more: bool
+    ) -> bool:
+        """Whether the host, now in this state, passes for the request (`replace`)."""
+        demand = self.demands[key]
+        needs = self.needs(key, demand) if claimed_more else None
+        if needs is None:
+            return self.passes(state, demand, key)
+        left = self.room_left(self.index[state.name])
+        return passed and all(need <= left.get(resource, need) for resource, need in needs)
+
+    def replace(self, state: HostState, *, claimed_more: bool = False) -> None:
+        """One host's state changes: its values, and whether it passes for each request.
+        `claimed_more`: the new state is the old one with more claims of demands the claims
+        alone decide, nothing else changed: for a request the claims decide too, the host passes
+        only if it passed and its room still holds the request (`needs`: the other tests do not
+        read the claims), without the filters run again."""
         number = self.index[state.name]
         for guest in self.states[number].guests:
             # its old domains are not asked about again (the dictionary is shared with the fleet
@@ -376,7 +391,7 @@ class FleetIndex:
                 refusals[key] = refused.with_host(number, rejection)
                 passes = rejection is None
             else:
-                passes = self.passes(state, self.demands[key], key)
+                passes = self._passes_replaced(state, key, passed=number in hosts, claimed_more=claimed_more)
             if passes:
                 hosts.add(number)
             else:
