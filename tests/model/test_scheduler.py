@@ -1085,3 +1085,27 @@ def test_the_unplaced_domains_list_the_filters_refusals_after_placements_and_com
         "a-pinned": NUMA_TOPOLOGY,
         "c-pinned": NUMA_TOPOLOGY,
     }
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(LARGER, MULTIPLIERS, st.integers(0, 11), DOMAINS, st.integers(1, 4))
+def test_a_host_that_claimed_more_passes_as_the_filters_say(
+    shapes: list[tuple[tuple[int, int, int], list[tuple[int, int, int]], bool]],
+    multipliers: Multipliers,
+    which: int,
+    taken: tuple[int, int, int],
+    count: int,
+) -> None:
+    """`FleetIndex.replace(claimed_more=True)`: a host that took more instances of a demand the
+    claims decide passes for each request met (the domains' requests, from every evacuation) as
+    running the filters on its new state says."""
+    hosts = larger_fleet(shapes)
+    tolerance = fleet_tolerance(hosts, multipliers=multipliers)
+    before = hosts[which % len(hosts)]
+    cpus, memory, disk = taken
+    # more than fits too: the filters refuse it, and so does its room
+    grown = consume_in_turn(before, (demand(vcpu=cpus, memory_gib=memory, disk_gib=disk),) * count)
+    filtered, followed = tolerance.fleet_index.copy(), tolerance.fleet_index.copy()
+    filtered.replace(grown)
+    followed.replace(grown, claimed_more=True)
+    assert followed.passing == filtered.passing
