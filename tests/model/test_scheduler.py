@@ -793,7 +793,7 @@ def test_an_update_resumes_an_evacuation_at_the_step_that_chose_the_changed_host
     fleet.replace(x)
     trace = tolerance.step_traces["src"]
     assert trace is not None and len(trace) == 2
-    assert len(steps_that_stand(fleet, tolerance.fleet_index, fleet.index["x"], trace, SPREAD)) == 1
+    assert len(steps_that_stand(fleet, tolerance.fleet_index.passing, fleet.index["x"], trace, SPREAD)) == 1
     after = [x if h.name == "x" else h for h in hosts]
     updated = fleet_tolerance_update(tolerance, x)
     assert dict(updated.evacuations) == dict(fleet_tolerance(after).evacuations)

@@ -22,8 +22,8 @@ from virtcap.model.resources import Resource, placement_units
 from virtcap.model.scheduler.claims_replay import Placements
 from virtcap.model.scheduler.claims_request import claims_decide
 from virtcap.model.scheduler.consumed_host import ConsumedHost
-from virtcap.model.scheduler.evacuations import EvacuationResult, evacuate, evacuation_result
-from virtcap.model.scheduler.failure_tolerance import tolerated_losses
+from virtcap.model.scheduler.evacuations import EvacuationResult, StepTrace, evacuate, evacuation_result
+from virtcap.model.scheduler.failure_tolerance import steps_that_stand, tolerated_losses
 from virtcap.model.scheduler.filters import CandidateMemo
 from virtcap.model.scheduler.fleet_index import FleetIndex, RequestNumber
 from virtcap.model.scheduler.host_states import Guest, HostState, consume_in_turn, evacuation_order
@@ -161,6 +161,9 @@ def reserve_decisions(
     )
     fleet: FleetIndex | None = None
     known: list[int] = []
+    prefixes: dict[tuple[int, ...], list[StepTrace]] = {}
+    """Per set of lost hosts, its last evacuation's steps up to the first sold instance, that
+    stand on `fleet` as it is (`_evacuation_places_all`)."""
     certain = 0
     """The counts after this one the certificate shows keeping the reserve (`_ReserveWalk.slack`)."""
     for count in range(len(placed) + 1):
@@ -178,34 +181,69 @@ def reserve_decisions(
         certain = 0
         if fleet is None or not after.by_claims:
             fleet, known = FleetIndex(after(count), memo), list(walk.counts)
+            prefixes = {}
         else:
-            # the fleet of the last count decided so, with the hosts that took instances since
-            for number, now in enumerate(walk.counts):
-                if now != known[number]:
-                    fleet.replace(
-                        after.host(walk.fleet.states[number], now), claimed_more=now > known[number]
-                    )
-                    known[number] = now
+            prefixes = _brought_up_to_date(
+                fleet, after, walk, known=known, prefixes=prefixes, multipliers=multipliers
+            )
         by: Literal["rest", "evacuation"] = "rest"
         kept = True
+        evacuated: dict[tuple[int, ...], list[StepTrace]] = {}
         for lost in range(1, reserve_host_failures + 1):
-            found = _evacuation_places_all(fleet, walk.top[:lost], multipliers)  # the walk keeps the top
+            failed = tuple(walk.top[:lost])  # the walk keeps the top
+            found, evacuated[failed] = _evacuation_places_all(
+                fleet, failed, multipliers, prefixes.get(failed, ())
+            )
             if found != "rest":
                 by = "evacuation"
             if found is False:
                 kept = False
                 break
+        prefixes = evacuated
         fleet.prune()
         yield Decision(count, kept, by)
         if not kept:
             return
 
 
+def _brought_up_to_date(
+    fleet: FleetIndex,
+    after: _States,
+    walk: _ReserveWalk,
+    *,
+    known: list[int],
+    prefixes: Mapping[tuple[int, ...], list[StepTrace]],
+    multipliers: Multipliers,
+) -> dict[tuple[int, ...], list[StepTrace]]:
+    """The fleet of the last count decided by the evacuations, with the hosts that took instances
+    since (`known`: their counts in it), and the steps of the last evacuations that still stand
+    (`steps_that_stand`: where one host changed, the usual case from one count to the next; none
+    where more did)."""
+    changed = [number for number, now in enumerate(walk.counts) if now != known[number]]
+    passed_before: dict[RequestNumber, tuple[int, ...]] = {}
+    if len(changed) == 1:
+        passed_before = {
+            key: (changed[0],) if changed[0] in hosts else () for key, hosts in fleet.passing.items()
+        }
+    for number in changed:
+        # more instances of a demand the claims decide: nothing else of the host changed
+        fleet.replace(after.host(walk.fleet.states[number], walk.counts[number]), claimed_more=True)
+        known[number] = walk.counts[number]
+    if len(changed) != 1:
+        return {}
+    return {
+        failed: steps_that_stand(fleet, passed_before, changed[0], trace, multipliers)
+        for failed, trace in prefixes.items()
+        if changed[0] not in failed
+    }
+
+
 def _evacuation_places_all(
-    fleet: FleetIndex, failed: Sequence[int], multipliers: Multipliers
-) -> Literal["rest"] | bool:
+    fleet: FleetIndex, failed: Sequence[int], multipliers: Multipliers, prefix: Sequence[StepTrace]
+) -> tuple[Literal["rest"] | bool, list[StepTrace]]:
     """Whether the evacuation of the failed hosts together (`evacuate`, as `tolerated_losses`
-    runs it) places every domain.
+    runs it) places every domain, and its steps up to the first sold instance (the next count's
+    `prefix`, where they stand: given, not searched again).
 
     The instances sold on them come last but for smaller domains and those of their size named
     after them (the order is largest first, then by name), and near the end of a small flavor
@@ -219,13 +257,15 @@ def _evacuation_places_all(
         len(order),
     )
     if first_sold == len(order):
-        return not evacuate(fleet, failed, multipliers)[1]
-    _, unplaced, moved, traces = evacuate(fleet, failed, multipliers, domains=first_sold)
+        _, unplaced, _, traces = evacuate(fleet, failed, multipliers, prefix)
+        return not unplaced, traces or []
+    _, unplaced, moved, traces = evacuate(fleet, failed, multipliers, prefix, domains=first_sold)
     if unplaced:
-        return False
+        return False, []
+    traced = traces or []
     if _rest_certain(fleet, order[first_sold:], set(failed), moved):
-        return "rest"
-    return not evacuate(fleet, failed, multipliers, traces or ())[1]
+        return "rest", traced
+    return not evacuate(fleet, failed, multipliers, traced)[1], traced
 
 
 def _rest_certain(

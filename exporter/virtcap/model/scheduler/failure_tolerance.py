@@ -5,7 +5,7 @@ stand are kept, `steps_that_stand`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from virtcap.model.resources import Resource
@@ -106,12 +106,17 @@ def fleet_tolerance(
 
 
 def steps_that_stand(
-    fleet: FleetIndex, before: FleetIndex, changed: int, trace: Sequence[StepTrace], multipliers: Multipliers
+    fleet: FleetIndex,
+    passed_before: Mapping[RequestNumber, Collection[int]],
+    changed: int,
+    trace: Sequence[StepTrace],
+    multipliers: Multipliers,
 ) -> list[StepTrace]:
     """How far an evacuation that is not the `changed` host's own makes the same choices with the
-    host's new state (in `fleet`; `before` is the fleet the trace was made on): the steps of its
-    trace, from the first, whose choices stand, kept for the next change (all of them: the
-    evacuation is unchanged).
+    host's new state (in `fleet`; `passed_before`: per request traced, the hosts that passed for
+    it in the fleet the trace was made on, the changed one at least): the steps of its trace,
+    from the first, whose choices stand, kept for the next change (all of them: the evacuation
+    is unchanged).
 
     Up to a step, the evacuation must never have chosen the changed host. Then every other host
     is at that step as it was (by induction: the same choices consume the same hosts), and the
@@ -137,7 +142,7 @@ def steps_that_stand(
         known = passes.get(key)
         if known is None:
             # both fleets have the sets of every request traced; the changed host is unconsumed
-            known = passes[key] = (changed in before.passing[key], changed in fleet.passing[key])
+            known = passes[key] = (changed in passed_before[key], changed in fleet.passing[key])
         was, found = known
         others = step.passed - was
         if others < 2:  # noqa: PLR2004  (one host alone weighs 0, whatever its values)
@@ -203,7 +208,7 @@ def fleet_tolerance_update(
         trace = previous.step_traces[name]
         kept: list[StepTrace] = []
         if name != changed.name and trace is not None:
-            kept = steps_that_stand(fleet, previous.fleet_index, number, trace, multipliers)
+            kept = steps_that_stand(fleet, previous.fleet_index.passing, number, trace, multipliers)
         if trace is not None and len(kept) == len(trace) and name != changed.name:
             # the changed host is among the others of this evacuation, unconsumed: where it was
             # given, less one if the failed host was given before it
