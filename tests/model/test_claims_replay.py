@@ -76,7 +76,7 @@ def changed(hosts: list[HostState], spec: Spec, number: int, how: int, rng: rand
     return found
 
 
-@settings(max_examples=150, deadline=timedelta(seconds=10), suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=timedelta(seconds=10), suppress_health_check=[HealthCheck.too_slow])
 @given(
     LARGER,
     FLAVORS,

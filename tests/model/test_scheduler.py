@@ -1087,7 +1087,7 @@ def test_the_unplaced_domains_list_the_filters_refusals_after_placements_and_com
     }
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(LARGER, MULTIPLIERS, st.integers(0, 11), DOMAINS, st.integers(1, 4))
 def test_a_host_that_claimed_more_passes_as_the_filters_say(
     shapes: list[tuple[tuple[int, int, int], list[tuple[int, int, int]], bool]],
