@@ -79,10 +79,6 @@ class ClaimsTrace:
         candidates = np.asarray(self.candidates, dtype=np.int64)
         return [int(number) for number in candidates[self.chosen]] if len(candidates) else []
 
-    def tops_at(self, step: int) -> WeigherValues:
-        row = self.top_values[int(np.searchsorted(self.top_steps, step, side="right")) - 1]
-        return (float(row[0]), float(row[1]), float(row[2]))
-
 
 def traced_request(
     fleet: FleetIndex, candidates: Sequence[int], demand: Demand, multipliers: Multipliers
@@ -319,11 +315,8 @@ class _Replay:
         full = touched[self.counts[touched] >= self.fitted[touched]]
         self.room[full] = False
         self.with_room -= len(full)
-        tops = self.columns.max(axis=0)
-        if np.array_equal(tops, self.tops):
-            self.weights[touched] = self._weighed(touched)
-        else:
-            self._renormalized(tops)
+        # the largest values stay: a run ends before the last host holding one here is chosen
+        self.weights[touched] = self._weighed(touched)
         return True
 
     def _run_length(self, chosen: IntArray, weights: FloatArray) -> int:
