@@ -24,6 +24,7 @@ from virtcap.model.scheduler.host_states import (
     Guest,
     HostState,
     WeigherLevels,
+    WeigherValues,
     consume_in_turn,
     evacuation_order,
     weigher_levels,
@@ -383,7 +384,11 @@ class FleetIndex:
         ranked = self.ranked
         self.ranked = {}
         refusals = self.refusals
+        passed_keys: set[RequestNumber] = set()
+        """The requests the host passed for before: those whose rankings and orders hold it."""
         for key, hosts in self.passing.items():
+            if number in hosts:
+                passed_keys.add(key)
             refused = refusals.get(key)
             if refused is not None:
                 # a new object: the unplaced domains of the results before keep the old one
@@ -397,36 +402,60 @@ class FleetIndex:
             else:
                 hosts.discard(number)
             rankings = ranked.get(key)
-            if rankings is None:
-                continue
-            # the other hosts keep their order: the host leaves its place and, if it passes,
-            # goes where its new value puts it (the lists may be shared with the fleet copied)
-            moved = []
-            for part, ranking in enumerate(rankings):
-                others = [other for other in ranking if other != number]
-                if passes:
-                    clipped = self.clipped
-                    where = bisect.bisect_left(
-                        others,
-                        (-values[part], number),
-                        key=lambda other, part=part: (-clipped[other][part], other),  # type: ignore[misc]
-                    )
-                    others.insert(where, number)
-                moved.append(others)
-            self.ranked[key] = (moved[0], moved[1], moved[2])
+            if rankings is not None:
+                self.ranked[key] = self._reranked(
+                    rankings, number, values, passed=key in passed_keys, passes=passes
+                )
+        self._reordered(number, old, values, passed_keys)
+
+    def _reranked(
+        self, rankings: Ranking, number: int, values: WeigherValues, *, passed: bool, passes: bool
+    ) -> Ranking:
+        """A request's rankings with the host in its new state: the other hosts keep their order,
+        the host leaves its place and, if it passes, goes where its new value puts it (the lists
+        may be shared with the fleet copied: new ones)."""
+        if not passed and not passes:
+            return rankings  # it was not there, and is not
+        moved = []
+        clipped = self.clipped
+        for part, ranking in enumerate(rankings):
+            others = [other for other in ranking if other != number]
+            if passes:
+                where = bisect.bisect_left(
+                    others,
+                    (-values[part], number),
+                    key=lambda other, part=part: (-clipped[other][part], other),  # type: ignore[misc]
+                )
+                others.insert(where, number)
+            moved.append(others)
+        return (moved[0], moved[1], moved[2])
+
+    def _reordered(
+        self, number: int, old: WeigherValues, values: WeigherValues, passed: set[RequestNumber]
+    ) -> None:
+        """The orders of `sorted_by_weight` with the host in its new state (it held the `old`
+        values, and was in the orders of the requests it `passed` for): the others keep their
+        weights and order, the host its new place; it is found by its old weight (the same
+        computation gives the same number)."""
         for multipliers, orders in self.orders.items():
             for normalization, order in orders.items():
                 if order is None:
                     continue
-                # the same: the others keep their weights and order, the host its new place; it
-                # is found by its old weight (the same computation gives the same number)
                 key, *tops = normalization
+                passes = number in self.passing[key]
+                if key not in passed:
+                    # not in the order: it stays out, or comes in where its new weight puts it
+                    if passes:
+                        kept = list(order)
+                        bisect.insort(kept, (-weight_of(values, tops, multipliers), number))
+                        orders[normalization] = kept
+                    continue
                 entry = (-weight_of(old, tops, multipliers), number)
                 where = bisect.bisect_left(order, entry)
                 if where < len(order) and order[where] == entry:
                     kept = order[:where] + order[where + 1 :]
-                else:  # not there (it did not pass)
+                else:  # not found by its old weight: looked for by its index
                     kept = [other for other in order if other[1] != number]
-                if number in self.passing[key]:
+                if passes:
                     bisect.insort(kept, (-weight_of(values, tops, multipliers), number))
                 orders[normalization] = kept
