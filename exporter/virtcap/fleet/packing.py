@@ -32,6 +32,7 @@ from virtcap.model.host_fit import Demand
 from virtcap.model.packing.compaction import Compaction, compaction, emptied
 from virtcap.model.packing.compaction_update import compaction_update
 from virtcap.model.packing.sellable import sellable_by_zone, sellable_count
+from virtcap.model.packing.sellable_update import KeptDecisions
 from virtcap.model.packing.stranded import StrandedCache, StrandedCapacity, eligible, stranded_capacity
 from virtcap.model.scheduler import HostState, Multipliers
 from virtcap.model.scheduler.claims_replay import Placements
@@ -150,6 +151,8 @@ class FleetPacking:
         change allows."""
         self._placements = Placements()
         """Each sellable count's last request for as many as fit, followed by the next."""
+        self._decisions = KeptDecisions()
+        """Each sellable count's decisions, read by the next where the request was followed."""
         self._sellable: dict[tuple[str | None, str], int] = {}
         """Per (availability zone or None for the fleet, flavor), the last sellable count."""
         self._queue: dict[Step, None] = {}
@@ -392,13 +395,16 @@ class FleetPacking:
     ) -> int:
         demand = settings.flavors[step.flavor]
         reserve = settings.reserve_host_failures
-        placements = self._placements  # the step thread's alone (one step at a time)
+        # the step thread's alone (one step at a time)
+        placements, kept = self._placements, self._decisions
         if step.zone is None:
             return sellable_count(
-                states, demand, multipliers, reserve, memo=CandidateMemo(), placements=placements
+                states, demand, multipliers, reserve, memo=CandidateMemo(), placements=placements, kept=kept
             )
         members = [state for state in states if state.availability_zone == step.zone]
-        counts = sellable_by_zone(members, {step.flavor: demand}, multipliers, reserve, placements=placements)
+        counts = sellable_by_zone(
+            members, {step.flavor: demand}, multipliers, reserve, placements=placements, kept=kept
+        )
         return counts[step.zone, step.flavor]
 
 

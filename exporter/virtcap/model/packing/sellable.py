@@ -18,21 +18,25 @@ from dataclasses import replace
 from typing import Literal, NamedTuple
 
 from virtcap.model.host_fit import Demand
+from virtcap.model.packing.reserve_evacuation import (
+    SOLD_PREFIX,
+    SoldStates,
+    allocated_memory,
+    decided_by_evacuations,
+    replaced_hosts,
+)
+from virtcap.model.packing.sellable_update import DecisionLog, KeptDecisions, updated_count
 from virtcap.model.resources import Resource, placement_units
-from virtcap.model.scheduler.claims_replay import Placements
+from virtcap.model.scheduler.claims_replay import ClaimsTrace, Placements
 from virtcap.model.scheduler.claims_request import claims_decide
 from virtcap.model.scheduler.consumed_host import ConsumedHost
-from virtcap.model.scheduler.evacuations import EvacuationResult, StepTrace, evacuate, evacuation_result
-from virtcap.model.scheduler.failure_tolerance import steps_that_stand, tolerated_losses
+from virtcap.model.scheduler.evacuations import EvacuationResult, StepTrace, evacuation_result
+from virtcap.model.scheduler.failure_tolerance import tolerated_losses
 from virtcap.model.scheduler.filters import CandidateMemo
 from virtcap.model.scheduler.fleet_index import FleetIndex, RequestNumber
-from virtcap.model.scheduler.host_states import Guest, HostState, consume_in_turn, evacuation_order
-from virtcap.model.scheduler.request import request_hosts, schedule
+from virtcap.model.scheduler.host_states import Guest, HostState, evacuation_order
+from virtcap.model.scheduler.request import request_hosts, request_trace
 from virtcap.model.scheduler.weighers import Multipliers
-
-SOLD_PREFIX = "sellable-"
-"""The names of the instances a computation places (guests of their hosts, so that a host's
-evacuation re-homes them too)."""
 
 
 def sellable_instances(
@@ -42,12 +46,13 @@ def sellable_instances(
     reserve_host_failures: int,
     *,
     placements: Placements | None = None,
+    kept: KeptDecisions | None = None,
 ) -> Mapping[str, int]:
     """Per flavor, its sellable instances on the fleet (`sellable_count`, each flavor alone)."""
     memo = CandidateMemo()
     return {
         flavor: sellable_count(
-            states, demand, multipliers, reserve_host_failures, memo=memo, placements=placements
+            states, demand, multipliers, reserve_host_failures, memo=memo, placements=placements, kept=kept
         )
         for flavor, demand in flavors.items()
     }
@@ -60,6 +65,7 @@ def sellable_by_zone(
     reserve_host_failures: int,
     *,
     placements: Placements | None = None,
+    kept: KeptDecisions | None = None,
 ) -> Mapping[tuple[str, str], int]:
     """Per (availability zone, flavor), the flavor's instances the zone can still take, asked for
     in that zone, while the zone's hypervisors alone tolerate the reserve (failover stays in the
@@ -73,7 +79,13 @@ def sellable_by_zone(
         for flavor, demand in flavors.items():
             in_zone = replace(demand, availability_zone=zone)
             found[zone, flavor] = sellable_count(
-                members, in_zone, multipliers, reserve_host_failures, memo=memo, placements=placements
+                members,
+                in_zone,
+                multipliers,
+                reserve_host_failures,
+                memo=memo,
+                placements=placements,
+                kept=kept,
             )
     return found
 
@@ -86,6 +98,7 @@ def sellable_count(
     *,
     memo: CandidateMemo | None = None,
     placements: Placements | None = None,
+    kept: KeptDecisions | None = None,
 ) -> int:
     """The most instances of the demand that can be placed one by one (`request_hosts`: the
     steps of one request for as many as fit, in order, followed from the last request on the
@@ -97,7 +110,10 @@ def sellable_count(
 
     Keeping the reserve is not monotone in the count (the greedy scheduler's evacuation can
     succeed with more instances placed and fail with fewer), so every count is decided, in
-    increasing order, stopping at the first that breaks it (`reserve_decisions`)."""
+    increasing order, stopping at the first that breaks it (`reserve_decisions`). With
+    `placements` and `kept` (the decisions of the last computations), most of them are read
+    from the last computation on the hosts the request was followed from
+    (model/packing/sellable_update.py), and the decisions of this one kept for the next."""
     if reserve_host_failures < 0:
         raise ValueError(f"expected a reserve of at least 0 host failures, got {reserve_host_failures}")
     memo = memo if memo is not None else CandidateMemo()
@@ -106,14 +122,36 @@ def sellable_count(
         return 0
     if reserve_host_failures == 0:
         return len(request_hosts(states, demand, multipliers, memo=memo, placements=placements))
+    trace: ClaimsTrace | None = None
+    log: DecisionLog | None = None
+    if kept is not None and placements is not None and claims_decide(demand):
+        trace = request_trace(states, demand, multipliers, memo=memo, placements=placements)
+        record = kept.find(trace, reserve_host_failures)
+        if record is not None:
+            found = updated_count(record, trace, demand, multipliers, memo)
+            if found is not None:
+                kept.keep(found[1])
+                kept.updated += 1
+                return found[0]
+        log = DecisionLog(trace, reserve_host_failures)
     last = 0
     decisions = reserve_decisions(
-        states, demand, multipliers, reserve_host_failures, memo=memo, placements=placements
+        states,
+        demand,
+        multipliers,
+        reserve_host_failures,
+        memo=memo,
+        placements=placements,
+        trace=trace,
+        log=log,
     )
     for decision in decisions:
         if not decision.kept:
-            return max(decision.instances - 1, 0)
+            last = max(decision.instances - 1, 0)
+            break
         last = decision.instances
+    if kept is not None and log is not None:
+        kept.keep(log.record())
     return last
 
 
@@ -135,6 +173,8 @@ def reserve_decisions(
     memo: CandidateMemo | None = None,
     skip_ahead: bool = True,
     placements: Placements | None = None,
+    trace: ClaimsTrace | None = None,
+    log: DecisionLog | None = None,
 ) -> Iterator[Decision]:
     """Each count of the request's instances from 0 (`sellable_count`'s placements), whether
     the fleet with that many placed keeps a reserve of at least one host, up to the first that
@@ -146,16 +186,22 @@ def reserve_decisions(
       certificate holds there too, without being evaluated; `skip_ahead=False` evaluates it at
       every count, for the tests);
     - "rest": the evacuations run up to the first sold instance, the rest shown placed
-      (`_evacuation_places_all`);
+      (`evacuation_places_all`);
     - "evacuation": the evacuations run to the end (exact: this is where a count can break the
-      reserve)."""
+      reserve).
+
+    `trace`: the request's, where it was already made (`request_trace`); `log`: records every
+    decision for the next computation."""
     if not 0 < reserve_host_failures <= len(states):
         raise ValueError(
             f"expected a reserve of 1 to {len(states)} host failures, got {reserve_host_failures}"
         )
     memo = memo if memo is not None else CandidateMemo()
-    placed = request_hosts(states, demand, multipliers, memo=memo, placements=placements)
-    after = _States(states, demand, placed, multipliers, memo)
+    if trace is not None:
+        placed: Sequence[str] = [trace.states[number].name for number in trace.hosts]
+    else:
+        placed = request_hosts(states, demand, multipliers, memo=memo, placements=placements)
+    after = SoldStates(states, demand, placed, multipliers, memo)
     walk = _ReserveWalk(
         states, demand, reserve_host_failures, memo, None if after.by_claims else after, placed=placed
     )
@@ -163,7 +209,7 @@ def reserve_decisions(
     known: list[int] = []
     prefixes: dict[tuple[int, ...], list[StepTrace]] = {}
     """Per set of lost hosts, its last evacuation's steps up to the first sold instance, that
-    stand on `fleet` as it is (`_evacuation_places_all`)."""
+    stand on `fleet` as it is (`evacuation_places_all`)."""
     certain = 0
     """The counts after this one the certificate shows keeping the reserve (`_ReserveWalk.slack`)."""
     for count in range(len(placed) + 1):
@@ -171,11 +217,15 @@ def reserve_decisions(
             walk.place(placed[count - 1])
         if certain > 0 and not walk.top_moved:
             certain -= 1
+            if log is not None:
+                log.slack(count)
             yield Decision(count, True, "slack")
             continue
         slack = walk.slack()
         if slack is not None:
             certain = slack if skip_ahead else 0
+            if log is not None:
+                log.certificate(count, slack, walk.identity())
             yield Decision(count, True, "certificate")
             continue
         certain = 0
@@ -186,21 +236,21 @@ def reserve_decisions(
             prefixes = _brought_up_to_date(
                 fleet, after, walk, known=known, prefixes=prefixes, multipliers=multipliers
             )
-        by: Literal["rest", "evacuation"] = "rest"
-        kept = True
-        evacuated: dict[tuple[int, ...], list[StepTrace]] = {}
-        for lost in range(1, reserve_host_failures + 1):
-            failed = tuple(walk.top[:lost])  # the walk keeps the top
-            found, evacuated[failed] = _evacuation_places_all(
-                fleet, failed, multipliers, prefixes.get(failed, ())
-            )
-            if found != "rest":
-                by = "evacuation"
-            if found is False:
-                kept = False
-                break
+        kept, by, margin, evacuated = decided_by_evacuations(
+            fleet, walk.top, prefixes, multipliers, reserve_host_failures
+        )
         prefixes = evacuated
         fleet.prune()
+        if log is not None:
+            log.evacuations(
+                count,
+                kept=kept,
+                margin=margin,
+                prefixes=evacuated,
+                top=walk.identity(),
+                fleet=fleet,
+                known=known,
+            )
         yield Decision(count, kept, by)
         if not kept:
             return
@@ -208,7 +258,7 @@ def reserve_decisions(
 
 def _brought_up_to_date(
     fleet: FleetIndex,
-    after: _States,
+    after: SoldStates,
     walk: _ReserveWalk,
     *,
     known: list[int],
@@ -220,145 +270,11 @@ def _brought_up_to_date(
     (`steps_that_stand`: where one host changed, the usual case from one count to the next; none
     where more did)."""
     changed = [number for number, now in enumerate(walk.counts) if now != known[number]]
-    passed_before: dict[RequestNumber, tuple[int, ...]] = {}
-    if len(changed) == 1:
-        passed_before = {
-            key: (changed[0],) if changed[0] in hosts else () for key, hosts in fleet.passing.items()
-        }
     for number in changed:
-        # more instances of a demand the claims decide: nothing else of the host changed
-        fleet.replace(after.host(walk.fleet.states[number], walk.counts[number]), claimed_more=True)
         known[number] = walk.counts[number]
-    if len(changed) != 1:
-        return {}
-    return {
-        failed: steps_that_stand(fleet, passed_before, changed[0], trace, multipliers)
-        for failed, trace in prefixes.items()
-        if changed[0] not in failed
-    }
-
-
-def _evacuation_places_all(
-    fleet: FleetIndex, failed: Sequence[int], multipliers: Multipliers, prefix: Sequence[StepTrace]
-) -> tuple[Literal["rest"] | bool, list[StepTrace]]:
-    """Whether the evacuation of the failed hosts together (`evacuate`, as `tolerated_losses`
-    runs it) places every domain, and its steps up to the first sold instance (the next count's
-    `prefix`, where they stand: given, not searched again).
-
-    The instances sold on them come last but for smaller domains and those of their size named
-    after them (the order is largest first, then by name), and near the end of a small flavor
-    they are most of the evacuation. So the domains before the first of them are
-    evacuated (the same steps as the whole evacuation's first ones), and from the state they
-    leave, `_rest_certain` shows the others placed whatever the weighers choose ("rest"); where
-    it cannot, the whole evacuation is run, its first steps given (not searched again)."""
-    order = fleet.evacuation_order(failed)
-    first_sold = next(
-        (position for position, (guest, _) in enumerate(order) if guest.name.startswith(SOLD_PREFIX)),
-        len(order),
-    )
-    if first_sold == len(order):
-        _, unplaced, _, traces = evacuate(fleet, failed, multipliers, prefix)
-        return not unplaced, traces or []
-    _, unplaced, moved, traces = evacuate(fleet, failed, multipliers, prefix, domains=first_sold)
-    if unplaced:
-        return False, []
-    traced = traces or []
-    if _rest_certain(fleet, order[first_sold:], set(failed), moved):
-        return "rest", traced
-    return not evacuate(fleet, failed, multipliers, traced)[1], traced
-
-
-def _rest_certain(
-    fleet: FleetIndex,
-    rest: Sequence[tuple[Guest, RequestNumber]],
-    gone: set[int],
-    moved: Mapping[int, ConsumedHost],
-) -> bool:
-    """Whether the domains `rest`, evacuated in this order from the state an evacuation left
-    (the hosts it `moved` as they are now, the others as the fleet has them, the `gone` ones
-    lost), all find a host whatever the weighers choose. Per request, its last domain finds one
-    (and so do the earlier ones, with fewer domains before them) when:
-
-    - more hosts pass for it than there are domains before it (the certificate of `_ReserveWalk`:
-      one of them took none of those and passes still), or
-    - the request is one the claims alone decide (`FleetIndex.needs`), and the domains before it
-      cannot close every host that passes. In the request's own unit, per host, the slots it has
-      (`_slots`: how many of the request fit its room) and per domain the most slots it can take
-      from any host (`_slots_taken`: its claims in Placement's unit, rounded up, in each class
-      the request needs); a host stops passing only once the domains placed on it took all its
-      slots, each domain on one host. So however they are shared out, they close at most as
-      many hosts as the smallest slot counts add up to within what they take, and at most one
-      per domain. For a run of one flavor's instances (what the sold ones are) this is exact:
-      they all fit when the slots outnumber those before the last."""
-    lasts: dict[RequestNumber, int] = {}
-    demands: dict[RequestNumber, Demand] = {}
-    ahead: dict[RequestNumber, dict[RequestNumber, int]] = {}
-    """Per request, how many domains of each request come before its last one."""
-    seen: dict[RequestNumber, int] = {}
-    for position, (guest, key) in enumerate(rest):
-        lasts[key] = position
-        demands.setdefault(key, guest.demand)
-        ahead[key] = dict(seen)
-        seen[key] = seen.get(key, 0) + 1
-    for key, last in lasts.items():
-        demand = demands[key]
-        passing = [
-            number
-            for number in fleet.passing_hosts(key, demand)
-            if number not in gone and (number not in moved or moved[number].passes(fleet, demand, key))
-        ]
-        passing.extend(
-            number
-            for number, host in moved.items()
-            if number not in fleet.passing[key] and host.passes(fleet, demand, key)
-        )
-        if last < len(passing):
-            continue
-        needs = fleet.needs(key, demand)
-        if needs is None:
-            return False
-        taken = sum(
-            count * _slots_taken(fleet.amounts(other, demands[other]), needs)
-            for other, count in ahead[key].items()
-        )
-        slots = sorted(
-            _slots(moved[number].left if number in moved else fleet.room_left(number), needs, last)
-            for number in passing
-        )
-        closable = 0
-        for slot in slots:
-            taken -= slot
-            if taken < 0 or closable == last:
-                break
-            closable += 1
-        if closable >= len(passing):
-            return False
-    return True
-
-
-def _slots(left: Mapping[Resource, int], needs: Sequence[tuple[Resource, int]], most: int) -> int:
-    """How many instances of a request that `needs` these (in Placement's unit) a host with
-    `left` free (per class with a limit) takes, counting no further than `most` + 1."""
-    slots = most + 1
-    for resource, need in needs:
-        room = left.get(resource)
-        if room is not None:
-            slots = min(slots, max(room // need, 0))
-    return slots
-
-
-def _slots_taken(amounts: Sequence[tuple[Resource, int]], needs: Sequence[tuple[Resource, int]]) -> int:
-    """The most slots (`_slots`) of a request that `needs` these one instance of a demand that
-    claims `amounts` takes from a host: its claims lower what is free by at most their amounts
-    rounded up (Placement's unit), so a host's slots by at most that divided by the need,
-    rounded up, in the class where that is most."""
-    needed = dict(needs)
-    taken = 0
-    for resource, amount in amounts:
-        need = needed.get(resource)
-        if need is not None:
-            taken = max(taken, -(-placement_units(resource, amount) // need))
-    return taken
+    # more instances of a demand the claims decide: nothing else of the host changed
+    states = {number: after.host(walk.fleet.states[number], walk.counts[number]) for number in changed}
+    return replaced_hosts(fleet, states, prefixes, multipliers, claimed_more=set(changed))
 
 
 class _ReserveWalk:
@@ -373,7 +289,7 @@ class _ReserveWalk:
     the fleet, one of them is untouched and takes it: whatever the weighers choose, the
     evacuation places every domain when, for each request, the position of its last domain in
     the evacuation order is at most the hosts that pass for it. Where the certificate does not
-    hold, the evacuations decide (the caller's `_evacuation_places_all`).
+    hold, the evacuations decide (the caller's `evacuation_places_all`).
 
     The hosts that pass for each request met among the evacuated domains are counted once, then
     kept up to date as each instance lands: a demand the claims alone decide is followed from its
@@ -392,7 +308,7 @@ class _ReserveWalk:
         demand: Demand,
         reserve: int,
         memo: CandidateMemo,
-        final: _States | None,
+        final: SoldStates | None,
         *,
         placed: Sequence[str],
     ) -> None:
@@ -401,7 +317,7 @@ class _ReserveWalk:
         self.reserve = reserve
         self.final = FleetIndex(final(final.most), memo) if final is not None else None
         fleet = self.fleet
-        self.memory = [_allocated_memory(state) for state in fleet.states]
+        self.memory = [allocated_memory(state) for state in fleet.states]
         self.sold_memory = demand.request.get(Resource.MEMORY, 0)
         self.sold_key = fleet.key(demand)
         self.counts = [0] * len(fleet.states)
@@ -412,7 +328,7 @@ class _ReserveWalk:
         self.instances = len(placed)
         self.consumed: dict[int, ConsumedHost] = {}
         self.sold: dict[str | None, Demand] = {}
-        """The instances as guests of a host of each zone (see `_States`), one demand per zone."""
+        """The instances as guests of a host of each zone (see `SoldStates`), one demand per zone."""
         self.requests: dict[RequestNumber, Demand] = {}
         self.passing: dict[RequestNumber, set[int]] = {}
         """Per request met among the evacuated domains, the hosts that pass for it now."""
@@ -428,6 +344,11 @@ class _ReserveWalk:
             tuple[tuple[int, int], ...],
             tuple[dict[RequestNumber, int], dict[RequestNumber, dict[Resource, int]]],
         ] = {}
+
+    def identity(self) -> tuple[tuple[int, int], ...]:
+        """The top hosts, with the instances each has (what the evacuations of the lost hosts
+        depend on, the rest of the fleet being given)."""
+        return tuple((number, self.counts[number]) for number in self.top)
 
     def _largest(self, number: int) -> tuple[int, str]:
         """`tolerated_losses`'s order: the most allocated memory first, ties by name."""
@@ -712,11 +633,6 @@ class _RoomsByClass:
         return closed
 
 
-def _allocated_memory(state: HostState) -> int:
-    memory = state.capacity.resources.get(Resource.MEMORY)
-    return memory.used if memory is not None else 0
-
-
 def keeps_tolerance(
     states: Sequence[HostState],
     reserve_host_failures: int,
@@ -753,74 +669,3 @@ class _SingleEvacuations(Mapping[str, EvacuationResult]):
 
     def __len__(self) -> int:
         return len(self._fleet.names)
-
-
-class _States:
-    """The fleet with the first k instances of the request placed: each host's state with its
-    instances consumed (as the request consumed them) and among its guests (with the host's
-    zone, as `domain_demand` gives a domain of a host in a zone), one state object per host and
-    count of instances on it."""
-
-    def __init__(
-        self,
-        states: Sequence[HostState],
-        demand: Demand,
-        placed: Sequence[str],
-        multipliers: Multipliers,
-        memo: CandidateMemo,
-    ) -> None:
-        self._states = states
-        self._demand = demand
-        self._placed = placed
-        self._multipliers = multipliers
-        self._memo = memo
-        self._built: dict[tuple[str, int], HostState] = {}
-        self._guests: dict[str, list[Guest]] = {}
-        """Per host, the instances as its guests, in order (see `_with_guests`)."""
-        self._zoned: dict[str | None, Demand] = {}
-        self.by_claims = claims_decide(demand)
-        self.most = len(placed)
-
-    def __call__(self, count: int) -> list[HostState]:
-        counts: dict[str, int] = {}
-        for name in self._placed[:count]:
-            counts[name] = counts.get(name, 0) + 1
-        if not self.by_claims:
-            # the request's own states: its later instances consumed with the cells it refitted
-            consumed = schedule(
-                self._states, self._demand, count, multipliers=self._multipliers, memo=self._memo
-            )
-            if not consumed.placed:
-                raise ValueError(f"expected {count} instances to fit, as the request placed them")
-            return [self._with_guests(state, counts) for state in consumed.states]
-        return [self.host(state, counts.get(state.name, 0)) for state in self._states]
-
-    def host(self, state: HostState, number: int) -> HostState:
-        """A demand the claims decide: the host's state with `number` instances placed on it."""
-        if number == 0:
-            return state
-        built = self._built.get((state.name, number))
-        if built is None:
-            consumed_state = consume_in_turn(state, (self._demand,) * number)
-            built = self._built[state.name, number] = self._with_guests(consumed_state, {state.name: number})
-        return built
-
-    def _with_guests(self, state: HostState, counts: Mapping[str, int]) -> HostState:
-        """The state with the instances placed on it (`counts`) among its guests, each named
-        apart (its number on the host, then the host): made once per host and number, with one
-        demand per zone (a fleet index knows a demand by identity first)."""
-        sold = counts.get(state.name, 0)
-        if sold == 0:
-            return state
-        made = self._guests.get(state.name)
-        if made is None:
-            made = self._guests[state.name] = []
-        if len(made) < sold:
-            zone = state.availability_zone
-            guest = self._zoned.get(zone)
-            if guest is None:
-                guest = self._zoned[zone] = replace(self._demand, availability_zone=zone)
-            made.extend(
-                Guest(f"{SOLD_PREFIX}{index:06d}@{state.name}", guest) for index in range(len(made), sold)
-            )
-        return replace(state, guests=(*state.guests, *made[:sold]))

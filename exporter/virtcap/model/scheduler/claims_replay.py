@@ -23,8 +23,9 @@ computed from their claims (`ConsumedHost`).
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -45,6 +46,20 @@ look compares every differing host with the run): the steps are taken one at a t
 
 
 @dataclass(frozen=True, slots=True, eq=False)
+class Alignment:
+    """How the counts of a request followed from the last one (`replayed_request`) match the
+    last one's: after `counts[i] + j` instances (j < `lengths[i]`), the hosts that are not among
+    `differing[i]` (positions) have taken as many as the last request's had after
+    `last_counts[i] + j`, and the changed hosts are among those that differ. A later segment
+    says the same of a count with fewer hosts that differ."""
+
+    counts: IntArray
+    last_counts: IntArray
+    lengths: IntArray
+    differing: tuple[tuple[int, ...], ...]
+
+
+@dataclass(frozen=True, slots=True, eq=False, weakref_slot=True)
 class ClaimsTrace:
     """The steps of a request for as many instances of the demand as fit, on the fleet of these
     `states`, with what the next request needs to follow them (`replayed_request`). Positions
@@ -72,6 +87,10 @@ class ClaimsTrace:
     """Per position, the instances it took: after as many, it had no room for another."""
     copied: int = 0
     """The steps copied from the last request's trace (`replayed_request`), not taken one by one."""
+    follows: weakref.ReferenceType[ClaimsTrace] | None = field(default=None, repr=False)
+    """The last request's trace this one was followed from, while something else keeps it."""
+    alignment: Alignment | None = None
+    """How its counts match the last request's (None: taken from the start)."""
 
     @property
     def hosts(self) -> list[int]:
@@ -246,6 +265,8 @@ class _Replay:
         self.at = 0
         self.last_counts = np.zeros(size, dtype=np.int64)
         self.differing: set[int] = set(self.changed)
+        self.segments: list[tuple[int, int, int, tuple[int, ...]]] = [(0, 0, 1, tuple(sorted(self.changed)))]
+        """The alignment's (`Alignment`): count, the last request's count, length, differing."""
 
     def _weighed(self, positions: IntArray) -> FloatArray:
         """The positions' weights as `weight_of` computes them (its operations in its order: the
@@ -267,7 +288,15 @@ class _Replay:
                 if self._copy_run(last):
                     continue
             self._step(int(np.argmax(self.weights)))
+            self._aligned(1)
         return self._trace()
+
+    def _aligned(self, length: int) -> None:
+        """The counts from `steps - length + 1` to `steps` match the last request's as its
+        steps were matched (`at`), with the hosts that differ now."""
+        self.segments.append(
+            (self.steps - length + 1, self.at - length + 1, length, tuple(sorted(self.differing)))
+        )
 
     def _skip_differing(self, last: ClaimsTrace) -> None:
         """The last request's steps that chose a host that differs: counted on its side only
@@ -279,6 +308,7 @@ class _Replay:
             self.last_counts[position] += 1
             self.at += 1
             self._differs(position)
+            self._aligned(1)
 
     def _differs(self, position: int) -> None:
         if position in self.changed or self.counts[position] != self.last_counts[position]:
@@ -317,6 +347,7 @@ class _Replay:
         self.with_room -= len(full)
         # the largest values stay: a run ends before the last host holding one here is chosen
         self.weights[touched] = self._weighed(touched)
+        self._aligned(length + 1)
         return True
 
     def _run_length(self, chosen: IntArray, weights: FloatArray) -> int:
@@ -437,4 +468,11 @@ class _Replay:
             offsets=offsets,
             fitted=self.fitted.copy(),
             copied=self.copied,
+            follows=weakref.ref(last),
+            alignment=Alignment(
+                counts=np.array([segment[0] for segment in self.segments], dtype=np.int64),
+                last_counts=np.array([segment[1] for segment in self.segments], dtype=np.int64),
+                lengths=np.array([segment[2] for segment in self.segments], dtype=np.int64),
+                differing=tuple(segment[3] for segment in self.segments),
+            ),
         )

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 
 from virtcap.model.host_fit import Demand
 from virtcap.model.numa.fitting import refitted
-from virtcap.model.scheduler.claims_replay import Placements
+from virtcap.model.scheduler.claims_replay import ClaimsTrace, Placements
 from virtcap.model.scheduler.claims_request import ClaimsStep, claims_decide, claims_request
 from virtcap.model.scheduler.consumed_host import ConsumedHost
 from virtcap.model.scheduler.filters import (
@@ -138,12 +138,12 @@ def request_hosts(
     host takes instances without end (no limit on any class the demand asks for)."""
     memo = memo if memo is not None else CandidateMemo()
     if claims_decide(demand):
+        if placements is not None:
+            traced = request_trace(hosts, demand, multipliers, memo=memo, placements=placements)
+            return tuple(traced.states[number].name for number in traced.hosts)
         _, request, _, candidates = _candidates(hosts, demand, memo)
         fleet = FleetIndex(hosts, memo)
         numbers = [fleet.index[name] for name in candidates]
-        if placements is not None:
-            traced = placements.follow(fleet, numbers, request.demand, multipliers)
-            return tuple(fleet.names[number] for number in traced.hosts)
         found = claims_request(fleet, numbers, request.demand, multipliers, count=None)
         return tuple(fleet.names[step.chosen] for step in found.steps)
     count = FIRST_REQUEST
@@ -152,6 +152,23 @@ def request_hosts(
         if not result.placed:
             return tuple(step.host for step in result.steps)
         count *= 2
+
+
+def request_trace(
+    hosts: Sequence[HostState],
+    demand: Demand,
+    multipliers: Multipliers,
+    *,
+    memo: CandidateMemo,
+    placements: Placements,
+) -> ClaimsTrace:
+    """`request_hosts`'s fast path for a demand the claims decide, as the trace it keeps in
+    `placements` (followed from the last request on the same hosts): its `hosts` are indices of
+    its `states`, the hosts given in `FleetIndex` order."""
+    _, request, _, candidates = _candidates(hosts, demand, memo)
+    fleet = FleetIndex(hosts, memo)
+    numbers = [fleet.index[name] for name in candidates]
+    return placements.follow(fleet, numbers, request.demand, multipliers)
 
 
 FIRST_REQUEST = 64
