@@ -255,6 +255,8 @@ class SoldStates:
         self._multipliers = multipliers
         self._memo = memo
         self._built: dict[tuple[str, int], HostState] = {}
+        self._consumed: dict[str, tuple[int, HostState]] = {}
+        """Per host, the last state `consumed` built, with its instances."""
         self._guests: dict[str, list[Guest]] = {}
         """Per host, the instances as its guests, in order (see `_with_guests`)."""
         self._zoned: dict[str | None, Demand] = {}
@@ -281,9 +283,24 @@ class SoldStates:
             return state
         built = self._built.get((state.name, number))
         if built is None:
-            consumed_state = consume_in_turn(state, (self._demand,) * number)
-            built = self._built[state.name, number] = self._with_guests(consumed_state, {state.name: number})
+            built = self._built[state.name, number] = self._with_guests(
+                self.consumed(state, number), {state.name: number}
+            )
         return built
+
+    def consumed(self, state: HostState, number: int) -> HostState:
+        """The host's state with `number` instances consumed (not yet among its guests): from the
+        most consumed so far that is not more, one instance at a time being the same state
+        (`consume_in_turn`)."""
+        last = self._consumed.get(state.name)
+        if last is not None and last[0] <= number:
+            start, consumed = last
+        else:
+            start, consumed = 0, state
+        if number > start:
+            consumed = consume_in_turn(consumed, (self._demand,) * (number - start))
+        self._consumed[state.name] = number, consumed
+        return consumed
 
     def _with_guests(self, state: HostState, counts: Mapping[str, int]) -> HostState:
         """The state with the instances placed on it (`counts`) among its guests, each named

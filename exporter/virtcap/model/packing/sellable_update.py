@@ -68,6 +68,9 @@ MOST_EXACT = 512
 """The counts `updated_count` decides by the evacuations run to the end before it gives up."""
 MOST_REPLACED = 256
 """The hosts it replaces in the last computation's fleet to bring it to a count."""
+FEW_REPLACED = 16
+"""Past this many hosts replaced at once, the fleet's rankings and orders are found again rather
+than each brought up to date with every host."""
 KEPT_RECORDS = 64
 """The records `KeptDecisions` keeps, as `Placements` keeps its traces."""
 
@@ -272,7 +275,8 @@ class _Update:
         self.evacuated: dict[int, list[Demand]] = {}
         self.filters: FleetIndex | None = None
         self.passed: dict[tuple[int, int, int, bool], bool] = {}
-        self.values: dict[tuple[int, int], tuple[float, float, float]] = {}
+        self.rooms: dict[tuple[int, int, bool], dict[Resource, int]] = {}
+        self.values: dict[tuple[int, int, bool], tuple[float, float, float]] = {}
         size = len(trace.chosen) + 1
         self.top_ids = np.full(size, -1, dtype=np.int64)
         self.prefix_ids = np.full(size, -1, dtype=np.int64)
@@ -352,6 +356,11 @@ class _Update:
             if not self._same_top(record.tops[top], differing, counts):
                 shown &= ~here
                 continue
+            if not (here & (prefixes >= 0)).any() and (record.margins[index][here] >= len(differing)).all():
+                # the certificate's counts, with room for every host that differs: no need to
+                # look for those that cannot move the margins
+                relevant[here] = len(differing)
+                continue
             # the hosts that differ and pass for a domain evacuated, as they were or as they are
             kept = int(before[np.flatnonzero(here)[0]])
             moving, choosable = self._passing(top, differing, counts, kept)
@@ -386,12 +395,10 @@ class _Update:
             passes = [self._passes(number, now, demand, now=True) for demand in demands]
             if not any(passed) and not any(passes):
                 continue
-            old = self.sold_before.host(self.record.trace.states[number], was)
-            new = self.sold.host(self.trace.states[number], now)
             same = passed == passes
-            if not same or _room_left(old) != _room_left(new):
+            if not same or self._room(number, was, now=False) != self._room(number, now, now=True):
                 margins.append(number)
-            if not same or clipped_values(old) != clipped_values(new):
+            if not same or self._values(number, was, now=False) != self._values(number, now, now=True):
                 steps.append(number)
         return tuple(margins), tuple(steps)
 
@@ -421,17 +428,34 @@ class _Update:
             self.filters = self.record.fleet or FleetIndex(self.trace.states, self.memo)
         return self.filters
 
+    def _states(self, *, now: bool) -> tuple[SoldStates, Sequence[HostState]]:
+        return (self.sold, self.trace.states) if now else (self.sold_before, self.record.trace.states)
+
     def _passes(self, number: int, count: int, demand: Demand, *, now: bool) -> bool:
+        """Whether the host with so many instances passes for the demand, in the new request
+        (`now`) or the last one: for a demand the claims decide, where it passes without them
+        and its room holds the demand (`FleetIndex.needs`; the instances are claims only)."""
         filters = self._filters()
         key = filters.key(demand)
         found = self.passed.get((number, count, key, now))
         if found is None:
-            sold, states = (
-                (self.sold, self.trace.states) if now else (self.sold_before, self.record.trace.states)
-            )
-            found = self.passed[number, count, key, now] = filters.passes(
-                sold.host(states[number], count), demand, key
-            )
+            sold, states = self._states(now=now)
+            needs = filters.needs(key, demand)
+            if needs is None or count == 0:
+                found = filters.passes(sold.host(states[number], count), demand, key)
+            else:
+                left = self._room(number, count, now=now)
+                found = self._passes(number, 0, demand, now=now) and all(
+                    need <= left.get(resource, need) for resource, need in needs
+                )
+            self.passed[number, count, key, now] = found
+        return found
+
+    def _room(self, number: int, count: int, *, now: bool) -> dict[Resource, int]:
+        found = self.rooms.get((number, count, now))
+        if found is None:
+            sold, states = self._states(now=now)
+            found = self.rooms[number, count, now] = _room_left(sold.consumed(states[number], count))
         return found
 
     def count_before(self, number: int, count: int) -> int:
@@ -458,12 +482,12 @@ class _Update:
             for number in differing
         )
 
-    def _values(self, number: int, count: int) -> tuple[float, float, float]:
-        found = self.values.get((number, count))
+    def _values(self, number: int, count: int, *, now: bool = True) -> tuple[float, float, float]:
+        """The host's weigher values with so many instances, in the new request or the last."""
+        found = self.values.get((number, count, now))
         if found is None:
-            found = self.values[number, count] = clipped_values(
-                self.sold.host(self.trace.states[number], count)
-            )
+            sold, states = self._states(now=now)
+            found = self.values[number, count, now] = clipped_values(sold.consumed(states[number], count))
         return found
 
     def _steps_stand(
@@ -525,6 +549,8 @@ class _Update:
                 bases[number], known[number] = base, instances
             if len(states) > MOST_REPLACED:
                 return None
+            if len(states) > FEW_REPLACED:
+                fleet.forget_orders()
             prefixes = replaced_hosts(fleet, states, prefixes, self.multipliers, claimed_more=more)
             memory = np.asarray(self.memory_now, dtype=np.int64) + now * self.sold_memory
             # the most allocated memory first, ties by name (the fleet's order)

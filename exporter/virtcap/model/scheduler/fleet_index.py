@@ -246,6 +246,12 @@ class FleetIndex:
             found = self.states_built[number, keys] = consume_in_turn(self.states[number], demands)
         return found
 
+    def forget_orders(self) -> None:
+        """Forgets the rankings and weight orders kept (found again when needed): before many
+        hosts are replaced, each of which would bring every one of them up to date."""
+        self.orders = {}
+        self.ranked = {}
+
     def prune(self) -> None:
         """Once a computation is done: beyond a bound, what it did not use is forgotten, so that a
         fleet updated again and again (the service keeps the last result) does not keep every
