@@ -66,8 +66,6 @@ to the end, broken, or not decided)."""
 
 MOST_EXACT = 512
 """The counts `updated_count` decides by the evacuations run to the end before it gives up."""
-MOST_REPLACED = 256
-"""The hosts it replaces in the last computation's fleet to bring it to a count."""
 FEW_REPLACED = 16
 """Past this many hosts replaced at once, the fleet's rankings and orders are found again rather
 than each brought up to date with every host."""
@@ -523,7 +521,7 @@ class _Update:
         as `reserve_decisions` decides them) on the last computation's fleet brought to each
         (the hosts whose state or instances differ replaced, the steps that still stand kept
         from one count to the next), up to the first that breaks the reserve; None past
-        `MOST_EXACT` of them, or where more than `MOST_REPLACED` hosts differ. Those shown by
+        `MOST_EXACT` of them. Those shown by
         the rest's rooms get their margins, for the next computation."""
         last = len(self.trace.chosen)
         fleet = updated.fleet
@@ -547,8 +545,6 @@ class _Update:
                     more.add(number)
                 states[number] = self.sold.host(base, instances)
                 bases[number], known[number] = base, instances
-            if len(states) > MOST_REPLACED:
-                return None
             if len(states) > FEW_REPLACED:
                 fleet.forget_orders()
             prefixes = replaced_hosts(fleet, states, prefixes, self.multipliers, claimed_more=more)

@@ -365,9 +365,14 @@ class _Replay:
             return int(found[0]) if len(found) else length
 
         for part in range(3):
-            holders = [int(holder) for holder in np.flatnonzero(self.columns[:, part] == self.tops[part])]
-            if not any(holder in self.differing for holder in holders):
-                length = min(length, max(first(holder) for holder in holders))
+            holding = self.columns[:, part] == self.tops[part]
+            if any(holding[position] for position in self.differing):
+                continue
+            # the step at which the last of the holders is first chosen (none: it is not)
+            steps = np.flatnonzero(holding[chosen[:length]])
+            holders, firsts = np.unique(chosen[steps], return_index=True)
+            if len(holders) == int(np.count_nonzero(holding)):
+                length = min(length, int(steps[firsts].max()))
         for position in self.differing:
             length = min(length, first(position))
             weight = self.weights[position]
