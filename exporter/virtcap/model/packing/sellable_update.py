@@ -46,7 +46,7 @@ from virtcap.model.packing.reserve_evacuation import (
     replaced_hosts,
 )
 from virtcap.model.resources import Resource, placement_units
-from virtcap.model.scheduler.claims_replay import ClaimsTrace
+from virtcap.model.scheduler.claims_replay import MOST_DIFFERING, ClaimsTrace
 from virtcap.model.scheduler.evacuations import StepTrace
 from virtcap.model.scheduler.filters import CandidateMemo
 from virtcap.model.scheduler.fleet_index import FleetIndex
@@ -280,6 +280,19 @@ class _Update:
         self.prefix_ids = np.full(size, -1, dtype=np.int64)
         self.deficits = np.zeros(size, dtype=np.int64)
 
+    def _counts_at(self, numbers: Sequence[int], count: int) -> dict[int, int]:
+        """`count_at` of each host, at once where they are many."""
+        if len(numbers) <= FEW_REPLACED:
+            return {number: self.count_at(number, count) for number in numbers}
+        taken = np.bincount(self.trace.chosen[:count], minlength=len(self.candidates) + 1)
+        hosts = np.asarray(numbers, dtype=np.int64)
+        positions = np.searchsorted(self.candidates, hosts)
+        bounded = np.minimum(positions, max(len(self.candidates) - 1, 0))
+        candidate = (positions < len(self.candidates)) & (self.candidates[bounded] == hosts)
+        # a host that is not a candidate takes none: read from the extra last cell, always 0
+        found = taken[np.where(candidate, positions, len(self.candidates))]
+        return dict(zip(numbers, (int(value) for value in found), strict=True))
+
     def count_at(self, number: int, count: int) -> int:
         """The instances the new request placed on the host (an index of the fleet) in its first
         `count` steps."""
@@ -311,7 +324,10 @@ class _Update:
         margins = np.full(size, NOT_SHOWN, dtype=np.int64)
         starts = np.concatenate(([0], np.flatnonzero(np.diff(segments)) + 1, [size]))
         for begin, end in itertools.pairwise(starts):
-            self._shown(int(begin), int(end), int(segments[begin]), last_counts[begin:end], margins)
+            segment = int(segments[begin])
+            if len(alignment.differing[segment]) > MOST_DIFFERING:
+                break  # the request went another way from here: no count after is shown
+            self._shown(int(begin), int(end), segment, last_counts[begin:end], margins)
         updated = DecisionRecord(
             trace=self.trace,
             reserve=record.reserve,
@@ -341,7 +357,7 @@ class _Update:
                 {int(self.candidates[p]) for p in alignment.differing[segment]} | set(self.changed_elsewhere)
             )
         )
-        counts = {number: self.count_at(number, begin) for number in differing}
+        counts = self._counts_at(differing, begin)
         inside = before <= record.decided
         index = np.where(inside, before, 0)
         tops = record.top_ids[index]
@@ -528,6 +544,10 @@ class _Update:
         if len(counts) == 0:
             return last, updated
         if fleet is None or len(self.candidates) == 0:
+            return None
+        if int(np.count_nonzero(counts <= self.record.decided)) > MOST_EXACT:
+            # the request went another way (the hosts that differ are many): deciding every
+            # count from the first costs less than as many evacuations run to the end
             return None
         fleet.memo = self.memo
         bases, known = list(updated.bases), list(updated.known)
