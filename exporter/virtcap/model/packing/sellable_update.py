@@ -267,8 +267,7 @@ class _Update:
         self.memory_now = [allocated_memory(state) for state in trace.states]
         self.placed = [self.names[number] for number in trace.hosts]
         self.sold = SoldStates(trace.states, demand, self.placed, multipliers, memo)
-        self.steps_of: dict[int, IntArray] = {}
-        self.steps_before: dict[int, IntArray] = {}
+        self.steps_of: dict[tuple[int, bool], IntArray] = {}
         self.sold_before = SoldStates(old.states, demand, (), multipliers, memo)
         self.evacuated: dict[int, list[Demand]] = {}
         self.filters: FleetIndex | None = None
@@ -293,17 +292,18 @@ class _Update:
         found = taken[np.where(candidate, positions, len(self.candidates))]
         return dict(zip(numbers, (int(value) for value in found), strict=True))
 
-    def count_at(self, number: int, count: int) -> int:
-        """The instances the new request placed on the host (an index of the fleet) in its first
-        `count` steps."""
-        steps = self.steps_of.get(number)
+    def count_at(self, number: int, count: int, *, now: bool = True) -> int:
+        """The instances the new request (`now`), or the last one, placed on the host (an index
+        of the fleet) in its first `count` steps."""
+        steps = self.steps_of.get((number, now))
         if steps is None:
             position = int(np.searchsorted(self.candidates, number))
             if position >= len(self.candidates) or int(self.candidates[position]) != number:
                 steps = np.zeros(0, dtype=np.int64)
             else:
-                steps = np.flatnonzero(self.trace.chosen == position)
-            self.steps_of[number] = steps
+                chosen = self.trace.chosen if now else self.record.trace.chosen
+                steps = np.flatnonzero(chosen == position)
+            self.steps_of[number, now] = steps
         return int(np.searchsorted(steps, count))
 
     def run(self) -> tuple[int, DecisionRecord] | None:
@@ -404,7 +404,7 @@ class _Update:
         demands = self._evacuated(top)
         margins, steps = [], []
         for number in differing:
-            was, now = self.count_before(number, before), counts[number]
+            was, now = self.count_at(number, before, now=False), counts[number]
             passed = [self._passes(number, was, demand, now=False) for demand in demands]
             passes = [self._passes(number, now, demand, now=True) for demand in demands]
             if not any(passed) and not any(passes):
@@ -471,18 +471,6 @@ class _Update:
             sold, states = self._states(now=now)
             found = self.rooms[number, count, now] = _room_left(sold.consumed(states[number], count))
         return found
-
-    def count_before(self, number: int, count: int) -> int:
-        """`count_at` in the last request."""
-        steps = self.steps_before.get(number)
-        if steps is None:
-            position = int(np.searchsorted(self.candidates, number))
-            if position >= len(self.candidates) or int(self.candidates[position]) != number:
-                steps = np.zeros(0, dtype=np.int64)
-            else:
-                steps = np.flatnonzero(self.record.trace.chosen == position)
-            self.steps_before[number] = steps
-        return int(np.searchsorted(steps, count))
 
     def _same_top(self, top: Top, differing: Sequence[int], counts: Mapping[int, int]) -> bool:
         """Whether the hosts lost first are these, with the same instances: none of them differs,
