@@ -92,7 +92,6 @@ class DecisionRecord:
     prefixes: list[Prefixes]
     decided: int
     """The last count decided (the first that broke the reserve, or the request's last)."""
-    broke: bool
     fleet: FleetIndex | None = None
     """The fleet of the last count the evacuations decided, with each host's state before the
     instances (`bases`) and its instances (`known`)."""
@@ -118,7 +117,6 @@ class DecisionLog:
         self.evaluated: list[int] = []
         """Each count the evacuations decided."""
         self.decided = -1
-        self.broke = False
         self.fleet: FleetIndex | None = None
         self.known: list[int] = []
 
@@ -149,7 +147,6 @@ class DecisionLog:
         evacuations run to the end), and the fleet they ran on, at that count."""
         self.evaluated.append(count)
         self.decided = count
-        self.broke = not kept
         self.fleet, self.known = fleet, known
         if kept and margin is not None:
             self.margins[count] = margin
@@ -188,7 +185,6 @@ class DecisionLog:
             tops=self.tops,
             prefixes=self.prefixes,
             decided=self.decided,
-            broke=self.broke,
             fleet=self.fleet,
             bases=bases,
             known=list(self.known),
@@ -265,8 +261,8 @@ class _Update:
         self.sold_memory = demand.request.get(Resource.MEMORY, 0)
         self.memory_before = [allocated_memory(state) for state in old.states]
         self.memory_now = [allocated_memory(state) for state in trace.states]
-        self.placed = [self.names[number] for number in trace.hosts]
-        self.sold = SoldStates(trace.states, demand, self.placed, multipliers, memo)
+        # built one host at a time (`host`, `consumed`): the placements are not needed
+        self.sold = SoldStates(trace.states, demand, (), multipliers, memo)
         self.steps_of: dict[tuple[int, bool], IntArray] = {}
         self.sold_before = SoldStates(old.states, demand, (), multipliers, memo)
         self.evacuated: dict[int, list[Demand]] = {}
@@ -338,7 +334,6 @@ class _Update:
             tops=record.tops,
             prefixes=record.prefixes,
             decided=size - 1,
-            broke=False,
             fleet=record.fleet,
             bases=record.bases,
             known=record.known,
@@ -566,7 +561,7 @@ class _Update:
             fleet.prune()
             updated.fleet, updated.bases, updated.known = fleet, bases, known
             if not kept:
-                updated.decided, updated.broke = count, True
+                updated.decided = count
                 return max(count - 1, 0), updated
             if margin is not None:
                 updated.tops.append(tuple((number, known[number]) for number in top))
