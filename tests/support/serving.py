@@ -112,15 +112,27 @@ def series(samples: Samples, name: str, **labels: str) -> dict[frozenset[tuple[s
     return {key: v for (metric, key), v in samples.items() if metric == name and wanted <= key}
 
 
-def wait_for(condition: object, timeout: float, interval: float = 0.05, what: str = "condition") -> float:
-    """Seconds it took for `condition()` to hold; fails after `timeout`."""
+MOST_INTERVAL = 0.5
+"""The longest `wait_for` sleeps between two looks. A look is mostly a scrape, parsed: one every
+50 ms for the minute a worker at SCHED_IDLE may take costs the CPU that worker waits for."""
+
+
+def wait_for(
+    condition: object, timeout: float, interval: float | None = None, what: str = "condition"
+) -> float:
+    """Seconds it took for `condition()` to hold; fails after `timeout`. Looks every `interval`,
+    or by default every 50 ms at first, then less and less often, up to every MOST_INTERVAL (a
+    test that must not miss a passing state gives its interval)."""
     started = time.monotonic()
+    sleep = 0.05 if interval is None else interval
     while True:
         if condition():  # type: ignore[operator]
             return time.monotonic() - started
         if time.monotonic() - started > timeout:
             raise AssertionError(f"{what} did not hold within {timeout}s")
-        time.sleep(interval)
+        time.sleep(sleep)
+        if interval is None:
+            sleep = min(sleep * 1.25, MOST_INTERVAL)
 
 
 @contextmanager

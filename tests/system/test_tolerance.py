@@ -8,6 +8,7 @@ import asyncio
 import json
 import os
 import pickle
+import re
 import signal
 import subprocess
 import sys
@@ -364,7 +365,9 @@ def test_a_worker_that_dies_is_started_again_and_computes_the_fleet_again(tmp_pa
         wait_for(lambda: server.get("/-/healthy")[0] == 200, 30, what="healthy again")
         (again,) = _children(server.process.pid)
         assert again != worker
-    assert "failure-tolerance worker exited with code -9" in server.log_text()
+    # -9 (SIGKILL), or the 255 asyncio reports for a child its watcher found already reaped
+    # (it then logs "Unknown child process")
+    assert re.search(r"failure-tolerance worker exited with code (-9|255)\b", server.log_text())
     assert not Path(f"/proc/{again}").exists(), "the worker outlived the exporter"
 
 

@@ -81,8 +81,11 @@ class WorkerProcess:
         process = await self._started()
         assert process.stdin is not None
         pickled = await in_slices(list(request.changed.items()), lambda item: (item[0], pickle_one(item[1])))
-        process.stdin.write(request_frame(request, dict(pickled)))
-        await process.stdin.drain()
+        try:
+            process.stdin.write(request_frame(request, dict(pickled)))
+            await process.stdin.drain()
+        except ConnectionError as error:  # it exited before reading the request
+            raise RuntimeError(await self._why_not_answering(process, error)) from error
         encoded = await self._answers.get()
         if isinstance(encoded, BaseException):
             self._answers.put_nowait(encoded)  # and to any computation after this one
@@ -96,7 +99,7 @@ class WorkerProcess:
     async def _why_not_answering(process: asyncio.subprocess.Process, error: BaseException) -> str:
         """A worker whose answers ended has mostly exited (killed, or failed): say how, once it is
         reaped; one that still runs answered garbage."""
-        if isinstance(error, asyncio.IncompleteReadError):
+        if isinstance(error, asyncio.IncompleteReadError | ConnectionError):
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(EXIT_WAIT_SECONDS):
                     await process.wait()
