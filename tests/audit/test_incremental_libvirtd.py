@@ -198,7 +198,9 @@ def agreeing(incremental: Server, full: Server, what: str) -> None:
     kernel-wide state, such as hugepages another worker's test reserves, that one server's audit
     met and the other's did not is read again); else the difference, shown."""
     with contextlib.suppress(AssertionError):
-        wait_for(lambda: compared(incremental.samples()) == compared(full.samples()), 10.0, what=what)
+        wait_for(
+            lambda: compared(incremental.samples()) == compared(full.samples()), 10.0, interval=0.1, what=what
+        )
     assert compared(incremental.samples()) == compared(full.samples()), what
 
 

@@ -170,7 +170,10 @@ def test_a_claim_is_reconciled_when_its_domain_is_defined(
         started = time.monotonic()
         admin.defineXML(GUEST.format(name=f"{admin.test_prefix}-claimed", uuid=domain_uuid))
         wait_for(
-            lambda: call(server, "GET", f"/api/v1/claims/{created['id']}")[0] == 404, 2, what="reconciled"
+            lambda: call(server, "GET", f"/api/v1/claims/{created['id']}")[0] == 404,
+            2,
+            interval=0.05,  # timed below
+            what="reconciled",
         )
         reconciled_after = time.monotonic() - started
         # the domain carries its 3 vCPUs now, the claim its 1 no longer: counted once

@@ -8,14 +8,17 @@ from __future__ import annotations
 import math
 import random
 import time
+from collections.abc import Hashable
 
 import pytest
 
 from tests.model.test_compaction import brute_force, demand, filled, holding, replay
+from tests.model.test_compaction_update import stopped
 from tests.support.fleets import state
 from virtcap.model.packing.compaction import compaction, lower_bound
 from virtcap.model.packing.compaction_update import compaction_update
-from virtcap.model.packing.configurations import Item, Kind, configuration_bound
+from virtcap.model.packing.configurations import Item, Kind, configuration_bound, priced_bound
+from virtcap.model.packing.part_bound import Certificate
 from virtcap.model.resources import Resource
 from virtcap.model.scheduler import HostState
 
@@ -155,3 +158,59 @@ def test_a_domain_stopped_is_brought_up_to_date_by_the_configurations() -> None:
     assert updated is not None and updated is not previous
     assert (updated.hypervisors, updated.lower_bound, updated.optimal) == (4, 4, True)
     assert updated.hypervisors == brute_force(after) and replay(after, updated.assignment)
+
+
+def test_the_last_prices_bound_a_domain_stopped_without_pricing_again() -> None:
+    """The same fleet: the part that lost a domain is bounded by the prices that proved it (the
+    very certificate, carried), and an update of that update reads them again."""
+    before = sixes(5, 6)
+    previous = compaction(before)
+    (part,) = previous.parts
+    assert part.certificate is not None and part.value == 5
+    after = [holding(host) if host.name == "h2" else host for host in before]
+    updated = compaction_update(previous, before, after)
+    assert updated is not None
+    (bounded,) = updated.parts
+    assert bounded.certificate is part.certificate and bounded.value == 4
+    assert sum(bounded.counts.values()) == 4
+    again = [holding(host) if host.name == "h3" else host for host in after]
+    twice = compaction_update(updated, after, again)
+    assert twice is not None and (twice.hypervisors, twice.lower_bound) == (3, 3)
+    assert twice.parts[0].certificate is part.certificate
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_the_last_prices_never_bound_fewer_domains_above_the_optimum(seed: int) -> None:
+    """Whatever domains stop (or shrink) on a fleet that wastes room, the bound the last prices
+    prove for what is left is never above the brute force's optimum; where a count grows past its
+    cap, they prove nothing."""
+    rng = random.Random(seed)
+    before = awkward_fleet(seed)
+    for part in compaction(before).parts:
+        if part.certificate is None:
+            continue
+        after = stopped(before, rng, rng.randint(1, 3))
+        counts = lower_bound(after).parts[0].counts
+        proven = part.certificate.bound(counts)
+        assert proven is not None and proven <= brute_force(after), seed
+        for key, cap in part.certificate.caps.items():
+            assert part.certificate.bound({**counts, key: cap + 1}) is None
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_the_prices_of_any_round_bound_fewer_items(seed: int) -> None:
+    """A round's prices and penalty (`priced_bound`) make its bound, and bound the same kinds
+    with fewer of each item: never above the optimum then either."""
+    rng = random.Random(seed)
+    sizes = [rng.randint(1, 9) for _ in range(rng.randint(1, 3))]
+    items = [Item({MEMORY: size}, rng.randint(1, 4)) for size in sizes]
+    rooms = [rng.randint(9, 14) for _ in range(rng.randint(1, 2))]
+    kinds = [Kind({MEMORY: room}, [room] * len(items), copies=sum(i.count for i in items)) for room in rooms]
+    for rounds in (1, 2, 200):
+        priced = priced_bound(items, kinds, deadline=time.perf_counter() + 60, max_rounds=rounds)
+        made = sum(price * item.count for price, item in zip(priced.prices, items, strict=True))
+        assert priced.value == pytest.approx(made - priced.penalty)
+        fewer = [Item(item.needs, rng.randint(0, item.count)) for item in items]
+        prices: dict[Hashable, float] = {n: price for n, price in enumerate(priced.prices) if price > 0}
+        proven = Certificate(prices, {}, priced.penalty).bound(dict(enumerate(i.count for i in fewer)))
+        assert proven is not None and proven <= _fewest(fewer, kinds), (seed, rounds)

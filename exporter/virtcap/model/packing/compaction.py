@@ -41,8 +41,9 @@ from typing import NamedTuple
 from virtcap.model.capacity import HostCapacity, flavor_fit, placement_free
 from virtcap.model.host_fit import Demand
 from virtcap.model.numa.cells import CellPages, HostCell
-from virtcap.model.packing.configurations import Item, Kind, configuration_bound
+from virtcap.model.packing.configurations import Item, Kind, priced_bound
 from virtcap.model.packing.milp import LinearProgram, solve
+from virtcap.model.packing.part_bound import EPSILON, Certificate, PartBound, ceil_bound
 from virtcap.model.packing.shapes import DomainRef, Shape, domain_shapes, shape_key
 from virtcap.model.packing.sharing import Counts, HostType, spread
 from virtcap.model.resources import Resource, placement_units
@@ -60,9 +61,6 @@ any machine, unless the time limit (a safety net) comes first. Measured on 2 CPU
 1.5 to 6 ms on a program of 40 hypervisors (the few of 200 random such fleets that reach the
 limit stop within 6 s) and about 12 ms on one of 1,000, whose root alone takes about 15 s on the
 benchmark's 1,000 x 50 fleet (closed there, at the root)."""
-
-EPSILON = 1e-6
-"""Below this, a solver's fractional value is a rounding error."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +99,9 @@ class Compaction:
     `compaction_update` places a new domain on)."""
     shape_keys: frozenset[Hashable] = field(default=frozenset(), compare=False, repr=False)
     """The shapes' `shape_key`s (`shapes` counts them)."""
+    parts: tuple[PartBound, ...] = field(default=(), compare=False, repr=False)
+    """Each zone part's lower bound (they add up to `lower_bound`), its domains per shape and
+    what proved it: what `compaction_update` bounds a part with again."""
 
 
 def eligible(states: Sequence[HostState]) -> list[HostState]:
@@ -272,6 +273,7 @@ def _by_zone(
         validation_seconds=sum(answer.validation_seconds for answer in answers),
         held={name: state for answer in answers for name, state in answer.held.items()},
         shape_keys=frozenset().union(*(answer.shape_keys for answer in answers)),
+        parts=tuple(part for answer in answers for part in answer.parts),
     )
 
 
@@ -279,6 +281,8 @@ class LowerBound(NamedTuple):
     value: int
     shape_keys: frozenset[Hashable]
     """The `shape_key`s of the domains it was found for (a `Compaction`'s, met on the way)."""
+    parts: tuple[PartBound, ...] = ()
+    """Each zone part's (they add up to `value`)."""
 
 
 def lower_bound(
@@ -294,20 +298,33 @@ def lower_bound(
     `compaction` may add). Given the hypervisors a `packing` uses, a part whose cheaper bounds
     already reach the hypervisors it uses there is not priced, and its pricing stops there."""
     deadline = time.perf_counter() + time_limit_seconds
-    total = 0
-    keys: set[Hashable] = set()
-    for part in zone_parts(eligible(states)):
-        prepared = _Prepared.of(part)
-        _, _, aggregate_bound, _ = _aggregate(
-            prepared.shapes, prepared.types, prepared.forced, deadline, max_nodes
+    parts = tuple(
+        part_lower_bound(
+            part,
+            None if packing is None else sum(1 for state in part if state.name in packing),
+            deadline=deadline,
+            max_nodes=max_nodes,
         )
-        bound = prepared.bound(aggregate_bound)
-        target = None if packing is None else sum(1 for state in part if state.name in packing)
-        if target is None or bound < target:
-            bound = max(bound, prepared.configured(deadline, target))
-        total += bound
-        keys |= prepared.shape_keys
-    return LowerBound(total, frozenset(keys))
+        for part in zone_parts(eligible(states))
+    )
+    keys = frozenset(key for part in parts for key in part.counts)
+    return LowerBound(sum(part.value for part in parts), keys, parts)
+
+
+def part_lower_bound(
+    part: Sequence[HostState], target: int | None, *, deadline: float, max_nodes: int = MAX_NODES
+) -> PartBound:
+    """`lower_bound` of one zone part (eligible hypervisors), priced only where its cheaper bounds
+    stay below `target` (the hypervisors a packing uses there; None: always)."""
+    prepared = _Prepared.of(part)
+    shapes, types = prepared.shapes, prepared.types
+    _, _, aggregate_bound, _ = _aggregate(shapes, types, prepared.forced, deadline, max_nodes)
+    bound = prepared.bound(aggregate_bound)
+    certificate = None
+    if target is None or bound < target:
+        configured, certificate = prepared.configured(deadline, target)
+        bound = max(bound, configured)
+    return PartBound(tuple(state.name for state in part), bound, prepared.counts, certificate)
 
 
 @dataclass(slots=True)
@@ -316,7 +333,8 @@ class _Prepared:
     emptied (a stuck domain's consumed first), the domains' demands, the hypervisors' types."""
 
     shapes: tuple[Shape, ...]
-    shape_keys: frozenset[Hashable]
+    counts: dict[Hashable, int]
+    """The domains per `shape_key`, stuck ones included."""
     base: dict[str, HostState]
     guests: dict[DomainRef, Demand]
     types: list[HostType]
@@ -329,11 +347,16 @@ class _Prepared:
 
     def bound(self, aggregate_bound: float) -> int:
         """The largest of the stuck domains' hypervisors, the sum bound and the added-up program's."""
-        return max(len(self.forced), _sum_bound(self.shapes, self.types), _ceil(aggregate_bound))
+        return max(len(self.forced), _sum_bound(self.shapes, self.types), ceil_bound(aggregate_bound))
 
-    def configured(self, deadline: float, target: int | None) -> int:
+    @property
+    def shape_keys(self) -> frozenset[Hashable]:
+        return frozenset(self.counts)
+
+    def configured(self, deadline: float, target: int | None) -> tuple[int, Certificate | None]:
         """The configuration bound (configurations.py), its search ended once it reaches `target`
-        (the hypervisors of a packing, then proven optimal)."""
+        (the hypervisors of a packing, then proven optimal), and the prices that proved it (none
+        where a domain is stuck: its hypervisor's kind must be used)."""
         items = [
             Item({resource: placement_units(resource, amount) for resource, amount in request.items()}, count)
             for request, count in ((shape.demand.request, shape.count) for shape in self.shapes)
@@ -348,12 +371,22 @@ class _Prepared:
             for host_type in self.types
         ]
         enough = math.inf if target is None else target - 1 + EPSILON
-        return _ceil(configuration_bound(items, kinds, deadline=deadline, enough=enough))
+        priced = priced_bound(items, kinds, deadline=deadline, enough=enough)
+        if self.stuck or not priced.prices:
+            return ceil_bound(priced.value), None
+        keys = [shape_key(shape.demand) for shape in self.shapes]
+        prices = {key: price for key, price in zip(keys, priced.prices, strict=True) if price > 0}
+        caps = {
+            key: shape.count
+            for index, (key, shape) in enumerate(zip(keys, self.shapes, strict=True))
+            if key in prices and shape.count <= max(host_type.fits[index] for host_type in self.types)
+        }
+        return ceil_bound(priced.value), Certificate(prices, caps, priced.penalty)
 
     @classmethod
     def of(cls, hosts: Sequence[HostState]) -> _Prepared:
         shapes = domain_shapes(hosts)
-        shape_keys = frozenset(shape_key(shape.demand) for shape in shapes)
+        counts = {shape_key(shape.demand): shape.count for shape in shapes}
         base = {state.name: emptied(state) for state in hosts}
         guests = {
             DomainRef(state.name, guest.name): guest.demand for state in hosts for guest in state.guests
@@ -382,7 +415,7 @@ class _Prepared:
             types = _types(others, shapes, fullest) + [
                 _host_type([base[name]], shapes) for name in sorted(by_host)
             ]
-        return cls(shapes, shape_keys, base, guests, types, stuck)
+        return cls(shapes, counts, base, guests, types, stuck)
 
 
 def _compaction(hosts: Sequence[HostState], deadline: float, max_nodes: int) -> Compaction:
@@ -400,8 +433,10 @@ def _compaction(hosts: Sequence[HostState], deadline: float, max_nodes: int) -> 
     used, holds, aggregate_bound, time_limited = _aggregate(shapes, types, forced, deadline, max_nodes)
     counts = spread(shapes, types, used, holds) if used is not None else {}
     relaxation_bound = prepared.bound(aggregate_bound)
+    certificate = None
     if len(counts) > relaxation_bound:
-        relaxation_bound = max(relaxation_bound, prepared.configured(deadline, len(counts)))
+        configured, certificate = prepared.configured(deadline, len(counts))
+        relaxation_bound = max(relaxation_bound, configured)
     bounds = [relaxation_bound]
     copies = sum(len(host_type.states) for host_type in types)
     if copies * len(shapes) <= COMPACT_PROGRAM_LIMIT and len(counts) > max(bounds):
@@ -409,7 +444,7 @@ def _compaction(hosts: Sequence[HostState], deadline: float, max_nodes: int) -> 
         start = _compact_start(types, columns, len(program.costs), counts) if used is not None else None
         solution = solve(program, time_limit_seconds=_left(deadline), start=start, max_nodes=max_nodes)
         time_limited = time_limited or solution.time_limited
-        bounds.append(_ceil(solution.dual_bound))
+        bounds.append(ceil_bound(solution.dual_bound))
         if solution.values is not None:
             counts = _compact_counts(types, columns, solution.values)
     solved = time.perf_counter()
@@ -438,15 +473,12 @@ def _compaction(hosts: Sequence[HostState], deadline: float, max_nodes: int) -> 
         validation_seconds=validated - solved,
         held={name: outcome.held[name] for name in kept if name in outcome.held},
         shape_keys=prepared.shape_keys,
+        parts=(PartBound(tuple(state.name for state in hosts), max(bounds), prepared.counts, certificate),),
     )
 
 
 def _left(deadline: float) -> float:
     return max(deadline - time.perf_counter(), 0.0)
-
-
-def _ceil(value: float) -> int:
-    return 0 if not math.isfinite(value) else max(math.ceil(value - EPSILON), 0)
 
 
 def _types(states: list[HostState], shapes: Sequence[Shape], fullest: Mapping[str, int]) -> list[HostType]:

@@ -13,12 +13,15 @@ of seconds.
 Domains stopped (or resized: stopped, then started with their new demand): the last packing
 without them still fits (a hypervisor that loses domains only gains room; each one that held them
 consumes the rest again, in the validation's order, through the filters), but the old bound no
-longer holds. A new one is computed (`lower_bound`: the sum bound, the added-up program and the
-configuration bound, about a second on a zone of the benchmark's 500 hypervisors, where the
-per-hypervisor program takes tens): when the packing uses no more hypervisors than it, the packing
-is optimal, and is the answer. Where that bound was already below the packing before (only the
-per-hypervisor program's search closed the gap), it is not computed: domains stopped only lower
-it.
+longer holds where domains were lost. A zone part that lost none keeps its bound. One that did is
+bounded by the prices that proved its configuration bound last time (part_bound.py's
+`Certificate`: a sum over its shapes, no program), and where they no longer prove the hypervisors
+the packing uses there, computed again (`part_lower_bound`: the sum bound, the added-up program
+and the configuration bound, about a second on a zone of the benchmark's 500 hypervisors, where
+the per-hypervisor program takes tens). When the packing uses no more hypervisors than the parts'
+bounds add up to, it is optimal, and is the answer. Where the bound was already below the packing
+before (only the per-hypervisor program's search closed the gap), nothing is computed: domains
+stopped only lower it.
 
 Anything else is solved again (`None`): a hypervisor that came, went, changed its inventories or
 its eligibility, a last compaction not proven optimal, a domain the packing cannot take without a
@@ -29,7 +32,10 @@ suffices is for the solver).
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections import Counter
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import replace
+from itertools import chain, repeat
 
 from virtcap.model.host_fit import Demand
 from virtcap.model.packing.compaction import (
@@ -37,13 +43,18 @@ from virtcap.model.packing.compaction import (
     eligible,
     emptied,
     largest_first,
-    lower_bound,
+    part_lower_bound,
     type_key,
+    zone_parts,
 )
+from virtcap.model.packing.part_bound import PartBound
 from virtcap.model.packing.shapes import DomainRef, shape_key
 from virtcap.model.scheduler import HostState
 from virtcap.model.scheduler.filters import FilterRequest, first_rejection
 from virtcap.model.scheduler.host_states import consume_in_turn
+
+BOUND_SECONDS = 10.0
+"""The safety net of the parts bounded again, all together (as `lower_bound`'s)."""
 
 
 def compaction_update(
@@ -60,7 +71,7 @@ def compaction_update(
     if [state.name for state in old] != [state.name for state in new]:
         return None
     added: list[tuple[DomainRef, Demand]] = []
-    removed: list[DomainRef] = []
+    removed: list[tuple[DomainRef, Demand]] = []
     for was, now in zip(old, new, strict=True):
         if was is now:
             continue
@@ -75,7 +86,7 @@ def compaction_update(
         return previous  # pending claims or hypervisors no domain may go to: nothing it reads
     held = dict(previous.held)
     assignment = dict(previous.assignment)
-    if removed and not _release(removed, new, held, assignment):
+    if removed and not _release([member for member, _ in removed], new, held, assignment):
         return None
     requests: dict[int, FilterRequest] = {}
     for member, demand in sorted(added, key=lambda item: largest_first(item[1], item[0])):
@@ -96,9 +107,13 @@ def compaction_update(
     kept = tuple(name for name in previous.kept if name in held)
     if removed and not added and previous.relaxation_bound < len(kept):
         return None  # fewer domains never raise that bound: it cannot prove the packing now
+    counted = _counted(previous.parts, new, removed, added)
     if removed:
-        bound, keys = lower_bound(states, packing=kept)
+        parts = _bounded(counted, new, kept)
+        bound, keys = sum(part.value for part in parts), frozenset(k for p in parts for k in p.counts)
     else:
+        lasts = [part for _, part in counted]
+        parts = tuple(part for part in lasts if part is not None) if None not in lasts else ()
         bound, keys = previous.lower_bound, previous.shape_keys | {shape_key(d) for _, d in added}
     if len(kept) > bound:
         return None
@@ -115,6 +130,7 @@ def compaction_update(
         validation_seconds=time.perf_counter() - began,
         held=held,
         shape_keys=keys,
+        parts=parts,
     )
 
 
@@ -158,7 +174,57 @@ def _release(
     return True
 
 
-def _changed(was: HostState, now: HostState) -> tuple[list[DomainRef], list[tuple[DomainRef, Demand]]] | None:
+def _counted(
+    parts: Sequence[PartBound],
+    states: Sequence[HostState],
+    removed: Sequence[tuple[DomainRef, Demand]],
+    added: Sequence[tuple[DomainRef, Demand]],
+) -> list[tuple[bool, PartBound | None]]:
+    """The zone parts of `states`, each with whether it lost domains of a shape and the last bound
+    of the same hypervisors with their domains counted again (None where the last compaction had
+    no such part: its zones or the domains held to them changed)."""
+    change: dict[str, Counter[Hashable]] = {}
+    for (member, demand), step in chain(zip(removed, repeat(-1)), zip(added, repeat(1))):
+        change.setdefault(member.hypervisor, Counter())[shape_key(demand)] += step
+    last = {part.hosts: part for part in parts}
+    found: list[tuple[bool, PartBound | None]] = []
+    for members in zone_parts(states):
+        names = tuple(state.name for state in members)
+        part = last.get(names)
+        moved: Counter[Hashable] = Counter()
+        for name in names:
+            moved.update(change.get(name, {}))
+        if part is not None and moved:
+            counts = Counter(part.counts)
+            counts.update(moved)
+            part = replace(part, counts={key: count for key, count in counts.items() if count > 0})
+        found.append((any(step < 0 for step in moved.values()), part))
+    return found
+
+
+def _bounded(
+    counted: Sequence[tuple[bool, PartBound | None]], states: Sequence[HostState], kept: Sequence[str]
+) -> tuple[PartBound, ...]:
+    """Each zone part's lower bound after domains stopped (`_counted`'s parts): the last one where
+    it lost no domain of any shape (a bound holds for more domains), else the last prices where
+    they prove the hypervisors the packing uses there (`Certificate`), else computed again
+    (`part_lower_bound`)."""
+    using = set(kept)
+    deadline = time.perf_counter() + BOUND_SECONDS
+    bounded = []
+    for members, (lost, last) in zip(zone_parts(states), counted, strict=True):
+        target = sum(1 for state in members if state.name in using)
+        part = last
+        if last is not None and lost:
+            proven = None if last.certificate is None else last.certificate.bound(last.counts)
+            part = None if proven is None or proven < target else replace(last, value=proven)
+        bounded.append(part or part_lower_bound(members, target, deadline=deadline))
+    return tuple(bounded)
+
+
+def _changed(
+    was: HostState, now: HostState
+) -> tuple[list[tuple[DomainRef, Demand]], list[tuple[DomainRef, Demand]]] | None:
     """The domains `was` had that `now` has not or has with another demand (removed), and those
     `now` has that `was` had not or had with another demand (added); None where two domains of
     one name cannot be told apart."""
@@ -166,7 +232,9 @@ def _changed(was: HostState, now: HostState) -> tuple[list[DomainRef], list[tupl
     after = {guest.name: guest.demand for guest in now.guests}
     if len(before) != len(was.guests) or len(after) != len(now.guests):
         return None
-    removed = [DomainRef(was.name, name) for name, demand in before.items() if after.get(name) != demand]
+    removed = [
+        (DomainRef(was.name, name), demand) for name, demand in before.items() if after.get(name) != demand
+    ]
     added = [
         (DomainRef(now.name, name), demand) for name, demand in after.items() if before.get(name) != demand
     ]

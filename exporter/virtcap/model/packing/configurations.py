@@ -27,6 +27,7 @@ import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from virtcap.model.packing.milp import LinearProgram, solve
 from virtcap.model.resources import Resource
@@ -74,6 +75,15 @@ class Kind:
     least: int = 0
 
 
+class PricedBound(NamedTuple):
+    """A configuration bound and the round that proved it: `value` is the items' counts times
+    `prices` less `penalty` (the sum over kinds of the module's docstring)."""
+
+    value: float
+    prices: tuple[float, ...]
+    penalty: float
+
+
 def configuration_bound(
     items: Sequence[Item],
     kinds: Sequence[Kind],
@@ -85,6 +95,21 @@ def configuration_bound(
     """A proven lower bound (fractional) on the hypervisors any packing of the items on the kinds
     uses (the module's docstring). Stops early once the bound exceeds `enough` (the caller's packing
     is then proven optimal: nothing more is needed); -inf when no round finished."""
+    return priced_bound(items, kinds, deadline=deadline, enough=enough, max_rounds=max_rounds).value
+
+
+def priced_bound(
+    items: Sequence[Item],
+    kinds: Sequence[Kind],
+    *,
+    deadline: float,
+    enough: float = math.inf,
+    max_rounds: int = MAX_ROUNDS,
+) -> PricedBound:
+    """`configuration_bound` with the prices and the penalty of its best round. On the same kinds,
+    the same prices and penalty prove a bound for fewer of any item (a configuration of fewer
+    items is one the pricing looked at), and for more of an item whose count was above what a
+    hypervisor of any kind holds of it in a row (the count did not cap its pricing)."""
     configurations: list[tuple[int, tuple[int, ...]]] = []
     for kind_index, kind in enumerate(kinds):
         for index, item in enumerate(items):
@@ -95,14 +120,14 @@ def configuration_bound(
                 configurations.append((kind_index, tuple(held)))
     seen = set(configurations)
     penalty = float(sum(kind.copies for kind in kinds) + 1)
-    best = -math.inf
+    best = PricedBound(-math.inf, (), 0.0)
     for _ in range(max_rounds):
         if time.perf_counter() >= deadline:
             break
         prices, kind_duals = _master_duals(items, kinds, configurations, penalty, deadline)
         if prices is None:
             break
-        bound = sum(price * item.count for price, item in zip(prices, items, strict=True))
+        beyond = 0.0
         priced: dict[_KindKey, tuple[float, tuple[int, ...]]] = {}
         added = False
         for kind_index, kind in enumerate(kinds):
@@ -111,7 +136,7 @@ def configuration_bound(
             if found is None:
                 found = priced[key] = _price(items, kind, prices, deadline)
             worth, holding = found
-            bound -= kind.copies * max(worth - 1.0, 0.0) + kind.least * min(worth - 1.0, 0.0)
+            beyond += kind.copies * max(worth - 1.0, 0.0) + kind.least * min(worth - 1.0, 0.0)
             value = sum(price * count for price, count in zip(prices, holding, strict=True))
             if 1.0 - value - kind_duals[kind_index] < -REDUCED_COST_TOLERANCE:
                 configuration = (kind_index, holding)
@@ -119,8 +144,10 @@ def configuration_bound(
                     seen.add(configuration)
                     configurations.append(configuration)
                     added = True
-        best = max(best, bound)
-        if best > enough or not added:
+        bound = sum(price * item.count for price, item in zip(prices, items, strict=True)) - beyond
+        if bound > best.value:
+            best = PricedBound(bound, tuple(prices), beyond)
+        if best.value > enough or not added:
             break
     return best
 
@@ -208,4 +235,4 @@ def _everything(items: Sequence[Item], kind: Kind, prices: Sequence[float]) -> f
     return sum(price * min(kind.fits[index], items[index].count) for index, price in enumerate(prices))
 
 
-__all__ = ["Item", "Kind", "configuration_bound"]
+__all__ = ["Item", "Kind", "PricedBound", "configuration_bound", "priced_bound"]
