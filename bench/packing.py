@@ -102,9 +102,11 @@ def catch_up(packing: FleetPacking, states: list[HostState], settings: PackingSe
 
 
 def with_domain_started(state: HostState) -> HostState:
-    """The hypervisor with one domain more, running (an m1.large): the compaction reads it."""
+    """The hypervisor with one domain more, running (an m1.large held to its zone, as the
+    exporter's states hold every domain): the compaction reads it."""
     claimed = tolerance_fleet_changed(state)
-    return replace(claimed, guests=(*claimed.guests, Guest("bench-started", LARGE)))
+    started = Guest("bench-started", replace(LARGE, availability_zone=state.availability_zone))
+    return replace(claimed, guests=(*claimed.guests, started))
 
 
 def packing_in_process(runs: int, hypervisors: int, domains: int) -> None:

@@ -322,7 +322,8 @@ def part_lower_bound(
     bound = prepared.bound(aggregate_bound)
     certificate = None
     if target is None or bound < target:
-        configured, certificate = prepared.configured(deadline, target)
+        # priced to the end: its prices bound the part again after the next domains stopped
+        configured, certificate = prepared.configured(deadline, None if not prepared.stuck else target)
         bound = max(bound, configured)
     return PartBound(tuple(state.name for state in part), bound, prepared.counts, certificate)
 
