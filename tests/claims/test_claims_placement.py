@@ -83,6 +83,14 @@ def server(config: Path, tmp_path: Path) -> Iterator[Server]:
         yield running
 
 
+@pytest.fixture(scope="module")
+def refusing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """One server for the tests whose every claim is refused: they leave it as they found it."""
+    directory = tmp_path_factory.mktemp("refusing")
+    with running_server(["--config", str(write_placement_config(directory))], directory) as running:
+        yield running
+
+
 def metric(server: Server, name: str, **labels: str) -> float | None:
     return value(server.samples(), name, **labels)
 
@@ -212,13 +220,13 @@ def test_a_flavor_without_extra_specs_is_claimed_as_written(server: Server) -> N
     ],
 )
 def test_a_bad_flavor_or_extra_spec_gets_400_with_a_clear_message(
-    server: Server, body: dict[str, Any], message: str
+    refusing: Server, body: dict[str, Any], message: str
 ) -> None:
-    status, answer = claim(server, hypervisor="numa", **body)
+    status, answer = claim(refusing, hypervisor="numa", **body)
     assert status == 400, answer
     assert message in answer["error"], answer
     assert "\n" not in answer["error"]
-    assert call(server, "GET", "/api/v1/claims")[1] == {"claims": []}
+    assert call(refusing, "GET", "/api/v1/claims")[1] == {"claims": []}
 
 
 def test_flavor_and_extra_specs_survive_a_restart(config: Path, tmp_path: Path) -> None:
