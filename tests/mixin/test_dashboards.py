@@ -41,6 +41,8 @@ from tests.support.serving import WORKER_SECONDS, running_server, wait_for
 from virtcap.demo import demo_config_text
 
 PROVISIONING = ROOT / "deploy/grafana/provisioning"
+NO_DATA_SECONDS = 30.0
+"""How long a panel's query is asked again before its having no data fails the test."""
 UIDS = {
     "virtcap-fleet.json": "virtcap-fleet",
     "virtcap-hypervisor.json": "virtcap-hypervisor",
@@ -419,12 +421,20 @@ def test_every_panel_query_has_data_on_the_demo(
     placement = reads_placement(expression)
     prometheus: Prometheus = request.getfixturevalue("placement_prometheus" if placement else "prometheus")
     resolved = request.getfixturevalue("placement_variables" if placement else "variables")[dashboard]
-    tried = 0
-    for values in assignments(expression, resolved):
-        tried += 1
-        if prometheus.query(interpolate(expression, values)):
-            return
-    pytest.fail(f"{dashboard} / {panel}: no data for {expression} (with any of {tried} sets of variables)")
+    # Asked again for a while: on a busy machine a scrape of the exporter can time out (its series
+    # then stale until the next) or a round of Placement fail (its families gone until the next).
+    deadline = time.monotonic() + NO_DATA_SECONDS
+    while True:
+        tried = 0
+        for values in assignments(expression, resolved):
+            tried += 1
+            if prometheus.query(interpolate(expression, values)):
+                return
+        if time.monotonic() > deadline:
+            pytest.fail(
+                f"{dashboard} / {panel}: no data for {expression} (with any of {tried} sets of variables)"
+            )
+        time.sleep(1.0)
 
 
 @pytest.mark.parametrize("name", sorted(UIDS))
