@@ -21,11 +21,14 @@ from virtcap.exposition.catalogue import HYPERVISOR_FAMILIES
 from virtcap.exposition.families import FragmentCache, HypervisorView, PlacementShown, render, views
 from virtcap.exposition.placement_families import drift_families, placement_families
 from virtcap.exposition.report import fleet_document, render_tables
+from virtcap.fleet.packing import PackingReport
 from virtcap.fleet.placement import PlacementReport
 from virtcap.fleet.snapshot import HypervisorSnapshot
 from virtcap.fleet.store import SnapshotStore
+from virtcap.fleet.tolerance import HostEvacuation, ToleranceReport
 from virtcap.model.capacity import ResourceCapacity
 from virtcap.model.facts import CpuIdentity, DomainState, PciDevice
+from virtcap.model.packing.stranded import StrandedCapacity
 from virtcap.model.pci import PciDeviceSpec
 from virtcap.model.placement_drift import Drift, HeldConsumer
 from virtcap.model.resources import MIB, Resource
@@ -237,6 +240,57 @@ def test_the_fragment_cache_renders_what_a_whole_render_does(monkeypatch: pytest
     assert same_as_whole() == [first]
     audited = [name for name in names if store.hypervisors[name].last_good is not None]
     assert same_as_whole(at=now + 3600) == audited  # their data turned stale
+
+
+def test_the_fragment_cache_renders_the_tolerance_and_packing_as_a_whole_render_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The failure tolerance's and the packing answers' per-hypervisor families, kept between
+    renders, are byte for byte a whole render's; they are rendered again when what they show
+    changes, and not for a packing answer that leaves them as they were."""
+    store = SnapshotStore()
+    config = demo_config()
+    store.track([h.name for h in config.hypervisors])
+    for snapshot in asyncio.run(audit_fleet_once(config, cpu_window=0.0)):
+        store.record(snapshot, "success" if snapshot.up else "failure")
+    rendered: list[str] = []
+    for name in ("evacuation_families", "stranded_families"):
+        original = getattr(exposition_module, name)
+
+        def counting(*args: Any, _name: str = name, _original: Any = original) -> list[Metric]:
+            rendered.append(_name)
+            return _original(*args)  # type: ignore[no-any-return]
+
+        monkeypatch.setattr(exposition_module, name, counting)
+    cache = FragmentCache()
+    now = time.time()
+    names = list(store.hypervisors)
+    memory = {Resource.MEMORY: 2 * GIB}
+
+    def same_as_whole(tolerance: ToleranceReport | None) -> list[str]:
+        fleet = views(store, now, 600)
+        rendered.clear()
+        body = cache.render(fleet, {"created": 3}, tolerance=tolerance)
+        changed = list(rendered)
+        assert body == render(fleet, {"created": 3}, tolerance=tolerance)
+        return changed
+
+    evacuations = {name: HostEvacuation(True, ()) for name in names}
+    stranded = {
+        name: StrandedCapacity(memory, {Resource.MEMORY: frozenset({Resource.VCPU})}) for name in names
+    }
+    packing = PackingReport(stranded, None, {}, {}, {}, 1, now, 1.0)
+    tolerance = ToleranceReport(evacuations, 1, 2, now, 1.0, False, {"full": 1}, packing)
+    assert same_as_whole(None) == ["evacuation_families", "stranded_families"]
+    assert same_as_whole(tolerance) == ["evacuation_families", "stranded_families"]
+    assert same_as_whole(tolerance) == []
+    answered = replace(packing, sellable={"m1.small": 7}, computed_at=now + 1)  # a step's answer
+    assert same_as_whole(replace(tolerance, packing=answered)) == []
+    refused = {**evacuations, names[0]: HostEvacuation(False, ())}
+    assert same_as_whole(replace(tolerance, evacuations=refused, packing=answered)) == ["evacuation_families"]
+    changed = {**stranded, names[1]: StrandedCapacity({Resource.MEMORY: GIB}, {})}
+    again = replace(tolerance, evacuations=refused, packing=replace(answered, stranded=changed))
+    assert same_as_whole(again) == ["stranded_families"]
 
 
 def test_a_refused_inventory_is_loud_in_the_exposition_and_the_report() -> None:

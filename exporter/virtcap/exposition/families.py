@@ -8,7 +8,7 @@ so the series of a removed domain or hypervisor simply stop being produced.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -20,13 +20,13 @@ from virtcap.config.schema import ExpositionSection
 from virtcap.exposition import catalogue
 from virtcap.exposition.catalogue import AUDIT_OUTCOMES, CLAIM_OUTCOMES
 from virtcap.exposition.metric_family import MetricFamily
-from virtcap.exposition.packing_families import packing_families
+from virtcap.exposition.packing_families import answer_families, stranded_families
 from virtcap.exposition.placement_families import drift_families, placement_families
 from virtcap.exposition.reclaim_families import reclaim_families
 from virtcap.fleet.placement import PlacementReport
 from virtcap.fleet.snapshot import HypervisorSnapshot
 from virtcap.fleet.store import HypervisorState, SnapshotStore
-from virtcap.fleet.tolerance import ToleranceReport
+from virtcap.fleet.tolerance import HostEvacuation, ToleranceReport
 from virtcap.model.capacity import HostCapacity, domain_allocation
 from virtcap.model.facts import CpuIdentity, DomainState, HostFacts
 from virtcap.model.host_fit import cell_amounts
@@ -198,6 +198,8 @@ class FragmentCache:
         rendered for: a round's answers change once an interval, a render happens at every scrape."""
         self._drift_samples: dict[str, tuple[Drift, list[str]]] = {}
         """Per hypervisor shown, its drift and its samples of each Placement family."""
+        self._kept_parts: dict[str, tuple[object, bytes]] = {}
+        """`_fleet_text`'s per-hypervisor parts: what each shows, and its text."""
 
     @property
     def projects(self) -> Mapping[str, str]:
@@ -241,12 +243,8 @@ class FragmentCache:
         parts = [_joined(self._headers, [samples for _view, samples in fragments.values()])]
         if claim_outcomes is not None:
             shown = [view for view, _samples in fragments.values()]
-            parts.append(
-                _generate(
-                    fleet_families(tolerance, shown)
-                    + reclaim_families(reclaimable, projects, exposition.top_projects)
-                )
-            )
+            parts.append(self._fleet_text(tolerance, shown))
+            parts.append(_generate(reclaim_families(reclaimable, projects, exposition.top_projects)))
             parts.append(self._placement_text(placement, shown))
             parts.append(
                 _generate(
@@ -257,6 +255,36 @@ class FragmentCache:
         # joined once: each `+=` copied the whole body (megabytes at 1,000 hypervisors) again, in
         # the render thread, holding the interpreter lock the scrapes need
         return b"".join(parts)
+
+    def _fleet_text(self, tolerance: ToleranceReport | None, hypervisors: Iterable[HypervisorView]) -> bytes:
+        """`fleet_families`' text, byte for byte. Its per-hypervisor families (evacuations,
+        stranded capacity: 40 ms at 1,000 hypervisors, in the render thread, holding the
+        interpreter lock the scrapes need) are rendered again only when what they show changed:
+        each audit renders, and each packing answer (sellable instances, a compaction) leaves
+        them as they were."""
+        shown = _shown(hypervisors)
+        packing = tolerance.packing if tolerance is not None else None
+        evacuations = tuple(
+            (name, evacuation.feasible, len(evacuation.unplaced))
+            for name, evacuation in _evacuations(tolerance, shown)
+        )
+        stranded = tuple((name, packing.stranded.get(name)) for name in shown) if packing is not None else ()
+        return b"".join(
+            (
+                self._kept_text("evacuations", evacuations, lambda: evacuation_families(tolerance, shown)),
+                _generate(tolerance_families(tolerance)),
+                self._kept_text("stranded", stranded, lambda: stranded_families(packing, shown)),
+                _generate(answer_families(packing)),
+            )
+        )
+
+    def _kept_text(self, part: str, shows: object, families: Callable[[], list[Metric]]) -> bytes:
+        """The text of `families`, kept with what it `shows` and rendered again when that changes."""
+        kept = self._kept_parts.get(part)
+        if kept is None or kept[0] != shows:
+            kept = (shows, _generate(families()))
+            self._kept_parts[part] = kept
+        return kept[1]
 
     def _placement_text(
         self, placement: PlacementShown | None, hypervisors: Iterable[HypervisorView]
@@ -332,21 +360,45 @@ def fleet_families(tolerance: ToleranceReport | None, hypervisors: Iterable[Hype
     """The failure tolerance, then the packing answers computed after it, for the hypervisors
     whose data is shown (one that turned stale or was removed since the computation is left out
     at once); no series before the first."""
-    hypervisors = tuple(hypervisors)
+    shown = _shown(hypervisors)
+    packing = tolerance.packing if tolerance is not None else None
+    return (
+        evacuation_families(tolerance, shown)
+        + tolerance_families(tolerance)
+        + stranded_families(packing, shown)
+        + answer_families(packing)
+    )
+
+
+def _shown(hypervisors: Iterable[HypervisorView]) -> tuple[str, ...]:
+    return tuple(view.name for view in hypervisors if view.data is not None)
+
+
+def evacuation_families(tolerance: ToleranceReport | None, shown: Sequence[str]) -> list[Metric]:
+    """`fleet_families`' first: each shown hypervisor's evacuation."""
     feasible = catalogue.EVACUATION_FEASIBLE.gauge()
     unplaced = catalogue.EVACUATION_UNPLACED.gauge()
+    for name, evacuation in _evacuations(tolerance, shown):
+        feasible.add_metric([name], 1 if evacuation.feasible else 0)
+        unplaced.add_metric([name], len(evacuation.unplaced))
+    return [feasible, unplaced]
+
+
+def _evacuations(tolerance: ToleranceReport | None, shown: Sequence[str]) -> list[tuple[str, HostEvacuation]]:
+    if tolerance is None:
+        return []
+    found = ((name, tolerance.evacuations.get(name)) for name in shown)
+    return [(name, evacuation) for name, evacuation in found if evacuation is not None]
+
+
+def tolerance_families(tolerance: ToleranceReport | None) -> list[Metric]:
+    """`fleet_families`' second: the fleet's tolerance."""
     tolerated = catalogue.HOST_FAILURES_TOLERATED.gauge()
     bound = catalogue.HOST_FAILURES_BOUND.gauge()
     timestamp = catalogue.TOLERANCE_TIMESTAMP.gauge()
     duration = catalogue.TOLERANCE_DURATION.gauge()
     computations = catalogue.TOLERANCE_COMPUTATIONS.counter()
     if tolerance is not None:
-        for view in hypervisors:
-            evacuation = tolerance.evacuations.get(view.name)
-            if evacuation is None or view.data is None:
-                continue
-            feasible.add_metric([view.name], 1 if evacuation.feasible else 0)
-            unplaced.add_metric([view.name], len(evacuation.unplaced))
         tolerated.add_metric([], tolerance.tolerated)
         bound.add_metric([], tolerance.bound)
         timestamp.add_metric([], tolerance.computed_at)
@@ -354,17 +406,13 @@ def fleet_families(tolerance: ToleranceReport | None, hypervisors: Iterable[Hype
         for kind in catalogue.TOLERANCE_COMPUTATIONS.label_values["kind"]:
             computations.add_metric([kind], tolerance.computations.get(kind, 0))
     built: dict[MetricFamily, Metric] = {
-        catalogue.EVACUATION_FEASIBLE: feasible,
-        catalogue.EVACUATION_UNPLACED: unplaced,
         catalogue.HOST_FAILURES_TOLERATED: tolerated,
         catalogue.HOST_FAILURES_BOUND: bound,
         catalogue.TOLERANCE_TIMESTAMP: timestamp,
         catalogue.TOLERANCE_DURATION: duration,
         catalogue.TOLERANCE_COMPUTATIONS: computations,
     }
-    shown = {view.name for view in hypervisors if view.data is not None}
-    packing = tolerance.packing if tolerance is not None else None
-    return [built[family] for family in catalogue.FLEET_FAMILIES] + packing_families(packing, shown)
+    return [built[family] for family in catalogue.FLEET_FAMILIES if family in built]
 
 
 def storage_families(hypervisors: Iterable[HypervisorView]) -> list[Metric]:

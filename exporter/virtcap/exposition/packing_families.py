@@ -19,8 +19,26 @@ def packing_families(packing: PackingReport | None, shown: Collection[str]) -> l
     """The fleet's answers, and each hypervisor's stranded capacity for the hypervisors in
     `shown` (those whose data is shown: one that turned stale or was removed since the
     computation is left out at once); no series before the first computation."""
+    return stranded_families(packing, shown) + answer_families(packing)
+
+
+def stranded_families(packing: PackingReport | None, shown: Collection[str]) -> list[Metric]:
+    """`packing_families`' first: each hypervisor's stranded capacity and its causes."""
     stranded = entries.RESOURCE_STRANDED.gauge()
     stranded_by = entries.RESOURCE_STRANDED_BY.gauge()
+    if packing is not None:
+        for name, found in packing.stranded.items():
+            if name not in shown:
+                continue
+            for resource in display_order(found.amounts):
+                stranded.add_metric([name, resource.label, resource.unit], found.amounts[resource])
+                for cause in display_order(found.causes.get(resource, ())):
+                    stranded_by.add_metric([name, resource.label, cause.label], 1)
+    return [stranded, stranded_by]
+
+
+def answer_families(packing: PackingReport | None) -> list[Metric]:
+    """`packing_families`' others: the fleet's, its groups' and its zones' answers."""
     hypervisors = entries.COMPACTION_HYPERVISORS.gauge()
     lower_bound = entries.COMPACTION_LOWER_BOUND.gauge()
     freeable = entries.HYPERVISORS_FREEABLE.gauge()
@@ -32,13 +50,6 @@ def packing_families(packing: PackingReport | None, shown: Collection[str]) -> l
     duration = entries.PACKING_DURATION.gauge()
     pending = entries.PACKING_PENDING.gauge()
     if packing is not None:
-        for name, found in packing.stranded.items():
-            if name not in shown:
-                continue
-            for resource in display_order(found.amounts):
-                stranded.add_metric([name, resource.label, resource.unit], found.amounts[resource])
-                for cause in display_order(found.causes.get(resource, ())):
-                    stranded_by.add_metric([name, resource.label, cause.label], 1)
         compaction = packing.compaction
         if compaction is not None:
             hypervisors.add_metric([], compaction.hypervisors)
@@ -56,8 +67,6 @@ def packing_families(packing: PackingReport | None, shown: Collection[str]) -> l
             duration.add_metric([], packing.duration_seconds)
         pending.add_metric([], packing.pending)
     built: dict[MetricFamily, Metric] = {
-        entries.RESOURCE_STRANDED: stranded,
-        entries.RESOURCE_STRANDED_BY: stranded_by,
         entries.COMPACTION_HYPERVISORS: hypervisors,
         entries.COMPACTION_LOWER_BOUND: lower_bound,
         entries.HYPERVISORS_FREEABLE: freeable,
@@ -69,4 +78,4 @@ def packing_families(packing: PackingReport | None, shown: Collection[str]) -> l
         entries.PACKING_DURATION: duration,
         entries.PACKING_PENDING: pending,
     }
-    return [built[family] for family in entries.PACKING_FAMILIES]
+    return [built[family] for family in entries.PACKING_FAMILIES if family in built]
