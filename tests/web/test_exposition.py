@@ -196,14 +196,20 @@ def test_a_failing_hypervisor_keeps_up_0_and_drops_stale_data(store: SnapshotSto
         state.latest = latest
 
 
-def test_the_fragment_cache_renders_what_a_whole_render_does(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Kept per-hypervisor fragments, joined, are byte for byte the whole fleet rendered at once,
-    through every kind of change; and only what changed is rendered again."""
+def demo_store() -> SnapshotStore:
+    """The demo fleet audited once, as `virtcap serve` keeps it."""
     store = SnapshotStore()
     config = demo_config()
     store.track([h.name for h in config.hypervisors])
     for snapshot in asyncio.run(audit_fleet_once(config, cpu_window=0.0)):
         store.record(snapshot, "success" if snapshot.up else "failure")
+    return store
+
+
+def test_the_fragment_cache_renders_what_a_whole_render_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kept per-hypervisor fragments, joined, are byte for byte the whole fleet rendered at once,
+    through every kind of change; and only what changed is rendered again."""
+    store = demo_store()
     rendered: list[str] = []
     whole_fleet = exposition_module.build_families
 
@@ -248,11 +254,7 @@ def test_the_fragment_cache_renders_the_tolerance_and_packing_as_a_whole_render_
     """The failure tolerance's and the packing answers' per-hypervisor families, kept between
     renders, are byte for byte a whole render's; they are rendered again when what they show
     changes, and not for a packing answer that leaves them as they were."""
-    store = SnapshotStore()
-    config = demo_config()
-    store.track([h.name for h in config.hypervisors])
-    for snapshot in asyncio.run(audit_fleet_once(config, cpu_window=0.0)):
-        store.record(snapshot, "success" if snapshot.up else "failure")
+    store = demo_store()
     rendered: list[str] = []
     for name in ("evacuation_families", "stranded_families"):
         original = getattr(exposition_module, name)
