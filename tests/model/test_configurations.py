@@ -17,7 +17,7 @@ from tests.model.test_compaction_update import stopped
 from tests.support.fleets import state
 from virtcap.model.packing.compaction import compaction, lower_bound
 from virtcap.model.packing.compaction_update import compaction_update
-from virtcap.model.packing.configurations import Item, Kind, configuration_bound, priced_bound
+from virtcap.model.packing.configurations import Item, Kind, priced_bound
 from virtcap.model.packing.part_bound import Certificate
 from virtcap.model.resources import Resource
 from virtcap.model.scheduler import HostState
@@ -26,7 +26,7 @@ MEMORY = Resource.MEMORY
 
 
 def bound(items: list[Item], kinds: list[Kind], **options: int) -> float:
-    return configuration_bound(items, kinds, deadline=time.perf_counter() + 60, **options)
+    return priced_bound(items, kinds, deadline=time.perf_counter() + 60, **options).value
 
 
 def test_the_waste_each_hypervisor_is_left_with_counts() -> None:
@@ -59,7 +59,7 @@ def test_it_stops_once_it_proves_enough() -> None:
     items = [Item({MEMORY: 6}, 40), Item({MEMORY: 4}, 40), Item({MEMORY: 3}, 30)]
     kinds = [Kind({MEMORY: 10}, [10, 10, 10], copies=100)]
     full = bound(items, kinds)
-    early = configuration_bound(items, kinds, deadline=time.perf_counter() + 60, enough=full / 2)
+    early = priced_bound(items, kinds, deadline=time.perf_counter() + 60, enough=full / 2).value
     assert full / 2 < early <= full
 
 

@@ -84,20 +84,6 @@ class PricedBound(NamedTuple):
     penalty: float
 
 
-def configuration_bound(
-    items: Sequence[Item],
-    kinds: Sequence[Kind],
-    *,
-    deadline: float,
-    enough: float = math.inf,
-    max_rounds: int = MAX_ROUNDS,
-) -> float:
-    """A proven lower bound (fractional) on the hypervisors any packing of the items on the kinds
-    uses (the module's docstring). Stops early once the bound exceeds `enough` (the caller's packing
-    is then proven optimal: nothing more is needed); -inf when no round finished."""
-    return priced_bound(items, kinds, deadline=deadline, enough=enough, max_rounds=max_rounds).value
-
-
 def priced_bound(
     items: Sequence[Item],
     kinds: Sequence[Kind],
@@ -106,10 +92,13 @@ def priced_bound(
     enough: float = math.inf,
     max_rounds: int = MAX_ROUNDS,
 ) -> PricedBound:
-    """`configuration_bound` with the prices and the penalty of its best round. On the same kinds,
-    the same prices and penalty prove a bound for fewer of any item (a configuration of fewer
-    items is one the pricing looked at), and for more of an item whose count was above what a
-    hypervisor of any kind holds of it in a row (the count did not cap its pricing)."""
+    """A proven lower bound (fractional, `value`) on the hypervisors any packing of the items on the
+    kinds uses (the module's docstring), with the prices and the penalty of its best round. Stops
+    early once the bound exceeds `enough` (the caller's packing is then proven optimal: nothing
+    more is needed); -inf when no round finished. On the same kinds, the same prices and penalty
+    prove a bound for fewer of any item (a configuration of fewer items is one the pricing looked
+    at), and for more of an item whose count was above what a hypervisor of any kind holds of it
+    in a row (the count did not cap its pricing)."""
     configurations: list[tuple[int, tuple[int, ...]]] = []
     for kind_index, kind in enumerate(kinds):
         for index, item in enumerate(items):
@@ -235,4 +224,4 @@ def _everything(items: Sequence[Item], kind: Kind, prices: Sequence[float]) -> f
     return sum(price * min(kind.fits[index], items[index].count) for index, price in enumerate(prices))
 
 
-__all__ = ["Item", "Kind", "PricedBound", "configuration_bound", "priced_bound"]
+__all__ = ["Item", "Kind", "PricedBound", "priced_bound"]
