@@ -211,6 +211,12 @@ def packing_while_scraped(scratch: Path, runs: int, hypervisors: int, domains: i
                 again.setdefault("published", []).append(claimed.found["published"])
                 again.setdefault("caught up", []).append(claimed.found["caught up"])
                 latency_figures(again, measured)
+                # the same number of scrapes once every answer caught up: a p99 of about a hundred
+                # scrapes is their second slowest, the idle window's above is of six hundred
+                after = figures.setdefault(f"{scraped}: nothing to compute, as long as after the claim", {})
+                latency_figures(
+                    after, scrapes_while(port, None, claimed.found["caught up"], period, gzipped=gzipped)
+                )
                 peak = _worker_peak_mib(child.pid)
                 if peak is not None:
                     again.setdefault("rss", []).append(peak)
