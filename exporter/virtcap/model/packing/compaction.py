@@ -323,7 +323,7 @@ def part_lower_bound(
     certificate = None
     if target is None or bound < target:
         # priced to the end: its prices bound the part again after the next domains stopped
-        configured, certificate = prepared.configured(deadline, None if not prepared.stuck else target)
+        configured, certificate = prepared.configured(deadline, target if prepared.stuck else None)
         bound = max(bound, configured)
     return PartBound(tuple(state.name for state in part), bound, prepared.counts, certificate)
 

@@ -109,10 +109,10 @@ def compaction_update(
         return None  # fewer domains never raise that bound: it cannot prove the packing now
     counted = _counted(previous.parts, new, removed, added)
     if removed:
-        parts = _bounded(counted, new, kept)
+        parts = _bounded(counted, kept)
         bound, keys = sum(part.value for part in parts), frozenset(k for p in parts for k in p.counts)
     else:
-        lasts = [part for _, part in counted]
+        lasts = [part for _, _, part in counted]
         parts = tuple(part for part in lasts if part is not None) if None not in lasts else ()
         bound, keys = previous.lower_bound, previous.shape_keys | {shape_key(d) for _, d in added}
     if len(kept) > bound:
@@ -179,7 +179,7 @@ def _counted(
     states: Sequence[HostState],
     removed: Sequence[tuple[DomainRef, Demand]],
     added: Sequence[tuple[DomainRef, Demand]],
-) -> list[tuple[bool, PartBound | None]]:
+) -> list[tuple[list[HostState], bool, PartBound | None]]:
     """The zone parts of `states`, each with whether it lost domains of a shape and the last bound
     of the same hypervisors with their domains counted again (None where the last compaction had
     no such part: its zones or the domains held to them changed)."""
@@ -187,7 +187,7 @@ def _counted(
     for (member, demand), step in chain(zip(removed, repeat(-1)), zip(added, repeat(1))):
         change.setdefault(member.hypervisor, Counter())[shape_key(demand)] += step
     last = {part.hosts: part for part in parts}
-    found: list[tuple[bool, PartBound | None]] = []
+    found: list[tuple[list[HostState], bool, PartBound | None]] = []
     for members in zone_parts(states):
         names = tuple(state.name for state in members)
         part = last.get(names)
@@ -198,12 +198,12 @@ def _counted(
             counts = Counter(part.counts)
             counts.update(moved)
             part = replace(part, counts={key: count for key, count in counts.items() if count > 0})
-        found.append((any(step < 0 for step in moved.values()), part))
+        found.append((members, any(step < 0 for step in moved.values()), part))
     return found
 
 
 def _bounded(
-    counted: Sequence[tuple[bool, PartBound | None]], states: Sequence[HostState], kept: Sequence[str]
+    counted: Sequence[tuple[list[HostState], bool, PartBound | None]], kept: Sequence[str]
 ) -> tuple[PartBound, ...]:
     """Each zone part's lower bound after domains stopped (`_counted`'s parts): the last one where
     it lost no domain of any shape (a bound holds for more domains), else the last prices where
@@ -212,7 +212,7 @@ def _bounded(
     using = set(kept)
     deadline = time.perf_counter() + BOUND_SECONDS
     bounded = []
-    for members, (lost, last) in zip(zone_parts(states), counted, strict=True):
+    for members, lost, last in counted:
         target = sum(1 for state in members if state.name in using)
         part = last
         if last is not None and lost:
