@@ -437,7 +437,10 @@ def test_503_says_when_to_retry(tmp_path: Path) -> None:
 def test_audits_go_on_while_the_database_refuses_to_release_a_reconciled_claim(tmp_path: Path) -> None:
     database = tmp_path / "claims.sqlite"
     with running_server(["--config", str(write_config(tmp_path))], tmp_path) as server:
-        # audited once at start, not again for an hour: this claim waits for the next run
+        # audited once at start, not again for an hour: this claim waits for the next run (made
+        # once that first audit is recorded: one still under way would reconcile it here)
+        success = {"hypervisor": "mixed", "outcome": "success"}
+        wait_for(lambda: metric(server, "virtcap_audits_total", **success) == 1, 30, what="mixed audited")
         status, on_mixed = claim(server, hypervisor="mixed", memory="1GiB", domain_uuid=NOVA_1_UUID)
         assert status == 201, on_mixed
         status, on_big = claim(server, hypervisor="big", vcpu=3)
@@ -455,7 +458,6 @@ def test_audits_go_on_while_the_database_refuses_to_release_a_reconciled_claim(t
             assert call(server, "GET", f"/api/v1/claims/{on_big['id']}")[0] == 200
             assert "the database refuses the delete" in server.log_text()
             # and the audits of that hypervisor go on
-            success = {"hypervisor": "mixed", "outcome": "success"}
             audits = metric(server, "virtcap_audits_total", **success) or 0
             wait_for(
                 lambda: (metric(server, "virtcap_audits_total", **success) or 0) >= audits + 2,
