@@ -15,7 +15,7 @@ from virtcap.claims.postgres import PostgresClaimDatabase
 from virtcap.claims.storage import ClaimStorage
 from virtcap.fleet.claim_records import Claim
 from virtcap.model.facts import DomainState
-from virtcap.model.reclaim import DomainHistory, ReclaimPolicy
+from virtcap.model.reclaim import DomainHistory, ReclaimableDomain, ReclaimPolicy
 from virtcap.model.resources import Resource
 from virtcap.service.reclaim import ReclaimTracker
 
@@ -144,22 +144,46 @@ def test_a_hypervisor_dropped_here_is_forgotten_and_another_shards_are_kept(tmp_
     assert _run(scenario()) == {("hv-a", "uuid-u1"), ("hv-c", "uuid-u1")}
 
 
-def test_the_candidates_are_made_as_they_are_taken_each_hypervisors_as_when_asked() -> None:
-    """A render takes the candidates a slice of the event loop at a time: they are made as they
-    are taken (not as one list first), and an audit meanwhile does not change those asked for."""
-    stopped = host(domains=(domain("u1", DomainState.SHUTOFF), domain("u2", DomainState.SHUTOFF)))
-    tracker = ReclaimTracker(ReclaimPolicy(shutoff_after=1.0, idle_cpu_below=0.05, idle_for=1.0))
-    for name in ("hv-a", "hv-b"):
-        _run(tracker.record(name, stopped, now=T0))
-    expected = list(tracker.candidates())
-    taken = tracker.candidates()
-    first = next(taken)
-    _run(tracker.record("hv-b", host(domains=(domain("u1"),)), now=T0 + 1))  # hv-b's domains started
-    assert [first, *taken] == expected
-    assert [(found[0], found[1].name) for found in expected] == [
-        ("hv-a", "u1"),
-        ("hv-a", "u2"),
-        ("hv-b", "u1"),
-        ("hv-b", "u2"),
+def _names(found: list[ReclaimableDomain]) -> list[tuple[str, str]]:
+    return [(domain.hypervisor, domain.domain.name) for domain in found]
+
+
+def test_a_hypervisors_reclaimable_domains_are_decided_again_only_when_they_can_change() -> None:
+    """A render asks for every hypervisor's reclaimable domains: they are decided again after an
+    audit of that hypervisor, or once one of its candidates has become reclaimable since (time
+    alone), and otherwise kept, as the same list."""
+    policy = ReclaimPolicy(shutoff_after=10.0, idle_cpu_below=0.05, idle_for=10.0)
+    tracker = ReclaimTracker(policy)
+    _run(tracker.record("hv-a", host(domains=(domain("u1", DomainState.SHUTOFF),)), now=T0))
+    stopped_later = host(domains=(domain("u1", DomainState.SHUTOFF), domain("u2", DomainState.SHUTOFF)))
+    _run(tracker.record("hv-b", stopped_later, now=T0 + 5))
+    assert tracker.hypervisors() == ["hv-a", "hv-b"]
+    assert tracker.reclaimable_on("hv-a", T0 + 9.5) == []
+    assert _names(tracker.reclaimable_on("hv-a", T0 + 10)) == [("hv-a", "u1")]
+    kept = tracker.reclaimable_on("hv-a", T0 + 10)
+    assert tracker.reclaimable_on("hv-a", T0 + 1000) is kept  # nothing left to change with time
+    assert tracker.reclaimable_on("hv-a", T0 + 5) == []  # a clock gone back: decided again
+    assert _names(tracker.reclaimable_domains(T0 + 15)) == [("hv-a", "u1"), ("hv-b", "u1"), ("hv-b", "u2")]
+    # hv-b's domains started: its next audit decides again, whatever the time
+    _run(tracker.record("hv-b", host(domains=(domain("u1"),)), now=T0 + 16))
+    assert tracker.reclaimable_on("hv-b", T0 + 17) == []
+    assert tracker.reclaimable_on("unknown", T0) == []
+
+
+def test_the_kept_decisions_are_those_made_afresh_at_every_time() -> None:
+    """Decided at times in any order, with audits between, each answer is what a tracker that
+    never decided before finds at that time."""
+    policy = ReclaimPolicy(shutoff_after=7.0, idle_cpu_below=0.05, idle_for=3.0)
+    audits = [
+        host(domains=(domain("u1", DomainState.SHUTOFF), domain("u2"), domain("u3", DomainState.SHUTOFF))),
+        host(domains=(domain("u1"), domain("u2", DomainState.SHUTOFF))),
     ]
-    assert [found[0] for found in tracker.candidates()] == ["hv-a", "hv-a"]
+    kept = ReclaimTracker(policy)
+    asked = [(T0, (1, 8, 3, 12, 7, 30, 2)), (T0 + 40, (41, 49, 46, 60))]
+    for facts, (audited_at, asked_at) in zip(audits, asked, strict=True):
+        _run(kept.record("hv-a", facts, now=audited_at))
+        for offset in asked_at:
+            fresh = ReclaimTracker(policy)
+            _run(fresh.record("hv-a", facts, now=audited_at))
+            at = T0 + offset
+            assert _names(kept.reclaimable_on("hv-a", at)) == _names(fresh.reclaimable_on("hv-a", at)), at

@@ -18,7 +18,15 @@ from virtcap.config import parse_config
 from virtcap.demo import demo_config
 from virtcap.exposition import families as exposition_module
 from virtcap.exposition.catalogue import HYPERVISOR_FAMILIES
-from virtcap.exposition.families import FragmentCache, HypervisorView, PlacementShown, render, views
+from virtcap.exposition.families import (
+    FragmentCache,
+    HypervisorView,
+    PlacementShown,
+    hypervisor_view,
+    render,
+    views,
+)
+from virtcap.exposition.kept_views import KeptViews
 from virtcap.exposition.placement_families import drift_families, placement_families
 from virtcap.exposition.report import fleet_document, render_tables
 from virtcap.fleet.packing import PackingReport
@@ -28,6 +36,7 @@ from virtcap.fleet.store import SnapshotStore
 from virtcap.fleet.tolerance import HostEvacuation, ToleranceReport
 from virtcap.model.capacity import ResourceCapacity
 from virtcap.model.facts import CpuIdentity, DomainState, PciDevice
+from virtcap.model.maintenance import Maintenance
 from virtcap.model.packing.stranded import StrandedCapacity
 from virtcap.model.pci import PciDeviceSpec
 from virtcap.model.placement_drift import Drift, HeldConsumer
@@ -204,6 +213,52 @@ def demo_store() -> SnapshotStore:
     for snapshot in asyncio.run(audit_fleet_once(config, cpu_window=0.0)):
         store.record(snapshot, "success" if snapshot.up else "failure")
     return store
+
+
+def test_kept_views_are_the_views_made_afresh_through_every_kind_of_change() -> None:
+    """A render takes every hypervisor's view: the one kept from the last render where nothing
+    it shows changed (the same object), a new one otherwise, always what `hypervisor_view` makes."""
+    store = demo_store()
+    kept = KeptViews()
+    now = time.time()
+
+    def taken(at: float = now, pending: dict[str, int] | None = None, maintenance: Any = None) -> list[str]:
+        """The views taken; the hypervisors whose view was made again."""
+        remade = []
+        for state in store.hypervisors.values():
+            before = kept._made.get(state.name)
+            view = kept.view(state, at, 600, pending or {}, maintenance)
+            fresh = hypervisor_view(state, at, 600, pending or {}, maintenance)
+            assert view == fresh and view.data is fresh.data, state.name
+            if before is None or before.view is not view:
+                remade.append(state.name)
+        kept.forget_unasked()
+        return remade
+
+    names = list(store.hypervisors)
+    first = names[0]
+    assert taken() == names
+    assert taken() == []
+    store.record(store.hypervisors[first].latest, "failure")  # type: ignore[arg-type]
+    assert taken() == [first]  # one more audit counted
+    store.count_domain_reads(first, 7)
+    assert taken() == [first]
+    store.set_identity(first, CpuIdentity(model="EPYC", arch="x86_64"))
+    assert taken() == [first]
+    good = store.hypervisors[first].last_good
+    assert good is not None
+    store.replace_good(first, good, replace(good, taken_at=good.taken_at + 1))
+    assert taken() == [first]
+    assert taken(pending={first: 2}) == [first]
+    assert taken(pending={first: 2}) == []
+    up = [name for name in names if store.hypervisors[name].last_good is not None]
+    assert set(taken(at=now + 3600)) == set(up)  # stale: shown without data
+    taken(at=now + 3600, maintenance={})  # the claims ledger's entries: none
+    in_maintenance = {first: (Maintenance("api", "disk swap"),)}
+    assert taken(at=now + 3600, maintenance=in_maintenance) == [first]  # what stale ones show
+    store.track(names[1:])
+    assert taken(at=now + 3600, maintenance=in_maintenance) == []
+    assert first not in kept._made
 
 
 def test_the_fragment_cache_renders_what_a_whole_render_does(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -120,17 +120,24 @@ def advance_history(
     return replace(not_idle, idle_since=idle_since)
 
 
+def reclaimable_from(history: DomainHistory, policy: ReclaimPolicy) -> tuple[float, Reclaimable] | None:
+    """From when the domain is reclaimable, and why, as long as its history stays as it is (None:
+    it is not, however long: running and not idle, or in any other state). What an audit does not
+    change, time alone does not undo: a reclaimable domain stays so until its next audit."""
+    if history.state == DomainState.SHUTOFF:
+        since = history.state_since
+        return since + policy.shutoff_after, Reclaimable(ReclaimReason.SHUTOFF, since)
+    if history.state == DomainState.RUNNING and history.idle_since is not None:
+        return history.idle_since + policy.idle_for, Reclaimable(ReclaimReason.IDLE, history.idle_since)
+    return None
+
+
 def reclaimable(history: DomainHistory, now: float, policy: ReclaimPolicy) -> Reclaimable | None:
     """Why the domain's allocation is reclaimable at `now`, and since when; None where it is not."""
-    if history.state == DomainState.SHUTOFF and now - history.state_since >= policy.shutoff_after:
-        return Reclaimable(ReclaimReason.SHUTOFF, history.state_since)
-    if (
-        history.state == DomainState.RUNNING
-        and history.idle_since is not None
-        and now - history.idle_since >= policy.idle_for
-    ):
-        return Reclaimable(ReclaimReason.IDLE, history.idle_since)
-    return None
+    pending = reclaimable_from(history, policy)
+    if pending is None or now < pending[0]:
+        return None
+    return pending[1]
 
 
 def advance_hypervisor(

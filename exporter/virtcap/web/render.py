@@ -16,7 +16,8 @@ from collections.abc import Callable, Mapping
 
 from virtcap.claims.ledger import ClaimLedger
 from virtcap.config.schema import ExpositionSection
-from virtcap.exposition.families import FragmentCache, PlacementShown, TaskHealth, hypervisor_view
+from virtcap.exposition.families import FragmentCache, PlacementShown, TaskHealth
+from virtcap.exposition.kept_views import KeptViews
 from virtcap.fleet.store import SnapshotStore
 from virtcap.model.reclaim import ReclaimableDomain
 from virtcap.model.sharding import UNSHARDED
@@ -55,6 +56,7 @@ class MetricsCache:
         compresses its body too, before it is shown."""
         self.gzip_kept_seconds = GZIP_KEPT_SECONDS
         self._fragments = FragmentCache()
+        self._views = KeptViews()
         self.exposition = ExpositionSection()
         """`exposition`: the project and domain series; set by whoever configures the exporter."""
         self.shard = UNSHARDED
@@ -106,15 +108,17 @@ class MetricsCache:
             started = time.monotonic()
             now = time.time()
             # What the loop owns is read on the loop, in slices: a thousand hypervisors' views
-            # and the reclaim candidates take tens of milliseconds, which a scrape must not wait.
+            # and reclaimable domains took tens of milliseconds, which a scrape must not wait
+            # (now mostly kept from the last render: KeptViews, ReclaimTracker.reclaimable_on).
             view = functools.partial(
-                hypervisor_view,
+                self._views.view,
                 now=now,
                 stale_after=self.stale_after,
                 pending_claims=self.claims.pending(),
                 maintenance=self.claims.maintenance_now(),
             )
             snapshot = tuple(await in_slices(list(self.store.hypervisors.values()), view))
+            self._views.forget_unasked()
             tasks = TaskHealth(dict(self.supervisor.failures), self.supervisor.dead_by_kind())
             flavors = self.flavor_sources() if self.flavor_sources is not None else None
             reclaimable = await self._reclaimable(now)
@@ -150,8 +154,8 @@ class MetricsCache:
         tracker = self.reclaim
         if tracker is None:
             return []
-        decided = await in_slices(tracker.candidates(), lambda found: tracker.reclaimable_at(found, now))
-        return [found for found in decided if found is not None]
+        decided = await in_slices(tracker.hypervisors(), lambda name: tracker.reclaimable_on(name, now))
+        return [found for domains in decided for found in domains]
 
     async def _pause(self, rendered_version: int, gap: float) -> None:
         """The gap between renders, cut short by the first complete picture of the fleet: /-/ready
