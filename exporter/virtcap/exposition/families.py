@@ -200,6 +200,8 @@ class FragmentCache:
         """Per hypervisor shown, its drift and its samples of each Placement family."""
         self._kept_parts: dict[str, tuple[object, bytes]] = {}
         """`_fleet_text`'s per-hypervisor parts: what each shows, and its text."""
+        self._hypervisors_text = b""
+        """Every hypervisor's families joined, as of the last render."""
 
     @property
     def projects(self) -> Mapping[str, str]:
@@ -233,14 +235,21 @@ class FragmentCache:
             self._rendered_with = rendered_with
         projects = rendered_with[1]
         fragments = {}
+        remade = False
         for view in hypervisors:
             kept = self._fragments.get(view.name)
             # Equal views render equally; `data` is compared by identity (see HypervisorView).
             if kept is None or kept[0] != view or kept[0].data is not view.data:
                 kept = (view, _samples_by_family(build_families((view,), exposition, projects)))
+                remade = True
             fragments[view.name] = kept
+        # Joining a thousand hypervisors' fragments takes 10 ms of the render thread, holding the
+        # interpreter lock the scrapes need: done again only when one of them changed, or the
+        # fleet did (a packing answer, a claim's outcome, changes none of them).
+        if remade or not self._hypervisors_text or list(fragments) != list(self._fragments):
+            self._hypervisors_text = _joined(self._headers, [samples for _, samples in fragments.values()])
         self._fragments = fragments  # removed hypervisors are forgotten
-        parts = [_joined(self._headers, [samples for _view, samples in fragments.values()])]
+        parts = [self._hypervisors_text]
         if claim_outcomes is not None:
             shown = [view for view, _samples in fragments.values()]
             parts.append(self._fleet_text(tolerance, shown))
