@@ -307,16 +307,17 @@ def test_the_fragment_cache_renders_the_tolerance_and_packing_as_a_whole_render_
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The failure tolerance's and the packing answers' per-hypervisor families, kept between
-    renders, are byte for byte a whole render's; they are rendered again when what they show
-    changes, and not for a packing answer that leaves them as they were."""
+    renders, are byte for byte a whole render's; a hypervisor's are rendered again when what they
+    show changes, and none for a packing answer that leaves them as they were."""
     store = demo_store()
-    rendered: list[str] = []
-    for name in ("evacuation_families", "stranded_families"):
+    rendered: list[tuple[str, str]] = []
+    for name in ("hypervisors_evacuations", "hypervisors_stranded"):
         original = getattr(exposition_module, name)
 
-        def counting(*args: Any, _name: str = name, _original: Any = original) -> list[Metric]:
-            rendered.append(_name)
-            return _original(*args)  # type: ignore[no-any-return]
+        def counting(shown: Any, _name: str = name, _original: Any = original) -> list[Metric]:
+            shown = list(shown)
+            rendered.extend((_name, hypervisor) for hypervisor, _ in shown)
+            return _original(shown)  # type: ignore[no-any-return]
 
         monkeypatch.setattr(exposition_module, name, counting)
     cache = FragmentCache()
@@ -324,7 +325,7 @@ def test_the_fragment_cache_renders_the_tolerance_and_packing_as_a_whole_render_
     names = list(store.hypervisors)
     memory = {Resource.MEMORY: 2 * GIB}
 
-    def same_as_whole(tolerance: ToleranceReport | None) -> list[str]:
+    def same_as_whole(tolerance: ToleranceReport | None) -> list[tuple[str, str]]:
         fleet = views(store, now, 600)
         rendered.clear()
         body = cache.render(fleet, {"created": 3}, tolerance=tolerance)
@@ -338,16 +339,22 @@ def test_the_fragment_cache_renders_the_tolerance_and_packing_as_a_whole_render_
     }
     packing = PackingReport(stranded, None, {}, {}, {}, 1, now, 1.0)
     tolerance = ToleranceReport(evacuations, 1, 2, now, 1.0, False, {"full": 1}, packing)
-    assert same_as_whole(None) == ["evacuation_families", "stranded_families"]
-    assert same_as_whole(tolerance) == ["evacuation_families", "stranded_families"]
+    shown = [name for name in names if store.hypervisors[name].last_good is not None]
+    assert same_as_whole(None) == []
+    assert same_as_whole(tolerance) == [("hypervisors_evacuations", name) for name in shown] + [
+        ("hypervisors_stranded", name) for name in shown
+    ]
     assert same_as_whole(tolerance) == []
     answered = replace(packing, sellable={"m1.small": 7}, computed_at=now + 1)  # a step's answer
     assert same_as_whole(replace(tolerance, packing=answered)) == []
-    refused = {**evacuations, names[0]: HostEvacuation(False, ())}
-    assert same_as_whole(replace(tolerance, evacuations=refused, packing=answered)) == ["evacuation_families"]
-    changed = {**stranded, names[1]: StrandedCapacity({Resource.MEMORY: GIB}, {})}
+    refused = {**evacuations, shown[0]: HostEvacuation(False, ())}
+    evacuated = replace(tolerance, evacuations=refused, packing=answered)
+    assert same_as_whole(evacuated) == [("hypervisors_evacuations", shown[0])]
+    changed = {**stranded, shown[1]: StrandedCapacity({Resource.MEMORY: GIB}, {})}
     again = replace(tolerance, evacuations=refused, packing=replace(answered, stranded=changed))
-    assert same_as_whole(again) == ["stranded_families"]
+    assert same_as_whole(again) == [("hypervisors_stranded", shown[1])]
+    store.track([name for name in names if name != shown[2]])  # its series go, the others' stay kept
+    assert same_as_whole(again) == []
 
 
 def test_a_refused_inventory_is_loud_in_the_exposition_and_the_report() -> None:

@@ -3,13 +3,14 @@ failure-tolerance worker computed last (fleet/packing.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 
 from prometheus_client.core import Metric
 
 from virtcap.exposition import packing_catalogue as entries
 from virtcap.exposition.metric_family import MetricFamily
 from virtcap.fleet.packing import PackingReport
+from virtcap.model.packing.stranded import StrandedCapacity
 from virtcap.model.resources import display_order
 
 ZONE_KIND = "availability_zone"
@@ -24,17 +25,28 @@ def packing_families(packing: PackingReport | None, shown: Collection[str]) -> l
 
 def stranded_families(packing: PackingReport | None, shown: Collection[str]) -> list[Metric]:
     """`packing_families`' first: each hypervisor's stranded capacity and its causes."""
+    return hypervisors_stranded(shown_stranded(packing, shown))
+
+
+def shown_stranded(
+    packing: PackingReport | None, shown: Collection[str]
+) -> list[tuple[str, StrandedCapacity]]:
+    """The stranded capacity of each hypervisor in `shown`, in the order the report has them."""
+    if packing is None:
+        return []
+    visible = set(shown)  # looked up once per hypervisor: not in a sequence of a thousand
+    return [(name, found) for name, found in packing.stranded.items() if name in visible]
+
+
+def hypervisors_stranded(found_by_hypervisor: Iterable[tuple[str, StrandedCapacity]]) -> list[Metric]:
+    """The stranded families of these hypervisors, in this order."""
     stranded = entries.RESOURCE_STRANDED.gauge()
     stranded_by = entries.RESOURCE_STRANDED_BY.gauge()
-    if packing is not None:
-        visible = set(shown)  # looked up once per hypervisor: not in a sequence of a thousand
-        for name, found in packing.stranded.items():
-            if name not in visible:
-                continue
-            for resource in display_order(found.amounts):
-                stranded.add_metric([name, resource.label, resource.unit], found.amounts[resource])
-                for cause in display_order(found.causes.get(resource, ())):
-                    stranded_by.add_metric([name, resource.label, cause.label], 1)
+    for name, found in found_by_hypervisor:
+        for resource in display_order(found.amounts):
+            stranded.add_metric([name, resource.label, resource.unit], found.amounts[resource])
+            for cause in display_order(found.causes.get(resource, ())):
+                stranded_by.add_metric([name, resource.label, cause.label], 1)
     return [stranded, stranded_by]
 
 
