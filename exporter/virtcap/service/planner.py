@@ -9,17 +9,15 @@ time limit and PLAN_GRACE_SECONDS more is stopped, its worker killed.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import importlib
 import math
 import multiprocessing
-import os
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
-from virtcap.service.worker_process import start_worker
+from virtcap.service.worker_process import lower_priority_by, start_worker
 
 PLAN_TIME_LIMIT_SECONDS = 30.0
 """The consolidation planner's time limit: the search stops between tries once it has passed."""
@@ -57,8 +55,7 @@ class PlannerFailedError(Exception):
 def lower_priority() -> None:
     """A worker's start (`start_worker`), below the exporter's priority."""
     start_worker()
-    with contextlib.suppress(OSError):  # refused (a container's policy): the default priority
-        os.nice(WORKER_NICENESS)
+    lower_priority_by(WORKER_NICENESS)
 
 
 def imported(module: str) -> None:
