@@ -93,7 +93,7 @@ def hypervisor_view(
     the gauge and the zero counts change together); any other as `maintenance` says (the claims
     ledger's entries in effect), or without it as its last audit had it."""
     good = state.last_good
-    fresh = good is not None and now - good.taken_at <= stale_after
+    fresh = is_fresh(good, now, stale_after)
     if good is not None and fresh:
         entries = good.maintenance
     elif maintenance is not None:
@@ -114,6 +114,11 @@ def hypervisor_view(
         maintenance=entries,
         groups=configured.groups if configured is not None else (),
     )
+
+
+def is_fresh(good: HypervisorSnapshot | None, now: float, stale_after: float) -> bool:
+    """Whether the last good audit's data is shown (not stale at `now`)."""
+    return good is not None and now - good.taken_at <= stale_after
 
 
 class FamiliesCollector(Collector):
@@ -204,7 +209,7 @@ class FragmentCache:
         self._placement: tuple[PlacementReport | None, frozenset[str], bytes] | None = None
         """The Placement families' text, with the reading and the hypervisors shown it was
         rendered for: a round's answers change once an interval, a render happens at every scrape."""
-        self._drift_samples: dict[str, tuple[Drift, list[str]]] = {}
+        self._drifts: _KeptSamples[Drift] = _KeptSamples(placement_families(None, ()))
         """Per hypervisor shown, its drift and its samples of each Placement family."""
         self._evacuations: _KeptSamples[EvacuationShown] = _KeptSamples(hypervisors_evacuations(()))
         self._stranded: _KeptSamples[StrandedCapacity] = _KeptSamples(hypervisors_stranded(()))
@@ -295,7 +300,7 @@ class FragmentCache:
     ) -> bytes:
         if placement is None:  # not configured: a fleet without OpenStack never sees these families
             self._placement = None
-            self._drift_samples = {}
+            self._drifts = _KeptSamples(placement_families(None, ()))
             return b""
         shown = frozenset(view.name for view in hypervisors if view.data is not None)
         kept = self._placement
@@ -310,17 +315,9 @@ class FragmentCache:
         ms at 1,000 hypervisors, in the render thread, holding the interpreter lock the scrapes
         need) came at every round. Byte for byte `placement_families` rendered whole."""
         fleet = _family_chunks(_generate(placement_families(report, ())).decode())
-        samples: dict[str, tuple[Drift, list[str]]] = {}
         drifts = report.drifts if report is not None and report.drifts is not None else {}
-        for name, drift in drifts.items():
-            if name not in shown:
-                continue
-            kept = self._drift_samples.get(name)
-            if kept is None or kept[0] != drift:
-                kept = (drift, _samples_by_family(drift_families(name, drift)))
-            samples[name] = kept
-        self._drift_samples = samples  # those no longer shown or read are forgotten
-        return _joined(fleet, [kept[1] for kept in samples.values()])
+        shown_drifts = ((name, drift) for name, drift in drifts.items() if name in shown)
+        return self._drifts.text(shown_drifts, drift_families, headers=fleet)
 
 
 _Shows = TypeVar("_Shows")
@@ -337,10 +334,17 @@ class _KeptSamples(Generic[_Shows]):
         self._text = _joined(self._headers, [])
 
     def text(
-        self, shown: Iterable[tuple[str, _Shows]], families_of: Callable[[str, _Shows], list[Metric]]
+        self,
+        shown: Iterable[tuple[str, _Shows]],
+        families_of: Callable[[str, _Shows], list[Metric]],
+        headers: list[str] | None = None,
     ) -> bytes:
         """The families of the hypervisors `shown`, each with what it shows; `families_of`: the
-        families of one of them alone."""
+        families of one of them alone; `headers`: each family's chunk where it holds samples of the
+        fleet's own (by default the families' empty chunks)."""
+        joined_with = self._headers
+        if headers is not None:
+            self._headers = headers
         before = self._kept
         kept: dict[str, tuple[_Shows, list[str]]] = {}
         remade = False
@@ -350,7 +354,7 @@ class _KeptSamples(Generic[_Shows]):
                 found = (shows, _samples_by_family(families_of(name, shows)))
                 remade = True
             kept[name] = found
-        if remade or list(kept) != list(before):
+        if remade or list(kept) != list(before) or self._headers != joined_with:
             self._text = _joined(self._headers, [samples for _, samples in kept.values()])
         self._kept = kept
         return self._text

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from virtcap.exposition.families import HypervisorView, hypervisor_view
+from virtcap.exposition.families import HypervisorView, hypervisor_view, is_fresh
 from virtcap.fleet.snapshot import HypervisorSnapshot
 from virtcap.fleet.store import HypervisorState
 from virtcap.model.facts import CpuIdentity
@@ -72,7 +72,7 @@ class KeptViews:
         """What `hypervisor_view` makes of `state`, the last one where it would be the same."""
         self._asked.add(state.name)
         good = state.last_good
-        fresh = good is not None and now - good.taken_at <= stale_after
+        fresh = is_fresh(good, now, stale_after)
         pending = pending_claims.get(state.name, 0)
         entries = maintenance.get(state.name, ()) if maintenance is not None else None
         made = self._made.get(state.name)
