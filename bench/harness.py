@@ -203,8 +203,10 @@ def scrapes_while(
     """/metrics over one keep-alive connection while `busy(body)` holds for the body of the last
     scrape (`sample` reads it: no scrape of its own), at most `limit` s (`busy` None: for `limit`
     s): back to back (`period` None) or one every `period` s, asking for gzip or not; the seconds
-    each took to arrive. A gzipped body is decompressed after, and only for `busy`: 8 MiB take
-    the scraper 30 ms of a CPU, which ten times a second is a third of one of the machine's two."""
+    each took to arrive. A gzipped body is decompressed after each scrape, whether `busy` reads it
+    or not, as Prometheus does: 8 MiB take the scraper 30 ms of a CPU, and a window that skipped
+    it scraped faster (ten gzipped scrapes a second of 1,000 hypervisors: p50 1.0 ms against 2.2
+    ms, the same exporter with nothing to compute), so windows compared must do the same work."""
     headers = {"Accept-Encoding": "gzip"} if gzipped else {}
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     result: list[float] = []
@@ -219,7 +221,9 @@ def scrapes_while(
             connection.request("GET", "/metrics", headers=headers)
             body = connection.getresponse().read()
             result.append(time.perf_counter() - started)
-            if busy is not None and not busy(gzip.decompress(body) if gzipped else body):
+            if gzipped:
+                body = gzip.decompress(body)
+            if busy is not None and not busy(body):
                 break
     finally:
         connection.close()

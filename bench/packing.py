@@ -189,6 +189,14 @@ class AfterClaim:
         return "caught up" not in self.found
 
 
+def reading_the_answers(body: bytes) -> bool:
+    """What `AfterClaim.busy` reads in each body, for a window that ends on time: windows compared
+    do the same work with every body."""
+    sample(body, PACKED)
+    sample(body, PENDING)
+    return True
+
+
 def packing_while_scraped(scratch: Path, runs: int, hypervisors: int, domains: int) -> None:
     paths = make_hosts(
         scratch / f"tolerance-{hypervisors}x{domains}", hypervisors, domains, size=ROOMY, flavors=FITTING
@@ -206,7 +214,9 @@ def packing_while_scraped(scratch: Path, runs: int, hypervisors: int, domains: i
                 first.setdefault("caught up", []).append(metric_value(port, PACKING_DURATION) or 0.0)
                 latency_figures(first, measured)
                 idle = figures.setdefault(f"{scraped}: nothing to compute (for comparison)", {})
-                latency_figures(idle, scrapes_while(port, None, IDLE_SECONDS, period, gzipped=gzipped))
+                latency_figures(
+                    idle, scrapes_while(port, reading_the_answers, IDLE_SECONDS, period, gzipped=gzipped)
+                )
                 claims_row = f"{scraped}: after a claim on one hypervisor ({CLAIMS} claims)"
                 again = figures.setdefault(claims_row, {})
                 measured, windows = [], 0.0
@@ -222,7 +232,9 @@ def packing_while_scraped(scratch: Path, runs: int, hypervisors: int, domains: i
                 # against one of six hundred (the idle window above) is uneven
                 as_long = f"{scraped}: nothing to compute, as long as the claims' windows"
                 after = figures.setdefault(as_long, {})
-                latency_figures(after, scrapes_while(port, None, windows, period, gzipped=gzipped))
+                latency_figures(
+                    after, scrapes_while(port, reading_the_answers, windows, period, gzipped=gzipped)
+                )
                 peak = _worker_peak_mib(child.pid)
                 if peak is not None:
                     again.setdefault("rss", []).append(peak)
