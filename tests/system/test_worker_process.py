@@ -125,7 +125,7 @@ def test_a_workers_priority_is_lowered_in_every_thread_it_has() -> None:
     code = (
         "import os, threading, time\n"
         "from pathlib import Path\n"
-        "from virtcap.service.worker_process import lower_priority_by\n"
+        "from virtcap.service.priority import lower_priority_by\n"
         "threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"
         "before = os.getpriority(os.PRIO_PROCESS, 0)\n"
         "lower_priority_by(3)\n"

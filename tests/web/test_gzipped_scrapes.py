@@ -7,14 +7,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gzip
+import os
 import random
+import threading
 from pathlib import Path
 
 from virtcap.claims.ledger import ClaimDatabase, ClaimLedger
 from virtcap.config import ClaimSettings
 from virtcap.fleet.store import SnapshotStore
 from virtcap.service.supervise import Supervisor
-from virtcap.web.render import MetricsCache
+from virtcap.web.render import RENDER_NICENESS, MetricsCache
 
 
 def _exposition(seed: int, lines: int = 200_000) -> bytes:
@@ -98,3 +100,33 @@ def test_once_asked_each_render_comes_with_its_body_gzipped(tmp_path: Path) -> N
                 await rendering
 
     asyncio.run(scenario())
+
+
+def test_renders_run_below_the_event_loops_priority(tmp_path: Path) -> None:
+    """A render (its Python and its compression) leaves the CPU to the event loop and a scrape
+    that come meanwhile: its thread runs RENDER_NICENESS nice levels below the loop's."""
+
+    def render_threads() -> set[int]:
+        found = (thread.native_id for thread in threading.enumerate() if thread.name.startswith("render"))
+        return {native_id for native_id in found if native_id is not None}
+
+    async def scenario() -> tuple[set[int], int]:
+        store = SnapshotStore()
+        settings = ClaimSettings(database=str(tmp_path / "claims.sqlite"))
+        claims = ClaimLedger(settings, store, ClaimDatabase(settings.database))
+        cache = MetricsCache(store, 60.0, claims, Supervisor())
+        before = render_threads()
+        rendering = asyncio.create_task(cache.run())
+        async with asyncio.timeout(30):
+            await cache.rendered.wait()
+        rendering.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await rendering
+        return render_threads() - before, os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    loop_niceness = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    started, niceness_after = asyncio.run(scenario())
+    assert niceness_after == loop_niceness  # the loop's own is left as it was
+    assert len(started) == 1
+    (render,) = started
+    assert os.getpriority(os.PRIO_PROCESS, render) == min(loop_niceness + RENDER_NICENESS, 19)

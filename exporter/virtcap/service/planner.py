@@ -17,7 +17,8 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
-from virtcap.service.worker_process import lower_priority_by, start_worker
+from virtcap.service.priority import lower_priority_by
+from virtcap.service.worker_process import start_worker
 
 PLAN_TIME_LIMIT_SECONDS = 30.0
 """The consolidation planner's time limit: the search stops between tries once it has passed."""

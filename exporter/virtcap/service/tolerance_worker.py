@@ -33,7 +33,8 @@ from virtcap.fleet.packing import PackingReport
 from virtcap.fleet.tolerance import FleetSimulation, HostEvacuation, SimulationRequest, ToleranceReport
 from virtcap.model.packing.stranded import StrandedCapacity
 from virtcap.model.scheduler import HostState
-from virtcap.service.worker_process import start_worker, yield_the_cpu
+from virtcap.service.priority import yield_the_cpu
+from virtcap.service.worker_process import start_worker
 
 log = logging.getLogger(__name__)
 

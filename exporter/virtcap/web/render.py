@@ -21,6 +21,7 @@ from virtcap.exposition.kept_views import KeptViews
 from virtcap.fleet.store import SnapshotStore
 from virtcap.model.reclaim import ReclaimableDomain
 from virtcap.model.sharding import UNSHARDED
+from virtcap.service.priority import lower_thread_priority_by
 from virtcap.service.reclaim import ReclaimTracker
 from virtcap.service.slices import in_slices
 from virtcap.service.supervise import Supervisor
@@ -31,6 +32,10 @@ GZIP_KEPT_SECONDS = 600.0
 """How long after the last scrape that asked for gzip the renders still compress their bodies:
 longer than any scrape interval, so that a Prometheus scraping gzip keeps them at it, and one
 `curl --compressed` does not have every render compress for ever."""
+RENDER_NICENESS = 10
+"""How many nice levels the render thread runs below the event loop: a render (its Python, then
+zlib's 50 to 90 ms for a thousand hypervisors) leaves a CPU to a scrape that comes meanwhile, and
+still runs ahead of the idle workers (SCHED_IDLE) whose answers it shows."""
 RENDER_GAP_SECONDS = 0.5
 """At most two renders a second (fewer for a fleet that takes long to render): a large fleet
 changes all the time, and scrapes need not see every change."""
@@ -69,7 +74,12 @@ class MetricsCache:
         """Each flavor of the headroom families and its source, as of now (read on the event loop)."""
         # Its own thread: renders never queue behind other work of the default pool, and the
         # fragment cache is rendered by one thread at a time.
-        self._renderer = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="render")
+        self._renderer = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1,
+            thread_name_prefix="render",
+            initializer=lower_thread_priority_by,
+            initargs=(RENDER_NICENESS,),
+        )
         self.rendered = asyncio.Event()
 
     async def gzipped(self) -> bytes:
