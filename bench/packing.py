@@ -206,7 +206,7 @@ def packing_while_scraped(scratch: Path, runs: int, hypervisors: int, domains: i
     for _ in range(runs):
         for scraped, period, gzipped in SCRAPERS:  # each in an exporter of its own
             config = tolerance_config(scratch, uris, True)  # the flavors: discovered in the domains' metadata
-            with virtcap(config) as (port, child, _ready):
+            with virtcap(config, scraper_apart=True) as (port, child, _ready):
                 first = figures.setdefault(f"{scraped}: first computation (tolerance, then every answer)", {})
                 measured = scrapes_while(
                     port, lambda body: sample(body, PENDING) != 0, 3600, period, gzipped=gzipped
@@ -253,8 +253,8 @@ def packing_while_scraped(scratch: Path, runs: int, hypervisors: int, domains: i
     print_table(
         f"virtcap serve, {hypervisors:,} hypervisors x {domains} domains: /metrics while the worker "
         "computes the packing answers, scraped back to back and ten times a second, plain and "
-        "gzipped (after the claim: when its hypervisor's stranded capacity was published, when "
-        "every answer had caught up)",
+        "gzipped, by a scraper on a CPU of its own (after the claim: when its hypervisor's stranded "
+        "capacity was published, when every answer had caught up)",
         ("scrapes: packing", "stranded published", "caught up", "p50", "p99", "max", "worker peak RSS"),
         rows,
     )
