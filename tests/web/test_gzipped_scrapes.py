@@ -10,13 +10,17 @@ import gzip
 import os
 import random
 import threading
+import time
 from pathlib import Path
+
+import pytest
 
 from virtcap.claims.ledger import ClaimDatabase, ClaimLedger
 from virtcap.config import ClaimSettings
 from virtcap.fleet.store import SnapshotStore
 from virtcap.service.supervise import Supervisor
-from virtcap.web.render import RENDER_NICENESS, MetricsCache
+from virtcap.web import render
+from virtcap.web.render import MetricsCache
 
 
 def _exposition(seed: int, lines: int = 200_000) -> bytes:
@@ -102,31 +106,90 @@ def test_once_asked_each_render_comes_with_its_body_gzipped(tmp_path: Path) -> N
     asyncio.run(scenario())
 
 
-def test_renders_run_below_the_event_loops_priority(tmp_path: Path) -> None:
-    """A render (its Python and its compression) leaves the CPU to the event loop and a scrape
-    that come meanwhile: its thread runs RENDER_NICENESS nice levels below the loop's."""
+def _threads_named(prefix: str) -> dict[int, str]:
+    found = (
+        (thread.native_id, thread.name) for thread in threading.enumerate() if thread.name.startswith(prefix)
+    )
+    return {native_id: name for native_id, name in found if native_id is not None}
 
-    def render_threads() -> set[int]:
-        found = (thread.native_id for thread in threading.enumerate() if thread.name.startswith("render"))
-        return {native_id for native_id in found if native_id is not None}
 
-    async def scenario() -> tuple[set[int], int]:
+def test_bodies_are_compressed_at_idle_priority_and_rendered_at_the_loops(tmp_path: Path) -> None:
+    """Compression holds no interpreter lock, only a CPU, which it gives up at once to the event
+    loop serving a scrape (SCHED_IDLE); the render itself, which holds the lock the loop needs,
+    runs at the loop's priority, so that it hands the lock back as soon as it is asked for."""
+
+    async def scenario() -> None:
         store = SnapshotStore()
         settings = ClaimSettings(database=str(tmp_path / "claims.sqlite"))
         claims = ClaimLedger(settings, store, ClaimDatabase(settings.database))
         cache = MetricsCache(store, 60.0, claims, Supervisor())
-        before = render_threads()
+        cache.gzip_asked_at = time.monotonic()  # a gzip scraper came: each render compresses
+        renderers, compressors = set(_threads_named("render")), set(_threads_named("compress"))
         rendering = asyncio.create_task(cache.run())
-        async with asyncio.timeout(30):
-            await cache.rendered.wait()
-        rendering.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await rendering
-        return render_threads() - before, os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+        try:
+            async with asyncio.timeout(30):
+                await cache.rendered.wait()
+            assert gzip.decompress(await cache.gzipped()) == cache.body
+            # the cache's threads, while it lives (its executors end them with it)
+            (renderer,) = set(_threads_named("render")) - renderers
+            (compressor,) = set(_threads_named("compress")) - compressors
+            loop_thread = threading.get_native_id()
+            assert os.sched_getscheduler(compressor) == os.SCHED_IDLE
+            assert os.sched_getscheduler(renderer) == os.sched_getscheduler(loop_thread)
+            assert os.getpriority(os.PRIO_PROCESS, renderer) == os.getpriority(os.PRIO_PROCESS, loop_thread)
+        finally:
+            rendering.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await rendering
 
-    loop_niceness = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
-    started, niceness_after = asyncio.run(scenario())
-    assert niceness_after == loop_niceness  # the loop's own is left as it was
-    assert len(started) == 1
-    (render,) = started
-    assert os.getpriority(os.PRIO_PROCESS, render) == min(loop_niceness + RENDER_NICENESS, 19)
+    asyncio.run(scenario())
+
+
+def test_a_compressor_left_no_cpu_holds_back_no_render(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a machine too busy to leave the idle compressor a CPU, a render shows its body alone
+    after a while, and queues no second compression behind the first: a gzip scrape compresses
+    the body it is served itself."""
+    monkeypatch.setattr(render, "COMPRESSION_WAIT_SECONDS", 0.2)
+    compressor_free = threading.Event()
+    compressed: list[bytes] = []
+    real_gzip = render._gzip
+
+    def slow_gzip(body: bytes) -> bytes:
+        if threading.current_thread().name.startswith("compress"):
+            compressor_free.wait(30)  # the idle compressor gets no CPU until the test lets it
+            compressed.append(body)
+        return real_gzip(body)
+
+    monkeypatch.setattr(render, "_gzip", slow_gzip)
+
+    async def scenario() -> None:
+        store = SnapshotStore()
+        settings = ClaimSettings(database=str(tmp_path / "claims.sqlite"))
+        claims = ClaimLedger(settings, store, ClaimDatabase(settings.database))
+        cache = MetricsCache(store, 60.0, claims, Supervisor())
+        cache.gzip_asked_at = time.monotonic()
+        rendering = asyncio.create_task(cache.run())
+        try:
+            async with asyncio.timeout(30):
+                await cache.rendered.wait()
+                for _ in range(3):  # renders go on, each body shown without its compression
+                    shown = cache.body
+                    store.touch()
+                    while cache.body is shown:
+                        await asyncio.sleep(0.01)
+                    assert gzip.decompress(await cache.gzipped()) == cache.body
+            compressor_free.set()
+            async with asyncio.timeout(30):
+                while not compressed:
+                    await asyncio.sleep(0.01)
+            await asyncio.sleep(0.3)
+            assert len(compressed) == 1  # the first render's; none queued behind it meanwhile
+        finally:
+            compressor_free.set()
+            rendering.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await rendering
+
+    asyncio.run(scenario())

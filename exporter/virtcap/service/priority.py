@@ -47,10 +47,13 @@ def _threads() -> list[int]:
         return [0]
 
 
-def lower_thread_priority_by(increment: int) -> None:
-    """The calling thread alone `increment` nice levels lower (up to 19); as it was where Linux's
-    per-thread priority cannot be set (not Linux, or refused)."""
-    _lower(threading.get_native_id(), increment)
+def idle_this_thread() -> None:
+    """The calling thread alone at SCHED_IDLE (see `yield_the_cpu`); where that is refused, at the
+    lowest nice value."""
+    try:
+        os.sched_setscheduler(threading.get_native_id(), os.SCHED_IDLE, os.sched_param(0))
+    except (AttributeError, OSError):
+        _lower(threading.get_native_id(), NICENESS)
 
 
 def _lower(thread: int, increment: int) -> None:

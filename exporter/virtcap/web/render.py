@@ -21,7 +21,7 @@ from virtcap.exposition.kept_views import KeptViews
 from virtcap.fleet.store import SnapshotStore
 from virtcap.model.reclaim import ReclaimableDomain
 from virtcap.model.sharding import UNSHARDED
-from virtcap.service.priority import lower_thread_priority_by
+from virtcap.service.priority import idle_this_thread
 from virtcap.service.reclaim import ReclaimTracker
 from virtcap.service.slices import in_slices
 from virtcap.service.supervise import Supervisor
@@ -32,10 +32,10 @@ GZIP_KEPT_SECONDS = 600.0
 """How long after the last scrape that asked for gzip the renders still compress their bodies:
 longer than any scrape interval, so that a Prometheus scraping gzip keeps them at it, and one
 `curl --compressed` does not have every render compress for ever."""
-RENDER_NICENESS = 10
-"""How many nice levels the render thread runs below the event loop: a render (its Python, then
-zlib's 50 to 90 ms for a thousand hypervisors) leaves a CPU to a scrape that comes meanwhile, and
-still runs ahead of the idle workers (SCHED_IDLE) whose answers it shows."""
+COMPRESSION_WAIT_SECONDS = 2.0
+"""How long a render waits for its body's compression (at idle priority) before it shows the body
+without it: 50 to 90 ms for a thousand hypervisors on a CPU nothing else wants; far longer only on
+a machine too busy to leave one, where a gzip scrape compresses the body itself (`gzipped`)."""
 RENDER_GAP_SECONDS = 0.5
 """At most two renders a second (fewer for a fleet that takes long to render): a large fleet
 changes all the time, and scrapes need not see every change."""
@@ -74,12 +74,14 @@ class MetricsCache:
         """Each flavor of the headroom families and its source, as of now (read on the event loop)."""
         # Its own thread: renders never queue behind other work of the default pool, and the
         # fragment cache is rendered by one thread at a time.
-        self._renderer = concurrent.futures.ThreadPoolExecutor(
-            max_workers=1,
-            thread_name_prefix="render",
-            initializer=lower_thread_priority_by,
-            initargs=(RENDER_NICENESS,),
+        self._renderer = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="render")
+        # Compression holds no interpreter lock, only a CPU: at SCHED_IDLE it gives that CPU up at
+        # once to the event loop serving a scrape (at a mere nice value it kept it for the rest of
+        # its slice, 3 to 7 ms, on Linux 6.18).
+        self._compressor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="compress", initializer=idle_this_thread
         )
+        self._compressing: asyncio.Future[bytes] | None = None
         self.rendered = asyncio.Event()
 
     async def gzipped(self) -> bytes:
@@ -88,12 +90,12 @@ class MetricsCache:
         Compressing the exposition of a thousand hypervisors (8 MiB) takes 50 to 100 ms. Made when
         the first scrape of a body asked for it, it was the wait of that scrape (the p99 of a
         scraper asking for gzip ten times a second), and it grew with the body. So once a scrape
-        has asked, each render compresses its body in the render's thread, and the two are shown
-        together: a gzip scrape is then served at once, as a plain one is (while such scrapes
-        keep coming: `gzip_kept_seconds`). Until then (the first
-        gzip scrape, or one that comes before the render it asked for is shown), the body is
-        compressed in a thread, off the event loop, once for every scrape that waits for it; a
-        scrape that goes away meanwhile does not cancel it for the others."""
+        has asked, each render has its body compressed (at idle priority: `_compressed`), and the
+        two are shown together: a gzip scrape is then served at once, as a plain one is (while
+        such scrapes keep coming: `gzip_kept_seconds`). Otherwise (the first gzip scrape, or a
+        body shown without its compression), the body is compressed in a thread, off the event
+        loop, once for every scrape that waits for it; a scrape that goes away meanwhile does not
+        cancel it for the others."""
         self.gzip_asked_at = time.monotonic()
         body = self.body
         if self._gzipping is None or self._gzipping[0] is not body:
@@ -146,9 +148,8 @@ class MetricsCache:
                 placement=PlacementShown(self.store.placement) if self.placement else None,
             )
             loop = asyncio.get_running_loop()
-            body, compressed = await loop.run_in_executor(
-                self._renderer, functools.partial(_rendered, render, gzipped=self.gzip_wanted())
-            )
+            body = await loop.run_in_executor(self._renderer, render)
+            compressed = await self._compressed(body) if self.gzip_wanted() else None
             self.body, self.version, self._gzipping = body, version, None
             if compressed is not None:
                 self._gzipping = (body, loop.create_future())
@@ -159,6 +160,17 @@ class MetricsCache:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self._until_next_stale()):
                     await self.store.changed.wait()
+
+    async def _compressed(self, body: bytes) -> bytes | None:
+        """`body` gzipped by the idle compressor, to be shown with it; None where the compressor
+        is still at an earlier body (never more than one queued) or has not finished within
+        `COMPRESSION_WAIT_SECONDS`: the body is then shown alone, and a gzip scrape compresses it."""
+        if self._compressing is not None and not self._compressing.done():
+            return None
+        compressing = asyncio.get_running_loop().run_in_executor(self._compressor, _gzip, body)
+        self._compressing = compressing
+        done, _pending = await asyncio.wait((compressing,), timeout=COMPRESSION_WAIT_SECONDS)
+        return compressing.result() if done else None
 
     async def _reclaimable(self, now: float) -> list[ReclaimableDomain]:
         tracker = self.reclaim
@@ -182,12 +194,6 @@ class MetricsCache:
 
     def _until_next_stale(self) -> float | None:
         return self.store.until_next_stale(self.stale_after, time.time())
-
-
-def _rendered(render: Callable[[], bytes], *, gzipped: bool) -> tuple[bytes, bytes | None]:
-    """The body, and where asked, the body gzipped (zlib lets other threads run meanwhile)."""
-    body = render()
-    return body, _gzip(body) if gzipped else None
 
 
 def _gzip(body: bytes) -> bytes:
