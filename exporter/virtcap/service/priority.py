@@ -25,11 +25,8 @@ def yield_the_cpu() -> None:
     Linux sets a thread's policy, not a process's: every thread the worker has is set, those its
     imports started as well (OpenBLAS starts its pool as numpy is imported, and that thread ran at
     normal priority beside the scrapes); threads started after inherit it."""
-    try:
-        for thread in _threads():
-            os.sched_setscheduler(thread, os.SCHED_IDLE, os.sched_param(0))
-    except (AttributeError, OSError):  # not Linux, or refused by a container's seccomp policy
-        lower_priority_by(NICENESS)
+    for thread in _threads():
+        _idle(thread)
 
 
 def lower_priority_by(increment: int) -> None:
@@ -50,10 +47,14 @@ def _threads() -> list[int]:
 def idle_this_thread() -> None:
     """The calling thread alone at SCHED_IDLE (see `yield_the_cpu`); where that is refused, at the
     lowest nice value."""
+    _idle(threading.get_native_id())
+
+
+def _idle(thread: int) -> None:
     try:
-        os.sched_setscheduler(threading.get_native_id(), os.SCHED_IDLE, os.sched_param(0))
-    except (AttributeError, OSError):
-        _lower(threading.get_native_id(), NICENESS)
+        os.sched_setscheduler(thread, os.SCHED_IDLE, os.sched_param(0))
+    except (AttributeError, OSError):  # not Linux, refused by a container's seccomp policy, or ended
+        _lower(thread, NICENESS)
 
 
 def _lower(thread: int, increment: int) -> None:

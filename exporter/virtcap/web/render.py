@@ -150,10 +150,8 @@ class MetricsCache:
             loop = asyncio.get_running_loop()
             body = await loop.run_in_executor(self._renderer, render)
             compressed = await self._compressed(body) if self.gzip_wanted() else None
-            self.body, self.version, self._gzipping = body, version, None
-            if compressed is not None:
-                self._gzipping = (body, loop.create_future())
-                self._gzipping[1].set_result(compressed)
+            self.body, self.version = body, version
+            self._gzipping = (body, compressed) if compressed is not None else None
             self.rendered.set()
             # Rendering a large fleet takes a while: never spend more than a third of the time on it.
             await self._pause(version, max(RENDER_GAP_SECONDS, 2 * (time.monotonic() - started)))
@@ -161,16 +159,19 @@ class MetricsCache:
                 async with asyncio.timeout(self._until_next_stale()):
                     await self.store.changed.wait()
 
-    async def _compressed(self, body: bytes) -> bytes | None:
-        """`body` gzipped by the idle compressor, to be shown with it; None where the compressor
-        is still at an earlier body (never more than one queued) or has not finished within
+    async def _compressed(self, body: bytes) -> asyncio.Future[bytes] | None:
+        """`body` gzipped by the idle compressor (done), to be shown with it; None where the
+        compressor is still at an earlier body (never more than one queued) or has not finished within
         `COMPRESSION_WAIT_SECONDS`: the body is then shown alone, and a gzip scrape compresses it."""
         if self._compressing is not None and not self._compressing.done():
             return None
         compressing = asyncio.get_running_loop().run_in_executor(self._compressor, _gzip, body)
         self._compressing = compressing
         done, _pending = await asyncio.wait((compressing,), timeout=COMPRESSION_WAIT_SECONDS)
-        return compressing.result() if done else None
+        if not done:
+            return None
+        compressing.result()  # a compression that failed fails the render, not the scrapes
+        return compressing
 
     async def _reclaimable(self, now: float) -> list[ReclaimableDomain]:
         tracker = self.reclaim
