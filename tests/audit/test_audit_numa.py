@@ -19,6 +19,7 @@ import libvirt
 import pytest
 
 import virtcap.audit.connection
+from tests.support.hugepages import hugepage_pools_held
 from tests.support.libvirtd import Libvirtd
 from virtcap.audit.capture import capture_host, encode_bounded
 from virtcap.audit.capture_format import (
@@ -420,21 +421,24 @@ def _pages_2m(facts: HostFacts) -> dict[int, tuple[int, int | None]]:
 def test_reserved_hugepages_show_in_the_next_audit(libvirtd: Libvirtd) -> None:
     """4 more pages of 2 MiB in the first cell: its total and free counts move by 4 (the totals
     on the next connection, since they are read once per connection)."""
-    before = audit_once(libvirtd.uri)
-    path = _hugepages_file(before.numa_cells)
-    if not path.exists() or not os.access(path, os.W_OK):
-        pytest.skip(f"reserving hugepages needs root and a writable {path}")
-    previous = path.read_text()
-    try:
-        path.write_text(f"{int(previous) + 4}\n")
-    except OSError as error:
-        pytest.skip(f"cannot reserve hugepages in {path}: {error.strerror}")
-    try:
-        if int(path.read_text()) != int(previous) + 4:
-            pytest.skip(f"the kernel could not find 4 free pages of 2 MiB for {path}")
-        after = audit_once(libvirtd.uri)
-    finally:
-        path.write_text(previous)  # given back, whatever happened
+    with hugepage_pools_held():
+        before = audit_once(libvirtd.uri)
+        path = _hugepages_file(before.numa_cells)
+        if not path.exists() or not os.access(path, os.W_OK):
+            pytest.skip(f"reserving hugepages needs root and a writable {path}")
+        previous = int(path.read_text())
+        try:
+            path.write_text(f"{previous + 4}\n")
+        except OSError as error:
+            pytest.skip(f"cannot reserve hugepages in {path}: {error.strerror}")
+        try:
+            if int(path.read_text()) != previous + 4:
+                pytest.skip(f"the kernel could not find 4 free pages of 2 MiB for {path}")
+            after = audit_once(libvirtd.uri)
+        finally:
+            # given back, whatever happened: 4 fewer than now, not the count read before, which a
+            # process other than the suite's may have changed since
+            path.write_text(f"{max(0, int(path.read_text()) - 4)}\n")
     expected = _pages_2m(before)
     first = before.numa_cells[0].id
     total, free = expected[first]
