@@ -83,7 +83,8 @@ def test_an_idle_guest_and_a_busy_one_are_told_apart_and_a_stopped_one_found(
                 while time.time() - started_at < POLICY.idle_for + 2.5:
                     facts = await asyncio.to_thread(audit_host, conn, libvirtd.uri, None)
                     assert facts.domain_cpu_ns is not None, facts.problems
-                    await tracker.record("hv", facts)
+                    tracker.record("hv", facts)
+                    assert await tracker.flush()
                     await asyncio.sleep(0.5)
                 return {
                     mine[found.domain.uuid]: (found.reclaimable.reason, found.reclaimable.since)

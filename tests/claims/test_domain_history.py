@@ -128,14 +128,17 @@ def test_a_hypervisor_dropped_here_is_forgotten_and_another_shards_are_kept(tmp_
         try:
             await first.start()
             one = ReclaimTracker(policy, first)
-            await one.record("hv-a", facts, now=T0)
-            await one.record("hv-b", facts, now=T0)
+            one.record("hv-a", facts, now=T0)
+            one.record("hv-b", facts, now=T0)
+            assert await one.flush()
             await second.start()
             other = ReclaimTracker(policy, second)
             await other.start()  # reads hv-a's and hv-b's rows, audits hv-c
-            await other.record("hv-c", facts, now=T0)
-            await other.keep_only(["hv-c"])  # hv-a and hv-b are not its own: kept
-            await one.keep_only(["hv-a"])  # hv-b was its own: forgotten
+            other.record("hv-c", facts, now=T0)
+            other.keep_only(["hv-c"])  # hv-a and hv-b are not its own: kept
+            assert await other.flush()
+            one.keep_only(["hv-a"])  # hv-b was its own: forgotten
+            assert await one.flush()
             return {(h.hypervisor, h.uuid) for h in await first.domain_history()}
         finally:
             await first.close()
@@ -154,9 +157,9 @@ def test_a_hypervisors_reclaimable_domains_are_decided_again_only_when_they_can_
     alone), and otherwise kept, as the same list."""
     policy = ReclaimPolicy(shutoff_after=10.0, idle_cpu_below=0.05, idle_for=10.0)
     tracker = ReclaimTracker(policy)
-    _run(tracker.record("hv-a", host(domains=(domain("u1", DomainState.SHUTOFF),)), now=T0))
+    tracker.record("hv-a", host(domains=(domain("u1", DomainState.SHUTOFF),)), now=T0)
     stopped_later = host(domains=(domain("u1", DomainState.SHUTOFF), domain("u2", DomainState.SHUTOFF)))
-    _run(tracker.record("hv-b", stopped_later, now=T0 + 5))
+    tracker.record("hv-b", stopped_later, now=T0 + 5)
     assert tracker.hypervisors() == ["hv-a", "hv-b"]
     assert tracker.reclaimable_on("hv-a", T0 + 9.5) == []
     assert _names(tracker.reclaimable_on("hv-a", T0 + 10)) == [("hv-a", "u1")]
@@ -165,7 +168,7 @@ def test_a_hypervisors_reclaimable_domains_are_decided_again_only_when_they_can_
     assert tracker.reclaimable_on("hv-a", T0 + 5) == []  # a clock gone back: decided again
     assert _names(tracker.reclaimable_domains(T0 + 15)) == [("hv-a", "u1"), ("hv-b", "u1"), ("hv-b", "u2")]
     # hv-b's domains started: its next audit decides again, whatever the time
-    _run(tracker.record("hv-b", host(domains=(domain("u1"),)), now=T0 + 16))
+    tracker.record("hv-b", host(domains=(domain("u1"),)), now=T0 + 16)
     assert tracker.reclaimable_on("hv-b", T0 + 17) == []
     assert tracker.reclaimable_on("unknown", T0) == []
 
@@ -181,9 +184,56 @@ def test_the_kept_decisions_are_those_made_afresh_at_every_time() -> None:
     kept = ReclaimTracker(policy)
     asked = [(T0, (1, 8, 3, 12, 7, 30, 2)), (T0 + 40, (41, 49, 46, 60))]
     for facts, (audited_at, asked_at) in zip(audits, asked, strict=True):
-        _run(kept.record("hv-a", facts, now=audited_at))
+        kept.record("hv-a", facts, now=audited_at)
         for offset in asked_at:
             fresh = ReclaimTracker(policy)
-            _run(fresh.record("hv-a", facts, now=audited_at))
+            fresh.record("hv-a", facts, now=audited_at)
             at = T0 + offset
             assert _names(kept.reclaimable_on("hv-a", at)) == _names(fresh.reclaimable_on("hv-a", at)), at
+
+
+def test_a_locked_database_holds_up_no_audit_and_gets_the_newest_history_once_it_accepts(
+    tmp_path: Path,
+) -> None:
+    """Another process holds the write lock: audits go on recording (nothing of theirs waits for the
+    database), each write waits for SQLite's busy timeout and fails, and once the lock is released
+    the rows are those of the last audit, with the domains that went meanwhile deleted, even while
+    a write of them was under way."""
+    path = tmp_path / "claims.sqlite"
+    policy = ReclaimPolicy(shutoff_after=1.0, idle_cpu_below=0.05, idle_for=1.0)
+
+    def stored() -> dict[str, DomainState]:
+        with sqlite3.connect(path) as conn:
+            rows = conn.execute("SELECT uuid, state FROM domain_history WHERE hypervisor = 'hv-a'")
+            return {uuid: DomainState(state) for uuid, state in rows}
+
+    async def scenario(holder: sqlite3.Connection) -> None:
+        database = ClaimDatabase(str(path))
+        await database.start()
+        try:
+            tracker = ReclaimTracker(policy, database)
+            tracker.record("hv-a", host(domains=(domain("u1", DomainState.SHUTOFF), domain("u2"))), now=T0)
+            assert await tracker.flush()
+            assert stored() == {"uuid-u1": DomainState.SHUTOFF, "uuid-u2": DomainState.RUNNING}
+
+            holder.execute("BEGIN EXCLUSIVE")
+            tracker.record("hv-a", host(domains=(domain("u1"), domain("u3"))), now=T0 + 1)
+            writing = asyncio.create_task(tracker.flush())
+            await asyncio.sleep(0.5)  # the write waits for the lock
+            # audited meanwhile: u3, whose row is being written, is gone already; u4 came
+            tracker.record(
+                "hv-a", host(domains=(domain("u1"), domain("u4", DomainState.SHUTOFF))), now=T0 + 2
+            )
+            assert not await writing
+            assert not await tracker.flush()
+            holder.execute("ROLLBACK")
+            assert stored() == {"uuid-u1": DomainState.SHUTOFF, "uuid-u2": DomainState.RUNNING}
+
+            assert await tracker.flush()
+            assert stored() == {"uuid-u1": DomainState.RUNNING, "uuid-u4": DomainState.SHUTOFF}
+            assert await tracker.flush()  # nothing left to write
+        finally:
+            await database.close()
+
+    with sqlite3.connect(path, isolation_level=None) as holder:
+        _run(scenario(holder))

@@ -106,7 +106,7 @@ def demo() -> Demo:
     tracker = ReclaimTracker(ReclaimPolicy(shutoff_after=1.0, idle_cpu_below=0.05, idle_for=1.0))
     for snapshot in snapshots:
         if snapshot.facts is not None and snapshot.hypervisor is not None:
-            asyncio.run(tracker.record(snapshot.name, snapshot.facts, snapshot.hypervisor.policy, now=0.0))
+            tracker.record(snapshot.name, snapshot.facts, snapshot.hypervisor.policy, now=0.0)
     reclaimable = tracker.reclaimable_domains(now=10.0)
     placement = PlacementShown(placement_reading(snapshots))
     body = render(

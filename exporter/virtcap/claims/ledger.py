@@ -152,7 +152,7 @@ class ClaimLedger(LedgerMaintenance):
         self.outcomes: Counter[str] = Counter()
         self._lock = asyncio.Lock()
         self._unwritten_deletes: set[str] = set()
-        """Rows the database refused to delete, of claims already released in memory."""
+        """Rows still to delete, of claims already released in memory (see `_forget`)."""
         self._reconciled_here: dict[str, float] = {}
         """On a shared database, the claims this exporter's audits reconciled, by expiry: their
         rows stay for the replicas whose own audits have not found the domain yet (see `_forget`)."""
@@ -423,17 +423,11 @@ class ClaimLedger(LedgerMaintenance):
             # would have it count neither the claim nor the domain until then, and take a claim
             # on capacity that is not free. The row stays until the claim's expiry.
             self._reconciled_here.update((claim.id, claim.expires_at) for claim in claims)
-            await self._drop(claims, outcome, refresh)
-            return
-        try:
-            await self._delete_rows([claim.id for claim in claims])
-        except StorageError as error:
+        else:
+            # Deleted by the next expiry round, not here: the audit that reconciles and the
+            # expiry both hold the lock, and a database locked by another process would hold them
+            # (and claims) for its busy timeout, an audit's delete queued behind the others' writes.
             self._unwritten_deletes.update(claim.id for claim in claims)
-            self._database_failing = True
-            log.error(
-                f"claims {outcome}, in memory only: the database refuses the delete",
-                extra={"claims": [claim.id for claim in claims], "error": str(error)},
-            )
         await self._drop(claims, outcome, refresh)
 
     async def _delete_unwritten(self) -> None:
@@ -445,12 +439,16 @@ class ClaimLedger(LedgerMaintenance):
         except StorageError as error:
             self._retry_unwritten_at = time.monotonic() + UNWRITTEN_RETRY_SECONDS
             if not self._database_failing:  # once per outage, not at every retry
-                log.error("the claims database refuses writes", extra={"error": str(error)})
+                log.error(
+                    "claims released in memory only: the database refuses the delete",
+                    extra={"claims": ids, "error": str(error)},
+                )
             self._database_failing = True
             return
         self._unwritten_deletes.difference_update(ids)
+        if self._database_failing:
+            log.info("the claims database accepts writes again", extra={"deleted": len(ids)})
         self._database_failing = False
-        log.info("the claims database accepts writes again", extra={"deleted": len(ids)})
 
     async def _delete_reconciled(self, now: float) -> None:
         """The rows of claims reconciled here whose expiry passed (every replica has audited the

@@ -77,7 +77,7 @@ async def _locally(config: Config, *, with_history: bool) -> ReclaimableList:
             await storage.close()
     for snapshot in await audit_fleet_once(config):
         if snapshot.facts is not None and snapshot.hypervisor is not None:
-            await tracker.record(snapshot.name, snapshot.facts, snapshot.hypervisor.policy)
+            tracker.record(snapshot.name, snapshot.facts, snapshot.hypervisor.policy)
     return ReclaimableList.of(tracker.reclaimable_domains())
 
 

@@ -20,7 +20,16 @@ from virtcap.exposition.reclaim_families import RECLAIM_FAMILIES
 
 AUDIT_OUTCOMES = ("success", "failure", "timeout")
 CLAIM_OUTCOMES = ("created", "rejected", "reconciled", "expired", "deleted")
-TASK_KINDS = ("audit", "render", "expire-claims", "follow-claims", "connections", "failure-tolerance")
+TASK_KINDS = (
+    "audit",
+    "render",
+    "expire-claims",
+    "follow-claims",
+    "domain-history",
+    "connections",
+    "failure-tolerance",
+    "placement",
+)
 """The kinds of supervised background tasks (service/supervise.py), as web/server.py starts them."""
 
 

@@ -245,7 +245,7 @@ class HypervisorAuditor:
             snapshot = await asyncio.to_thread(HypervisorSnapshot.audited, self.hypervisor, facts, flavors)
             self.store.record(snapshot, "success")
         if self.reclaim is not None:
-            await self.reclaim.record(self.name, facts, self.hypervisor.policy)
+            self.reclaim.record(self.name, facts, self.hypervisor.policy)
         return True
 
     def _record_failure(self, error: str, outcome: str) -> None:
@@ -352,7 +352,7 @@ class FleetAuditor:
                 await auditor.stop()
                 del self.auditors[name]
         if self.reclaim is not None:
-            await self.reclaim.keep_only(wanted)
+            self.reclaim.keep_only(wanted)
         self.store.track(list(wanted))
         if self.claims is not None:
             # the names the maintenance API knows, and their configuration's; after `track`: the

@@ -134,6 +134,7 @@ async def serve(
     )
     supervisor.start("render-metrics", "render", cache.run)
     supervisor.start("expire-claims", "expire-claims", claims.expire_forever)
+    supervisor.start("store-domain-history", "domain-history", reclaim.store_forever)
     if claims.database.shared:
         supervisor.start("follow-claims", "follow-claims", claims.follow_forever)
     supervisor.start("connection-sweeper", "connections", exporter.connections.sweep_forever)
@@ -195,6 +196,8 @@ async def _shut_down(exporter: Exporter, reloads: ConfigReloads | None, runner: 
     await exporter.planner.stop()
     if exporter.placement is not None:
         exporter.placement.close()
+    if exporter.fleet.reclaim is not None:
+        await exporter.fleet.reclaim.flush()  # what the last audits changed, once, as it stops
     await exporter.claims.stop()
     await runner.cleanup()
 
