@@ -226,6 +226,12 @@ class ClaimLedger(LedgerMaintenance):
             self.store.touch()
 
     async def stop(self) -> None:
+        if not self._database_failing:
+            # the rows of the claims released since the last expiry round; a database that refuses
+            # writes would only hold up the stop (the rows come back at the next start, and their
+            # claims are released again: see `_forget`)
+            self._retry_unwritten_at = 0.0
+            await self._delete_unwritten()
         await self.database.close()
 
     def pending(self) -> Counter[str]:

@@ -191,7 +191,7 @@ class ReclaimTracker:
                 log.warning("domain history not stored", extra={"error": str(error)})
             self._failing = True
             return False
-        except asyncio.CancelledError:
+        except BaseException:  # cancelled (the exporter stopping), or a fault the supervisor logs
             self._give_back()
             raise
         self._writing = {}
