@@ -19,7 +19,7 @@ import libvirt
 import pytest
 
 import virtcap.audit.connection
-from tests.support.hugepages import hugepage_pools_held
+from tests.support.hugepages import hugepage_pools_held, more_hugepages
 from tests.support.libvirtd import Libvirtd
 from virtcap.audit.capture import capture_host, encode_bounded
 from virtcap.audit.capture_format import (
@@ -426,19 +426,10 @@ def test_reserved_hugepages_show_in_the_next_audit(libvirtd: Libvirtd) -> None:
         path = _hugepages_file(before.numa_cells)
         if not path.exists() or not os.access(path, os.W_OK):
             pytest.skip(f"reserving hugepages needs root and a writable {path}")
-        previous = int(path.read_text())
-        try:
-            path.write_text(f"{previous + 4}\n")
-        except OSError as error:
-            pytest.skip(f"cannot reserve hugepages in {path}: {error.strerror}")
-        try:
-            if int(path.read_text()) != previous + 4:
+        with more_hugepages(path, 4) as taken:
+            if taken != 4:
                 pytest.skip(f"the kernel could not find 4 free pages of 2 MiB for {path}")
             after = audit_once(libvirtd.uri)
-        finally:
-            # given back, whatever happened: 4 fewer than now, not the count read before, which a
-            # process other than the suite's may have changed since
-            path.write_text(f"{max(0, int(path.read_text()) - 4)}\n")
     expected = _pages_2m(before)
     first = before.numa_cells[0].id
     total, free = expected[first]

@@ -44,7 +44,7 @@ from typing import Any, TypeVar
 import libvirt
 import pytest
 
-from tests.support.hugepages import hugepage_pools_held
+from tests.support.hugepages import hugepage_pools_held, more_hugepages
 from tests.support.libvirtd import SEARCH_PATH, Libvirtd, _bounded, daemon_owner, prepare, running_daemon
 from virtcap.audit.connection import open_read_only
 from virtcap.audit.hypervisor import audit_host
@@ -230,35 +230,21 @@ def guest_xml(name: str, vcpu_cpu: int, emulator_cpu: int) -> str:
 
 @pytest.fixture(scope="module")
 def reserved_pages() -> Iterator[int]:
-    """RESERVED_PAGES more 2 MiB pages in the host cell, on top of what the machine has, and as
-    many given back at the end: the count relative to what it is then, so that whatever else
-    changed it meanwhile (another test run on the machine) stays changed."""
+    """RESERVED_PAGES more 2 MiB pages in the host cell, on top of what the machine has, given
+    back at the end (tests/support/hugepages.py)."""
     if os.geteuid() != 0:
         pytest.skip("reserving hugepages (sysfs) and mounting a hugetlbfs need root")
-    with hugepage_pools_held():  # for the module's whole life: its guest's counts are measured
-        yield from _reserved_pages()
-
-
-def _reserved_pages() -> Iterator[int]:
     count = NODE_PAGES / "nr_hugepages"
     if not count.exists():
         pytest.skip(f"no 2 MiB hugepages in node {HOST_CELL}: {count} does not exist")
-    previous = int(count.read_text())
-    try:
-        count.write_text(f"{previous + RESERVED_PAGES}\n")
-    except OSError as error:
-        pytest.skip(f"cannot reserve hugepages in {count}: {error.strerror}")
-    taken = max(0, int(count.read_text()) - previous)  # the kernel may find fewer
-    try:
+    # held for the module's whole life: its guest's counts are measured
+    with hugepage_pools_held(), more_hugepages(count, RESERVED_PAGES) as taken:
         if PoolCounts.read().free < GUEST_PAGES:
             pytest.skip(
                 f"the kernel found {taken} of {RESERVED_PAGES} free 2 MiB pages in node {HOST_CELL}, "
                 f"the guest needs {GUEST_PAGES}"
             )
-        yield taken
-    finally:
-        # the guest is gone by then: its pages are free again
-        count.write_text(f"{max(0, int(count.read_text()) - taken)}\n")
+        yield taken  # the guest is gone by then: its pages are free again
 
 
 def unmount(path: Path) -> None:
