@@ -22,9 +22,11 @@ from tests.support.placement_server import (
     MisbehavingProxy,
     Misbehaviour,
     PlacementServer,
+    ServerTls,
     running_placement,
 )
 from tests.support.serving import free_port
+from tests.support.tls import make_ca, make_cert
 from virtcap.audit.placement import PlacementRead, PlacementReader
 from virtcap.audit.placement_error import PlacementError
 from virtcap.config.placement import PlacementAuth, PlacementSection
@@ -250,6 +252,38 @@ def test_a_placement_down_fails_the_round(tmp_path: Path) -> None:
         placement_reader = reader(server.base_url)
         server.kill()
         failing_round(placement_reader, {"hv": "hv"})
+
+
+def test_a_placement_over_https_is_read_through_the_ca_file_and_refused_without_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Placement whose certificate a private CA signed: read with `placement.ca_file`; without
+    it the round fails, saying to check it (the bundle requests trusts does not hold that CA); and
+    a CA file that does not exist is named."""
+    for variable in ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE"):  # requests' bundle, whatever the machine set
+        monkeypatch.delenv(variable, raising=False)
+    pki = tmp_path / "pki"
+    pki.mkdir()
+    make_ca(pki, "ca")
+    make_cert(pki, "placement", "ca", san="IP:127.0.0.1")
+    tls = ServerTls(pki / "placement.crt", pki / "placement.key", pki / "ca.crt")
+    with running_placement(tmp_path / "placement", tls=tls) as server:
+        assert server.base_url.startswith("https://")
+        host = unique("tls")
+        PlacementLoader(server.base_url, context=tls.client_context()).load(
+            {"providers": [{"name": host, "inventories": nova_inventories(8, 16384, 100)}]}
+        )
+
+        section = PlacementSection(endpoint=server.base_url, timeout=TIMEOUT, ca_file=str(tls.ca))
+        tree = PlacementReader(section).read_trees({host: host}).trees[host]
+        assert tree is not None and tree.root_name == host
+        assert tree.root["VCPU"].total == 8
+
+        untrusted = failing_round(reader(server.base_url), {host: host})
+        assert "placement.ca_file" in str(untrusted)
+        missing = str(pki / "missing.crt")
+        absent = PlacementSection(endpoint=server.base_url, timeout=TIMEOUT, ca_file=missing)
+        assert missing in str(failing_round(PlacementReader(absent), {host: host}))
 
 
 class _ForwardProxy(MisbehavingProxy):

@@ -22,6 +22,7 @@ it creates none for NUMA cells, but a test can plant one the same way (a child w
 
 from __future__ import annotations
 
+import ssl
 import uuid as uuid_module
 from dataclasses import dataclass, field
 from typing import Any
@@ -77,9 +78,11 @@ class PlacementLoader:
     token: str = NOAUTH_TOKEN
     providers: dict[str, str] = field(default_factory=dict)
     """Provider UUIDs by name, of the providers created here."""
+    context: ssl.SSLContext | None = None
+    """Over HTTPS: what trusts the server's certificate."""
 
     def call(self, method: str, path: str, body: object = None, expect: tuple[int, ...] = (200,)) -> Any:
-        status, answer = json_request(self.base_url, method, path, body, self.token)
+        status, answer = json_request(self.base_url, method, path, body, self.token, self.context)
         if status not in expect:
             raise PlacementHarnessError(f"Placement answered {status} to {method} {path}: {answer}")
         return answer

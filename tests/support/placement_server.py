@@ -22,6 +22,7 @@ import os
 import re
 import signal
 import socket
+import ssl
 import subprocess
 import threading
 import time
@@ -65,6 +66,18 @@ def upstream_gunicorn() -> Path:
             "`make upstream-venv` (or scripts/upstream-venv.sh) installs it from PyPI"
         )
     return gunicorn
+
+
+@dataclass(frozen=True)
+class ServerTls:
+    """The certificate and key a server presents, and the CA that signed them (tests/support/tls.py)."""
+
+    certificate: Path
+    key: Path
+    ca: Path
+
+    def client_context(self) -> ssl.SSLContext:
+        return ssl.create_default_context(cafile=str(self.ca))
 
 
 @dataclass
@@ -119,10 +132,12 @@ PlacementServer = GunicornProcess
 """What `running_placement` yields: its base URL, and kill, hang and resume."""
 
 
-def gunicorn_settings(directory: Path, wsgi_app: str, environment: dict[str, str], port: int = 0) -> Path:
+def gunicorn_settings(
+    directory: Path, wsgi_app: str, environment: dict[str, str], port: int = 0, tls: ServerTls | None = None
+) -> Path:
     """gunicorn.conf.py, read from the working directory: the command line stays bare, since
     Keystone's application parses the process's arguments as its own. Port 0: the kernel picks
-    a free one, read back from gunicorn's log (no race)."""
+    a free one, read back from gunicorn's log (no race). With `tls`, HTTPS only."""
     settings = directory / "gunicorn.conf.py"
     settings.write_text(
         f"wsgi_app = {wsgi_app!r}\n"
@@ -134,6 +149,7 @@ def gunicorn_settings(directory: Path, wsgi_app: str, environment: dict[str, str
         # Otherwise every gunicorn of the machine shares one socket in the home folder.
         "control_socket_disable = True\n"
         f"raw_env = {[f'{key}={value}' for key, value in environment.items()]!r}\n"
+        + (f"certfile = {str(tls.certificate)!r}\nkeyfile = {str(tls.key)!r}\n" if tls is not None else "")
     )
     return settings
 
@@ -146,10 +162,11 @@ def running_gunicorn(
     environment: dict[str, str],
     ready_path: str,
     port: int = 0,
+    tls: ServerTls | None = None,
 ) -> Iterator[GunicornProcess]:
     """Serves `wsgi_app` until the context exits, then kills it; waits until `ready_path`
     answers 200 (at most START_SECONDS), failing with the log's tail if it does not."""
-    gunicorn_settings(directory, wsgi_app, environment, port)
+    gunicorn_settings(directory, wsgi_app, environment, port, tls)
     log = directory / "gunicorn.log"
     with log.open("wb") as output:
         process = subprocess.Popen(
@@ -163,31 +180,32 @@ def running_gunicorn(
         )
     server = GunicornProcess(process, "", log)
     try:
-        server.base_url = _wait_until_answering(server, ready_path)
+        context = tls.client_context() if tls is not None else None
+        server.base_url = _wait_until_answering(server, ready_path, context)
         yield server
     finally:
         server.resume()  # a stopped group would not die of SIGKILL before SIGCONT otherwise
         server.kill()
 
 
-def _wait_until_answering(server: GunicornProcess, ready_path: str) -> str:
+def _wait_until_answering(server: GunicornProcess, ready_path: str, context: ssl.SSLContext | None) -> str:
     deadline = time.monotonic() + START_SECONDS
     base_url = ""
     while time.monotonic() < deadline:
         if server.process.poll() is not None:
             raise PlacementHarnessError(f"gunicorn exited ({server.process.returncode}): {_tail(server)}")
         if not base_url:
-            found = re.search(r"Listening at: (http://127\.0\.0\.1:\d+)", server.log_text())
+            found = re.search(r"Listening at: (https?://127\.0\.0\.1:\d+)", server.log_text())
             base_url = found.group(1) if found else ""
-        elif _answers(base_url + ready_path):
+        elif _answers(base_url + ready_path, context):
             return base_url
         time.sleep(0.05)
     raise PlacementHarnessError(f"gunicorn did not answer within {START_SECONDS:g} s: {_tail(server)}")
 
 
-def _answers(url: str) -> bool:
+def _answers(url: str, context: ssl.SSLContext | None) -> bool:
     try:
-        with urllib.request.urlopen(url, timeout=5) as response:
+        with urllib.request.urlopen(url, timeout=5, context=context) as response:
             return bool(response.status == 200)
     except (OSError, http.client.HTTPException):
         return False
@@ -214,11 +232,12 @@ def placement_conf(directory: Path, keystone: Keystone | None) -> str:
 
 @contextmanager
 def running_placement(
-    directory: Path, keystone: Keystone | None = None, port: int = 0
+    directory: Path, keystone: Keystone | None = None, port: int = 0, tls: ServerTls | None = None
 ) -> Iterator[PlacementServer]:
     """A real Placement on the database in `directory` (empty the first time), with noauth2
-    unless given a Keystone; killed when the context exits. Given the `port` a Placement killed
-    before served on, the same directory brings it back at the same address with its data."""
+    unless given a Keystone, over HTTPS with `tls`; killed when the context exits. Given the
+    `port` a Placement killed before served on, the same directory brings it back at the same
+    address with its data."""
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "placement.conf").write_text(placement_conf(directory, keystone))
     with running_gunicorn(
@@ -228,6 +247,7 @@ def running_placement(
         {"OS_PLACEMENT_CONFIG_DIR": str(directory)},
         ready_path="/",  # the version document, answered without a token
         port=port,
+        tls=tls,
     ) as server:
         yield server
 
@@ -318,7 +338,12 @@ def _end_to_end(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
 
 
 def json_request(
-    base_url: str, method: str, path: str, body: object = None, token: str = NOAUTH_TOKEN
+    base_url: str,
+    method: str,
+    path: str,
+    body: object = None,
+    token: str = NOAUTH_TOKEN,
+    context: ssl.SSLContext | None = None,
 ) -> tuple[int, Any]:
     """One request to Placement at MICROVERSION; its status and decoded JSON (None if empty)."""
     data = None if body is None else json.dumps(body).encode()
@@ -331,7 +356,7 @@ def json_request(
         headers["Content-Type"] = "application/json"
     request = urllib.request.Request(base_url + path, data=data, headers=headers, method=method)
     try:
-        with urllib.request.urlopen(request, timeout=30) as response:
+        with urllib.request.urlopen(request, timeout=30, context=context) as response:
             status, raw = response.status, response.read()
     except urllib.error.HTTPError as error:
         status, raw = error.code, error.read()
