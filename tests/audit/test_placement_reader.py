@@ -266,7 +266,7 @@ def test_a_placement_over_https_is_read_through_the_ca_file_and_refused_without_
     pki.mkdir()
     make_ca(pki, "ca")
     make_cert(pki, "placement", "ca", san="IP:127.0.0.1")
-    tls = ServerTls(pki / "placement.crt", pki / "placement.key", pki / "ca.crt")
+    tls = ServerTls(pki, "placement")
     with running_placement(tmp_path / "placement", tls=tls) as server:
         assert server.base_url.startswith("https://")
         host = unique("tls")

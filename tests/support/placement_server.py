@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tests.support.serving import DIES_WITH_THE_TESTS
+from tests.support.tls import client_context
 
 if TYPE_CHECKING:
     from tests.support.keystone_server import Keystone
@@ -70,14 +71,25 @@ def upstream_gunicorn() -> Path:
 
 @dataclass(frozen=True)
 class ServerTls:
-    """The certificate and key a server presents, and the CA that signed them (tests/support/tls.py)."""
+    """The certificate `name` a server presents, from a folder of tests/support/tls.py's making."""
 
-    certificate: Path
-    key: Path
-    ca: Path
+    pki: Path
+    name: str
+
+    @property
+    def certificate(self) -> Path:
+        return self.pki / f"{self.name}.crt"
+
+    @property
+    def key(self) -> Path:
+        return self.pki / f"{self.name}.key"
+
+    @property
+    def ca(self) -> Path:
+        return self.pki / "ca.crt"
 
     def client_context(self) -> ssl.SSLContext:
-        return ssl.create_default_context(cafile=str(self.ca))
+        return client_context(self.pki)
 
 
 @dataclass

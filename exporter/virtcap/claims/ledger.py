@@ -229,8 +229,7 @@ class ClaimLedger(LedgerMaintenance):
         if not self._database_failing:
             # the rows of the claims released since the last expiry round; a database that refuses
             # writes would only hold up the stop (the rows come back at the next start, and their
-            # claims are released again: see `_forget`)
-            self._retry_unwritten_at = 0.0
+            # claims are released again: see `_forget`); not failing, no retry is being waited for
             await self._delete_unwritten()
         await self.database.close()
 
@@ -446,7 +445,7 @@ class ClaimLedger(LedgerMaintenance):
             self._retry_unwritten_at = time.monotonic() + UNWRITTEN_RETRY_SECONDS
             if not self._database_failing:  # once per outage, not at every retry
                 log.error(
-                    "claims released in memory only: the database refuses the delete",
+                    "claim rows left in the database: the database refuses the delete",
                     extra={"claims": ids, "error": str(error)},
                 )
             self._database_failing = True

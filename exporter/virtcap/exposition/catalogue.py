@@ -30,7 +30,7 @@ TASK_KINDS = (
     "failure-tolerance",
     "placement",
 )
-"""The kinds of supervised background tasks (service/supervise.py), as web/server.py starts them."""
+"""The kinds of supervised background tasks (service/supervise.py), as the exporter starts them."""
 
 
 _HYPERVISOR = ("hypervisor",)
