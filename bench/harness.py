@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -26,6 +26,8 @@ from virtcap.demo.fleetgen import FLAVORS, RUNNING, SHUTOFF, FlavorSpec, HostSpe
 
 PEER = "prometheus-libvirt-exporter"
 Table = list[tuple[str, ...]]
+BENCH_CPUS = frozenset(os.sched_getaffinity(0))
+"""The CPUs the benchmark was started on, whatever a scraper apart has since pinned itself to."""
 
 
 def free_port() -> int:
@@ -123,7 +125,7 @@ def virtcap(
     command = [sys.executable, "-m", "virtcap", "serve", "--config", str(config)]
     command += ["--web.listen-address", f"127.0.0.1:{port}", "--log.level", "error"]
     every_cpu = os.sched_getaffinity(0)
-    scraper_cpu = {max(every_cpu)} if scraper_apart and len(every_cpu) > 1 else None
+    scraper_cpu = scrapers_cpu() if scraper_apart else None
     started = time.monotonic()
     try:
         if scraper_cpu is not None:
@@ -135,6 +137,26 @@ def virtcap(
             yield port, child, time.monotonic() - started
     finally:
         os.sched_setaffinity(0, every_cpu)
+
+
+def scrapers_cpu() -> set[int] | None:
+    """The CPU a scraper apart has to itself (`virtcap(scraper_apart=True)`); None on one CPU."""
+    return {max(BENCH_CPUS)} if len(BENCH_CPUS) > 1 else None
+
+
+def off_the_scrapers_cpu(pids: Iterable[int]) -> None:
+    """Every thread of these processes (a Placement the exporter reads, say) on the exporter's
+    CPUs, off the one a scraper apart has: what stands for another machine is then counted
+    against the exporter, never against the scraper. Linux sets affinity per thread."""
+    scraper_cpu = scrapers_cpu()
+    if scraper_cpu is None:
+        return
+    for pid in pids:
+        try:
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                os.sched_setaffinity(int(task.name), BENCH_CPUS - scraper_cpu)
+        except (OSError, ValueError):
+            continue  # gone meanwhile
 
 
 @contextmanager

@@ -11,7 +11,8 @@ shows there), and a few leaked consumers; the same 1,000 test-driver hypervisors
    processes, peak RSS growth; against the audit interval. Then one render of
    /metrics (`FragmentCache.render`) with the placement families and without.
 2. `virtcap serve` on the same fleet with `placement:` and without, audits and Placement rounds
-   every 30 s: /metrics scraped back to back, p50/p99/max (as bench/scale.py measures them).
+   every 30 s: /metrics scraped back to back and ten times a second, plain and gzipped, from a CPU
+   the exporter and Placement do not use, p50/p99/max (as bench/scale.py measures them).
 
 Loading Placement (providers and inventories through its API, allocations partly through a bulk
 `POST /allocations` and the rest written into its database as that request writes them) is not
@@ -44,6 +45,7 @@ from harness import (
     latency_figures,
     make_hosts,
     metric_value,
+    off_the_scrapers_cpu,
     print_table,
     process,
     scrapes_while,
@@ -121,6 +123,8 @@ def placement_reconciliation(scratch: Path, runs: int, hypervisors: int, domains
                 (audited, loaded, consumers, leaked),
             )
             at_idle_priority(list(group_members(server.process.pid)))
+            # another machine's in a cloud: here beside the exporter, never on the scraper's CPU
+            off_the_scrapers_cpu([*group_members(server.process.pid), recorded_pid])
             endpoints = [
                 ("without placement:", None, None),
                 ("with placement: (recorded answers)", recorded, None),
@@ -478,7 +482,9 @@ def served(
     """`virtcap serve` with `placement:` (each endpoint) and without: /metrics scraped for two audit
     intervals, back to back then ten times a second, plain and gzipped (`SCRAPERS`), so that rounds
     and audits run during the scrapes, each exporter from the same time past its start (past the
-    first computations, and for a BETWEEN_ROUNDS endpoint, between its second round and its third)."""
+    first computations, and for a BETWEEN_ROUNDS endpoint, between its second round and its third),
+    by a scraper on a CPU of its own (`virtcap(scraper_apart=True)`), as Prometheus on a machine of
+    its own."""
     interval, window = (10.0, 20.0) if quick else (30.0, 60.0)
     # a BETWEEN_ROUNDS endpoint's interval: its scrapers run from 20 s past its second round (which
     # reads the whole fleet) to their end, 3 windows later, before its third round
@@ -502,7 +508,7 @@ def served(
     for _ in range(runs):
         for (label, url, _), config in zip(endpoints, configs, strict=True):
             found = everything[label]
-            with virtcap(config) as (port, child, ready):
+            with virtcap(config, scraper_apart=True) as (port, child, ready):
                 # every exporter scraped from the same time past its start: the first audit cycle's
                 # failure tolerance and packing answers computed alike before the window
                 time.sleep(max(between + 20.0 - ready, 0.0))
@@ -538,8 +544,8 @@ def served(
             for scraped, figures in found.items()
         )
     print_table(
-        f"virtcap serve, {len(uris):,} hypervisors: /metrics scraped for {window:g} s from "
-        f"{between + 20:g} s past the start, back to back then ten times a second (plain, then gzipped "
+        f"virtcap serve, {len(uris):,} hypervisors: /metrics scraped from a CPU of its own for {window:g} s "
+        f"from {between + 20:g} s past the start, back to back then ten times a second (plain, then gzipped "
         f"as Prometheus asks), audits and Placement rounds every {interval:g} s (between rounds: "
         f"every {between:g} s)",
         (
