@@ -25,6 +25,7 @@ from pathlib import Path
 
 from harness import (
     SCRAPERS,
+    Scraper,
     Table,
     cell,
     latency_figures,
@@ -32,7 +33,6 @@ from harness import (
     metric_value,
     print_table,
     sample,
-    scrapes_while,
     virtcap,
 )
 from serving import FITTING, ROOMY, post_claim, tolerance_config
@@ -206,16 +206,16 @@ def packing_while_scraped(scratch: Path, runs: int, hypervisors: int, domains: i
     for _ in range(runs):
         for scraped, period, gzipped in SCRAPERS:  # each in an exporter of its own
             config = tolerance_config(scratch, uris, True)  # the flavors: discovered in the domains' metadata
-            with virtcap(config, scraper_apart=True) as (port, child, _ready):
+            with virtcap(config, scraper_apart=True) as (port, child, _ready), Scraper(port) as scraper:
                 first = figures.setdefault(f"{scraped}: first computation (tolerance, then every answer)", {})
-                measured = scrapes_while(
-                    port, lambda body: sample(body, PENDING) != 0, 3600, period, gzipped=gzipped
+                measured = scraper.scrapes_while(
+                    lambda body: sample(body, PENDING) != 0, 3600, period, gzipped=gzipped
                 )
                 first.setdefault("caught up", []).append(metric_value(port, PACKING_DURATION) or 0.0)
                 latency_figures(first, measured)
                 idle = figures.setdefault(f"{scraped}: nothing to compute (for comparison)", {})
                 latency_figures(
-                    idle, scrapes_while(port, reading_the_answers, IDLE_SECONDS, period, gzipped=gzipped)
+                    idle, scraper.scrapes_while(reading_the_answers, IDLE_SECONDS, period, gzipped=gzipped)
                 )
                 claims_row = f"{scraped}: after a claim on one hypervisor ({CLAIMS} claims)"
                 again = figures.setdefault(claims_row, {})
@@ -223,7 +223,7 @@ def packing_while_scraped(scratch: Path, runs: int, hypervisors: int, domains: i
                 for hypervisor in list(uris)[:CLAIMS]:
                     claimed = AfterClaim(metric_value(port, PACKED))
                     post_claim(port, hypervisor)
-                    measured += scrapes_while(port, claimed.busy, 3600, period, gzipped=gzipped)
+                    measured += scraper.scrapes_while(claimed.busy, 3600, period, gzipped=gzipped)
                     again.setdefault("published", []).append(claimed.found["published"])
                     again.setdefault("caught up", []).append(claimed.found["caught up"])
                     windows += claimed.found["caught up"]
@@ -233,7 +233,7 @@ def packing_while_scraped(scratch: Path, runs: int, hypervisors: int, domains: i
                 as_long = f"{scraped}: nothing to compute, as long as the claims' windows"
                 after = figures.setdefault(as_long, {})
                 latency_figures(
-                    after, scrapes_while(port, reading_the_answers, windows, period, gzipped=gzipped)
+                    after, scraper.scrapes_while(reading_the_answers, windows, period, gzipped=gzipped)
                 )
                 peak = _worker_peak_mib(child.pid)
                 if peak is not None:

@@ -38,6 +38,7 @@ from typing import Any, TypeVar
 from consolidation import _reset_peak, _status_mib
 from harness import (
     SCRAPERS,
+    Scraper,
     Table,
     cell,
     free_port,
@@ -48,7 +49,6 @@ from harness import (
     off_the_scrapers_cpu,
     print_table,
     process,
-    scrapes_while,
     virtcap,
     wait,
     write_config,
@@ -508,14 +508,14 @@ def served(
     for _ in range(runs):
         for (label, url, _), config in zip(endpoints, configs, strict=True):
             found = everything[label]
-            with virtcap(config, scraper_apart=True) as (port, child, ready):
+            with virtcap(config, scraper_apart=True) as (port, child, ready), Scraper(port) as scraper:
                 # every exporter scraped from the same time past its start: the first audit cycle's
                 # failure tolerance and packing answers computed alike before the window
                 time.sleep(max(between + 20.0 - ready, 0.0))
                 for scraped, period, gzipped in SCRAPERS:
                     figures = found[scraped]
                     before = metric_value(port, REQUESTS_OK) or 0.0
-                    measured = scrapes_while(port, None, window, period, gzipped=gzipped)
+                    measured = scraper.scrapes_while(None, window, period, gzipped=gzipped)
                     after = metric_value(port, REQUESTS_OK) or 0.0
                     figures.setdefault("cycle", []).append(ready)
                     latency_figures(figures, measured)
