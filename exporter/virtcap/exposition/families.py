@@ -201,8 +201,7 @@ class FragmentCache:
     """
 
     def __init__(self) -> None:
-        self._headers = _family_chunks(_generate(build_families(())).decode())
-        self._fragments: dict[str, tuple[HypervisorView, list[str]]] = {}
+        self._hypervisors: _KeptSamples[HypervisorView] = _KeptSamples(build_families(()), same=_same_view)
         self._rendered_with: tuple[ExpositionSection, dict[str, str]] | None = None
         """The options and shown projects the kept fragments were rendered with."""
         self._ranking = ProjectRanking()
@@ -213,8 +212,6 @@ class FragmentCache:
         """Per hypervisor shown, its drift and its samples of each Placement family."""
         self._evacuations: _KeptSamples[EvacuationShown] = _KeptSamples(hypervisors_evacuations(()))
         self._stranded: _KeptSamples[StrandedCapacity] = _KeptSamples(hypervisors_stranded(()))
-        self._hypervisors_text = b""
-        """Every hypervisor's families joined, as of the last render."""
 
     @property
     def projects(self) -> Mapping[str, str]:
@@ -244,27 +241,20 @@ class FragmentCache:
         largest = self._ranking.largest(exposition.top_projects) if exposition.top_projects else {}
         rendered_with = (exposition, largest)
         if rendered_with != self._rendered_with:
-            self._fragments = {name: kept for name, kept in self._fragments.items() if kept[0].data is None}
+            self._hypervisors.forget(lambda view: view.data is not None)
             self._rendered_with = rendered_with
         projects = rendered_with[1]
-        fragments = {}
-        remade = False
-        for view in hypervisors:
-            kept = self._fragments.get(view.name)
-            # Equal views render equally; `data` is compared by identity (see HypervisorView).
-            if kept is None or kept[0] != view or kept[0].data is not view.data:
-                kept = (view, _samples_by_family(build_families((view,), exposition, projects)))
-                remade = True
-            fragments[view.name] = kept
         # Joining a thousand hypervisors' fragments takes 10 ms of the render thread, holding the
         # interpreter lock the scrapes need: done again only when one of them changed, or the
         # fleet did (a packing answer, a claim's outcome, changes none of them).
-        if remade or not self._hypervisors_text or list(fragments) != list(self._fragments):
-            self._hypervisors_text = _joined(self._headers, [samples for _, samples in fragments.values()])
-        self._fragments = fragments  # removed hypervisors are forgotten
-        parts = [self._hypervisors_text]
+        parts = [
+            self._hypervisors.text(
+                ((view.name, view) for view in hypervisors),
+                lambda _name, view: build_families((view,), exposition, projects),
+            )
+        ]
         if claim_outcomes is not None:
-            shown = [view for view, _samples in fragments.values()]
+            shown = list(hypervisors)
             parts.append(self._fleet_text(tolerance, shown))
             parts.append(_generate(reclaim_families(reclaimable, projects, exposition.top_projects)))
             parts.append(self._placement_text(placement, shown))
@@ -328,10 +318,18 @@ class _KeptSamples(Generic[_Shows]):
     they show stays equal, and the whole joined again only when one of them changed. Byte for
     byte the families rendered for the same hypervisors at once, in the same order."""
 
-    def __init__(self, empty: list[Metric]) -> None:
+    def __init__(self, empty: list[Metric], same: Callable[[_Shows, _Shows], bool] = operator.eq) -> None:
+        """`empty`: the families with no hypervisor; `same`: whether what a hypervisor shows still
+        renders as its kept samples do (equal, by default)."""
         self._headers = _family_chunks(_generate(empty).decode())
+        self._same = same
         self._kept: dict[str, tuple[_Shows, list[str]]] = {}
         self._text = _joined(self._headers, [])
+
+    def forget(self, stale: Callable[[_Shows], bool]) -> None:
+        """The kept samples of what `stale` says no longer renders the same (the options they were
+        rendered with changed), made again at the next `text`."""
+        self._kept = {name: kept for name, kept in self._kept.items() if not stale(kept[0])}
 
     def text(
         self,
@@ -350,7 +348,7 @@ class _KeptSamples(Generic[_Shows]):
         remade = False
         for name, shows in shown:
             found = before.get(name)
-            if found is None or found[0] != shows:
+            if found is None or not self._same(found[0], shows):
                 found = (shows, _samples_by_family(families_of(name, shows)))
                 remade = True
             kept[name] = found
@@ -358,6 +356,13 @@ class _KeptSamples(Generic[_Shows]):
             self._text = _joined(self._headers, [samples for _, samples in kept.values()])
         self._kept = kept
         return self._text
+
+
+def _same_view(kept: HypervisorView, view: HypervisorView) -> bool:
+    """Equal views render equally; `data` is compared by identity (see HypervisorView). Most
+    renders are given the very views they were last (web/render.py keeps them): a dataclass's
+    `==` compares every field even then, a thousand times a render."""
+    return kept is view or (kept == view and kept.data is view.data)
 
 
 def _one_evacuation(name: str, shows: EvacuationShown) -> list[Metric]:
