@@ -75,6 +75,8 @@ MARGIN_SECONDS = 5.0
 """A round given up returns within its bound and this (no hang); never a measure of speed."""
 BUSY_SECONDS = 8.0
 """Longer than a round may take with a timeout of 0.5 s."""
+REAPED_WITHIN_SECONDS = 30.0
+"""A killed worker's exit and reaping: milliseconds; a bound against a hang, never a measure."""
 
 
 def slow_start() -> None:
@@ -183,6 +185,25 @@ def test_the_worker_process_reconciles_as_the_task_does_in_process(tmp_path: Pat
             assert set(same_as_in_process()) == {"hv1", "hv2"}
         finally:
             task.close()
+
+
+def test_a_closed_task_leaves_no_worker_behind(placement: PlacementServer) -> None:
+    """Closing the task (a reload that drops `placement:`, the exporter stopping) kills its worker,
+    and the worker is reaped without the caller waiting for it: no process, no zombie, is left."""
+    config = fleet_config(placement.base_url)
+    worker = PlacementWorker()
+    task = PlacementTask(config, audited(config), worker)
+    try:
+        assert asyncio.run(task.read_once()).up
+        assert worker._pool is not None
+        pids = [process.pid for process in pool_processes(worker._pool)]
+    finally:
+        task.close()
+    assert pids
+    deadline = time.monotonic() + REAPED_WITHIN_SECONDS
+    while any(Path(f"/proc/{pid}").exists() for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [pid for pid in pids if Path(f"/proc/{pid}").exists()]  # a zombie has its /proc entry
 
 
 def test_a_worker_slow_to_start_has_its_round_bound_from_when_it_is_ready(placement: PlacementServer) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -203,7 +204,10 @@ class PlacementWorker:
         return pool
 
     def close(self) -> None:
-        """The worker killed, whatever it is doing (a hung round included)."""
+        """The worker killed, whatever it is doing (a hung round included), and reaped by a thread
+        of its own rather than left a zombie: called on the event loop (a round given up, a reload
+        that drops `placement:`), which must not wait while a killed worker of hundreds of MiB
+        gives its memory back."""
         pool, self._pool = self._pool, None
         self._sent = {}
         if pool is None:
@@ -212,5 +216,9 @@ class PlacementWorker:
         kill_workers(pool)
         with contextlib.suppress(Exception):
             pool.shutdown(wait=False, cancel_futures=True)
-        for process in processes:
-            process.join(REAP_SECONDS)  # killed: it exits at once, and is reaped rather than left a zombie
+        threading.Thread(target=_reap, args=(processes,), name="placement-reap", daemon=True).start()
+
+
+def _reap(processes: Sequence[BaseProcess]) -> None:
+    for process in processes:
+        process.join(REAP_SECONDS)  # killed: it exits at once
