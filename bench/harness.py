@@ -4,6 +4,7 @@ and prometheus-libvirt-exporter started and stopped, /metrics timed, and the Mar
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import http.client
 import json
@@ -151,12 +152,19 @@ def off_the_scrapers_cpu(pids: Iterable[int]) -> None:
     scraper_cpu = scrapers_cpu()
     if scraper_cpu is None:
         return
+    for thread in threads_of(pids):
+        with contextlib.suppress(OSError):  # ended meanwhile
+            os.sched_setaffinity(thread, BENCH_CPUS - scraper_cpu)
+
+
+def threads_of(pids: Iterable[int]) -> list[int]:
+    """Every thread of these processes (Linux sets priority and affinity per thread), those of a
+    process gone meanwhile left out."""
+    found = []
     for pid in pids:
-        try:
-            for task in Path(f"/proc/{pid}/task").iterdir():
-                os.sched_setaffinity(int(task.name), BENCH_CPUS - scraper_cpu)
-        except (OSError, ValueError):
-            continue  # gone meanwhile
+        with contextlib.suppress(OSError):
+            found += [int(task.name) for task in Path(f"/proc/{pid}/task").iterdir()]
+    return found
 
 
 @contextmanager

@@ -22,6 +22,7 @@ timed into any figure.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import math
@@ -49,6 +50,7 @@ from harness import (
     off_the_scrapers_cpu,
     print_table,
     process,
+    threads_of,
     virtcap,
     wait,
     write_config,
@@ -402,12 +404,9 @@ def measured(figures: dict[str, list[float]], placement_cpu: Callable[[], float]
 
 def at_idle_priority(pids: list[int]) -> None:
     """Every thread of these processes at SCHED_IDLE: they run on CPU time no other process wants."""
-    for pid in pids:
-        try:
-            for task in Path(f"/proc/{pid}/task").iterdir():
-                os.sched_setscheduler(int(task.name), os.SCHED_IDLE, os.sched_param(0))
-        except (OSError, ValueError):
-            continue  # gone meanwhile
+    for thread in threads_of(pids):
+        with contextlib.suppress(OSError):  # ended meanwhile
+            os.sched_setscheduler(thread, os.SCHED_IDLE, os.sched_param(0))
 
 
 def group_members(group: int) -> dict[int, list[str]]:
