@@ -112,7 +112,7 @@ def process(command: list[str]) -> Iterator[subprocess.Popen[bytes]]:
 
 @contextmanager
 def virtcap(
-    config: Path, *, scraper_apart: bool = False
+    config: Path, *, scraper_apart: bool = False, workers_apart: bool = False
 ) -> Iterator[tuple[int, subprocess.Popen[bytes], float]]:
     """A running `virtcap serve`, and how long it took from start to ready.
 
@@ -121,7 +121,11 @@ def virtcap(
     On two shared CPUs, the kernel wakes a scraper on the exporter's CPU rather than on one an idle
     worker holds (SCHED_IDLE): a process that only spins at that priority made a local scrape of a
     10 MB body 1 to 1.5 ms slower at the p99, and none once the scraper had its CPU. Apart, what
-    the scrapes measure is the exporter's doing. Linux only; nothing changes on a single CPU."""
+    the scrapes measure is the exporter's doing. Linux only; nothing changes on a single CPU.
+
+    `workers_apart` (with `scraper_apart`): the processes the exporter starts (its workers) on the
+    scraper's CPU instead, as they appear (`WorkersApart`), so that no worker computes on the CPU
+    of the exporter's event loop, as where the exporter has two CPUs (see `WorkersApart`)."""
     port = free_port()
     command = [sys.executable, "-m", "virtcap", "serve", "--config", str(config)]
     command += ["--web.listen-address", f"127.0.0.1:{port}", "--log.level", "error"]
@@ -131,13 +135,70 @@ def virtcap(
     try:
         if scraper_cpu is not None:
             os.sched_setaffinity(0, every_cpu - scraper_cpu)  # what this thread starts inherits it
-        with process(command) as child:
+        with process(command) as child, contextlib.ExitStack() as apart:
             if scraper_cpu is not None:
                 os.sched_setaffinity(0, scraper_cpu)
+                if workers_apart:
+                    apart.enter_context(WorkersApart(child.pid, scraper_cpu))
             wait(lambda: get(port, "/-/ready") == 200, 600)
             yield port, child, time.monotonic() - started
     finally:
         os.sched_setaffinity(0, every_cpu)
+
+
+class WorkersApart:
+    """Every process a running exporter starts (and theirs) kept on `cpus`, the scraper's CPU.
+
+    Where the exporter has one CPU, its idle-class worker shares it with the event loop, and Linux
+    (6.18, EEVDF) gives even a SCHED_IDLE thread its small share of a busy CPU in turns of a whole
+    scheduler tick (4 ms at 250 Hz): a scrape that arrives in such a turn waits it out. With its
+    workers apart, the exporter's loop has a CPU that no worker computes on, as on a machine that
+    gives the exporter two. The scraper's CPU shared with an idle-class worker can only add to
+    what the scrapes measure, never take from it.
+
+    A thread a pinned one starts inherits its affinity, so a process is pinned on the first few
+    looks after it appears (`PINNED_LOOKS`: a thread started between listing and pinning is
+    caught on the next), and then only the exporter's children are looked at, every
+    `PERIOD_SECONDS`, from a thread of this process."""
+
+    PERIOD_SECONDS = 0.25
+    PINNED_LOOKS = 3
+
+    def __init__(self, exporter: int, cpus: set[int]) -> None:
+        self.exporter, self.cpus = exporter, cpus
+        self.looks: dict[int, int] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._keep_apart, name="workers-apart", daemon=True)
+
+    def __enter__(self) -> WorkersApart:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _keep_apart(self) -> None:
+        while True:
+            for pid in descendants(self.exporter):
+                looks = self.looks.get(pid, 0)
+                if looks < self.PINNED_LOOKS:
+                    self.looks[pid] = looks + 1
+                    for thread in threads_of([pid]):
+                        with contextlib.suppress(OSError):  # ended meanwhile
+                            os.sched_setaffinity(thread, self.cpus)
+            if self._stop.wait(self.PERIOD_SECONDS):
+                return
+
+
+def descendants(pid: int) -> list[int]:
+    """The processes `pid` started, and theirs (Linux's per-thread children lists)."""
+    found: list[int] = []
+    for thread in threads_of([pid]):
+        with contextlib.suppress(OSError):
+            for child in Path(f"/proc/{pid}/task/{thread}/children").read_text().split():
+                found += [int(child), *descendants(int(child))]
+    return found
 
 
 def scrapers_cpu() -> set[int] | None:

@@ -197,7 +197,13 @@ def reading_the_answers(body: bytes) -> bool:
     return True
 
 
-def packing_while_scraped(scratch: Path, runs: int, hypervisors: int, domains: int) -> None:
+def packing_while_scraped(
+    scratch: Path, runs: int, hypervisors: int, domains: int, *, workers_apart: bool
+) -> None:
+    """`virtcap serve` scraped while its worker computes the packing answers, then with nothing to
+    compute. `workers_apart`: the worker on a CPU other than the event loop's (the scraper's,
+    `harness.WorkersApart`), as where the exporter has two CPUs; otherwise beside the loop on the
+    exporter's one CPU."""
     paths = make_hosts(
         scratch / f"tolerance-{hypervisors}x{domains}", hypervisors, domains, size=ROOMY, flavors=FITTING
     )
@@ -206,7 +212,8 @@ def packing_while_scraped(scratch: Path, runs: int, hypervisors: int, domains: i
     for _ in range(runs):
         for scraped, period, gzipped in SCRAPERS:  # each in an exporter of its own
             config = tolerance_config(scratch, uris, True)  # the flavors: discovered in the domains' metadata
-            with virtcap(config, scraper_apart=True) as (port, child, _ready), Scraper(port) as scraper:
+            exporter = virtcap(config, scraper_apart=True, workers_apart=workers_apart)
+            with exporter as (port, child, _ready), Scraper(port) as scraper:
                 first = figures.setdefault(f"{scraped}: first computation (tolerance, then every answer)", {})
                 measured = scraper.scrapes_while(
                     lambda body: sample(body, PENDING) != 0, 3600, period, gzipped=gzipped
@@ -253,8 +260,14 @@ def packing_while_scraped(scratch: Path, runs: int, hypervisors: int, domains: i
     print_table(
         f"virtcap serve, {hypervisors:,} hypervisors x {domains} domains: /metrics while the worker "
         "computes the packing answers, scraped back to back and ten times a second, plain and "
-        "gzipped, by a scraper on a CPU of its own (after the claim: when its hypervisor's stranded "
-        "capacity was published, when every answer had caught up)",
+        "gzipped, by a scraper on a CPU of its own, "
+        + (
+            "the worker on the scraper's CPU, apart from the event loop's"
+            if workers_apart
+            else "the worker beside the event loop on the exporter's one CPU"
+        )
+        + " (after the claim: when its hypervisor's stranded capacity was published, when every "
+        "answer had caught up)",
         ("scrapes: packing", "stranded published", "caught up", "p50", "p99", "max", "worker peak RSS"),
         rows,
     )
@@ -262,4 +275,5 @@ def packing_while_scraped(scratch: Path, runs: int, hypervisors: int, domains: i
 
 def packing(scratch: Path, runs: int, hypervisors: int, domains: int) -> None:
     packing_in_process(runs, hypervisors, domains)
-    packing_while_scraped(scratch, runs, hypervisors, domains)
+    packing_while_scraped(scratch, runs, hypervisors, domains, workers_apart=True)
+    packing_while_scraped(scratch, runs, hypervisors, domains, workers_apart=False)
