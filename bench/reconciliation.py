@@ -483,7 +483,9 @@ def served(
     and audits run during the scrapes, each exporter from the same time past its start (past the
     first computations, and for a BETWEEN_ROUNDS endpoint, between its second round and its third),
     by a scraper on a CPU of its own (`virtcap(scraper_apart=True)`), as Prometheus on a machine of
-    its own."""
+    its own, and the exporter's workers (Placement's reader) on the scraper's CPU, apart from the
+    event loop's (`harness.WorkersApart`), as where the exporter has two CPUs: on one, a worker's
+    idle-class turns of a whole scheduler tick delay the scrapes that land in them."""
     interval, window = (10.0, 20.0) if quick else (30.0, 60.0)
     # a BETWEEN_ROUNDS endpoint's interval: its scrapers run from 20 s past its second round (which
     # reads the whole fleet) to their end, 3 windows later, before its third round
@@ -507,7 +509,8 @@ def served(
     for _ in range(runs):
         for (label, url, _), config in zip(endpoints, configs, strict=True):
             found = everything[label]
-            with virtcap(config, scraper_apart=True) as (port, child, ready), Scraper(port) as scraper:
+            exporter = virtcap(config, scraper_apart=True, workers_apart=True)
+            with exporter as (port, child, ready), Scraper(port) as scraper:
                 # every exporter scraped from the same time past its start: the first audit cycle's
                 # failure tolerance and packing answers computed alike before the window
                 time.sleep(max(between + 20.0 - ready, 0.0))
@@ -543,7 +546,8 @@ def served(
             for scraped, figures in found.items()
         )
     print_table(
-        f"virtcap serve, {len(uris):,} hypervisors: /metrics scraped from a CPU of its own for {window:g} s "
+        f"virtcap serve, {len(uris):,} hypervisors: /metrics scraped from a CPU of its own (the exporter's "
+        f"workers on it too, apart from the event loop's) for {window:g} s "
         f"from {between + 20:g} s past the start, back to back then ten times a second (plain, then gzipped "
         f"as Prometheus asks), audits and Placement rounds every {interval:g} s (between rounds: "
         f"every {between:g} s)",
