@@ -125,7 +125,7 @@ def virtcap(
 
     `workers_apart` (with `scraper_apart`): the processes the exporter starts (its workers) on the
     scraper's CPU instead, as they appear (`WorkersApart`), so that no worker computes on the CPU
-    of the exporter's event loop, as where the exporter has two CPUs (see `WorkersApart`)."""
+    of the exporter's event loop."""
     port = free_port()
     command = [sys.executable, "-m", "virtcap", "serve", "--config", str(config)]
     command += ["--web.listen-address", f"127.0.0.1:{port}", "--log.level", "error"]
@@ -152,9 +152,10 @@ class WorkersApart:
     Where the exporter has one CPU, its idle-class worker shares it with the event loop, and Linux
     (6.18, EEVDF) gives even a SCHED_IDLE thread its small share of a busy CPU in turns of a whole
     scheduler tick (4 ms at 250 Hz): a scrape that arrives in such a turn waits it out. With its
-    workers apart, the exporter's loop has a CPU that no worker computes on, as on a machine that
-    gives the exporter two. The scraper's CPU shared with an idle-class worker can only add to
-    what the scrapes measure, never take from it.
+    workers apart, the exporter's loop has a CPU that no worker computes on (on a machine with
+    more CPUs, Linux decides, and may still wake the loop beside a worker). The scraper's CPU
+    shared with an idle-class worker can only add to what the scrapes measure, never take from
+    it; a scraper that fills its CPU (back to back) slows the worker down instead.
 
     A thread a pinned one starts inherits its affinity, so a process is pinned on the first few
     looks after it appears (`PINNED_LOOKS`: a thread started between listing and pinning is
@@ -166,7 +167,7 @@ class WorkersApart:
 
     def __init__(self, exporter: int, cpus: set[int]) -> None:
         self.exporter, self.cpus = exporter, cpus
-        self.looks: dict[int, int] = {}
+        self._looks: dict[int, int] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._keep_apart, name="workers-apart", daemon=True)
 
@@ -181,9 +182,9 @@ class WorkersApart:
     def _keep_apart(self) -> None:
         while True:
             for pid in descendants(self.exporter):
-                looks = self.looks.get(pid, 0)
+                looks = self._looks.get(pid, 0)
                 if looks < self.PINNED_LOOKS:
-                    self.looks[pid] = looks + 1
+                    self._looks[pid] = looks + 1
                     for thread in threads_of([pid]):
                         with contextlib.suppress(OSError):  # ended meanwhile
                             os.sched_setaffinity(thread, self.cpus)

@@ -28,6 +28,7 @@ from harness import (
     Scraper,
     Table,
     cell,
+    descendants,
     latency_figures,
     make_hosts,
     metric_value,
@@ -162,11 +163,10 @@ def packing_in_process(runs: int, hypervisors: int, domains: int) -> None:
 
 def _worker_peak_mib(exporter_pid: int) -> float | None:
     """VmHWM of the exporter's child (the failure-tolerance worker), in MiB."""
-    for task in Path(f"/proc/{exporter_pid}/task").iterdir():
-        for child in (task / "children").read_text().split():
-            for line in Path(f"/proc/{child}/status").read_text().splitlines():
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
+    for child in descendants(exporter_pid):
+        for line in Path(f"/proc/{child}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
     return None
 
 
@@ -202,8 +202,7 @@ def packing_while_scraped(
 ) -> None:
     """`virtcap serve` scraped while its worker computes the packing answers, then with nothing to
     compute. `workers_apart`: the worker on a CPU other than the event loop's (the scraper's,
-    `harness.WorkersApart`), as where the exporter has two CPUs; otherwise beside the loop on the
-    exporter's one CPU."""
+    `harness.WorkersApart`); otherwise beside the loop on the exporter's one CPU."""
     paths = make_hosts(
         scratch / f"tolerance-{hypervisors}x{domains}", hypervisors, domains, size=ROOMY, flavors=FITTING
     )

@@ -483,9 +483,10 @@ def served(
     and audits run during the scrapes, each exporter from the same time past its start (past the
     first computations, and for a BETWEEN_ROUNDS endpoint, between its second round and its third),
     by a scraper on a CPU of its own (`virtcap(scraper_apart=True)`), as Prometheus on a machine of
-    its own, and the exporter's workers (Placement's reader) on the scraper's CPU, apart from the
-    event loop's (`harness.WorkersApart`), as where the exporter has two CPUs: on one, a worker's
-    idle-class turns of a whole scheduler tick delay the scrapes that land in them."""
+    its own, and the exporter's workers (Placement's reader, the failure tolerance's) on the
+    scraper's CPU, apart from the event loop's (`harness.WorkersApart`): on one CPU, a worker's
+    idle-class turns of a whole scheduler tick delay the scrapes that land in them. Back to back,
+    the scraper fills its CPU and the reader finishes no round within the window."""
     interval, window = (10.0, 20.0) if quick else (30.0, 60.0)
     # a BETWEEN_ROUNDS endpoint's interval: its scrapers run from 20 s past its second round (which
     # reads the whole fleet) to their end, 3 windows later, before its third round
