@@ -27,6 +27,11 @@ found["walked without the policy"] = held(kept)
 freezing.install()
 gc.collect()
 found["walked once frozen"] = held(kept)
+young = Node()
+gc.collect(0)
+found["walked after the youngest generation's collection"] = held(young)
+gc.collect(1)
+found["walked once it survived the middle generation's collection"] = held(young)
 first, second = Node(), Node()
 first.other, second.other = second, first
 cycle = weakref.ref(first)
@@ -63,11 +68,13 @@ def run(code: str) -> dict[str, object]:
     return found
 
 
-def test_survivors_of_a_full_collection_are_frozen_and_dead_cycles_among_them_freed_periodically() -> None:
+def test_survivors_of_older_collections_are_frozen_and_dead_cycles_among_them_freed_periodically() -> None:
     found = run(FROZEN_AND_FREED)
     assert found == {
         "walked without the policy": True,
         "walked once frozen": False,
+        "walked after the youngest generation's collection": True,
+        "walked once it survived the middle generation's collection": False,
         "dead cycle kept before the whole collection": True,
         "dead cycle freed by the whole collection": True,
         "whole collections": 1,
