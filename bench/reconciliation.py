@@ -59,7 +59,8 @@ from recorded_placement import reader_paths, record
 from serving import FITTING, ROOMY
 from virtcap.audit.placement import PlacementReader
 from virtcap.config import Config, parse_config
-from virtcap.exposition.families import FragmentCache, PlacementShown, TaskHealth, views
+from virtcap.exposition.families import PlacementShown, TaskHealth, views
+from virtcap.exposition.fragments import FragmentCache
 from virtcap.fleet.snapshot import HypervisorSnapshot
 from virtcap.fleet.store import SnapshotStore
 from virtcap.model.placement_drift import HypervisorView, domain_record, reconcile_fleet

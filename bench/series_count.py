@@ -22,7 +22,8 @@ from harness import make_hosts, write_config
 from virtcap.audit.domain_xml import NOVA_NAMESPACE
 from virtcap.config import Config, load_config
 from virtcap.demo import demo_config
-from virtcap.exposition.families import FragmentCache, views
+from virtcap.exposition.families import views
+from virtcap.exposition.fragments import FragmentCache
 from virtcap.fleet.store import SnapshotStore
 from virtcap.fleet.tolerance import one_shot_tolerance
 from virtcap.service.oneshot import audit_fleet_once

@@ -20,7 +20,8 @@ from virtcap.audit.connection import open_read_only
 from virtcap.audit.libvirt_api import StoragePoolInfo
 from virtcap.audit.storage_pools import PoolSource, shared_pool_source
 from virtcap.config import parse_config
-from virtcap.exposition.families import FragmentCache, render, views
+from virtcap.exposition.families import render, views
+from virtcap.exposition.fragments import FragmentCache
 from virtcap.fleet.store import SnapshotStore
 from virtcap.model.facts import HostFacts, SharedPoolFacts
 from virtcap.model.storage import shared_pools

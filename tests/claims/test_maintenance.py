@@ -28,8 +28,9 @@ from tests.support.serving import Server, parse_samples, running_server, value, 
 from virtcap.claims.database import SCHEMA_VERSION, ClaimDatabase
 from virtcap.config import ConfigError, parse_config
 from virtcap.demo import DEMO_DIR, demo_config
-from virtcap.exposition import families
-from virtcap.exposition.families import FragmentCache, HypervisorView, render, views
+from virtcap.exposition import fragments
+from virtcap.exposition.families import HypervisorView, build_families, render, views
+from virtcap.exposition.fragments import FragmentCache
 from virtcap.fleet.claim_records import Claim
 from virtcap.fleet.snapshot import NO_CLAIMS, HypervisorSnapshot
 from virtcap.fleet.store import SnapshotStore
@@ -251,7 +252,7 @@ def test_every_hypervisor_shows_its_maintenance_and_only_a_changed_one_is_render
     now = time.time()
     cache.render(views(store, now, 600))
     rendered: list[str] = []
-    whole_fleet = families.build_families
+    whole_fleet = build_families
 
     def counting(hypervisors: tuple[HypervisorView, ...], *args: Any, **kwargs: Any) -> list[Metric]:
         rendered.extend(view.name for view in hypervisors)
@@ -267,7 +268,7 @@ def test_every_hypervisor_shows_its_maintenance_and_only_a_changed_one_is_render
     store.replace_good("compute-01", audit, audit.with_claims(NO_CLAIMS, ending))
     fleet = views(store, now, 600, None, {"compute-02": ending, down: held[down]})
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(families, "build_families", counting)
+        patch.setattr(fragments, "build_families", counting)
         body = cache.render(fleet)
     assert sorted(rendered) == sorted(["compute-01", down])
     assert body == render(fleet)

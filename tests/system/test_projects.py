@@ -23,7 +23,8 @@ from virtcap.commands.serve import with_collectors
 from virtcap.config import AuditSettings, Config, ConfigError, Flavor, Hypervisor, parse_config
 from virtcap.config.schema import ExpositionSection
 from virtcap.demo.fleetgen import RUNNING, SHUTOFF, DomainSpec, FlavorSpec, HostSpec, node_xml
-from virtcap.exposition.families import FragmentCache, HypervisorView, render, views
+from virtcap.exposition.families import HypervisorView, render, views
+from virtcap.exposition.fragments import FragmentCache
 from virtcap.exposition.report import fleet_document, render_tables
 from virtcap.fleet.snapshot import HypervisorSnapshot
 from virtcap.fleet.store import SnapshotStore

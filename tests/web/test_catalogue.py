@@ -18,7 +18,8 @@ from virtcap.config.schema import ExpositionSection
 from virtcap.demo import demo_config
 from virtcap.exposition import catalogue
 from virtcap.exposition.catalogue import CATALOGUE
-from virtcap.exposition.families import FragmentCache, PlacementShown, TaskHealth, render, views
+from virtcap.exposition.families import PlacementShown, TaskHealth, render, views
+from virtcap.exposition.fragments import FragmentCache
 from virtcap.exposition.metric_family import UNIT_LABEL, MetricFamily
 from virtcap.fleet.placement import PlacementReport
 from virtcap.fleet.snapshot import HypervisorSnapshot

@@ -16,7 +16,8 @@ from collections.abc import Callable, Mapping
 
 from virtcap.claims.ledger import ClaimLedger
 from virtcap.config.schema import ExpositionSection
-from virtcap.exposition.families import FragmentCache, PlacementShown, TaskHealth
+from virtcap.exposition.families import PlacementShown, TaskHealth
+from virtcap.exposition.fragments import FragmentCache
 from virtcap.exposition.kept_views import KeptViews
 from virtcap.fleet.store import SnapshotStore
 from virtcap.model.reclaim import ReclaimableDomain
