@@ -35,10 +35,10 @@ longer than any scrape interval, so that a Prometheus scraping gzip keeps them a
 `curl --compressed` does not have every render compress for ever."""
 COMPRESSION_WAIT_SECONDS = 5.0
 """How long a render waits for its body's compression (at idle priority) before it shows the body
-without it: 50 to 90 ms for a thousand hypervisors on a CPU nothing else wants, 1 to 1.6 s where
+without it: 50 to 90 ms for a thousand hypervisors on a CPU nothing else wants, 1 to 2.4 s where
 the audits of a thousand test-driver hypervisors keep the exporter's CPU busy (bench/reconciliation.py's
 served part); far longer only on a machine too busy to leave one, where a gzip scrape compresses the
-body itself (`gzipped`, 70 to 100 ms of that scrape's wait). Meanwhile scrapes are served the body
+body itself (`gzipped`, 70 to 190 ms of that scrape's wait). Meanwhile scrapes are served the body
 before, so that a busy exporter shows a new audit a few seconds late rather than a gzip scrape waiting."""
 RENDER_GAP_SECONDS = 0.5
 """At most two renders a second (fewer for a fleet that takes long to render): a large fleet
