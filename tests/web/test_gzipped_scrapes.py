@@ -145,21 +145,22 @@ def test_bodies_are_compressed_at_idle_priority_and_rendered_at_the_loops(tmp_pa
     asyncio.run(scenario())
 
 
-def test_a_compressor_left_no_cpu_holds_back_no_render(
+def test_a_compressor_left_no_cpu_holds_back_no_render_and_no_gzip_scrape(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """On a machine too busy to leave the idle compressor a CPU, a render shows its body alone
-    after a while, and queues no second compression behind the first: a gzip scrape compresses
-    the body it is served itself."""
+    """On a machine too busy to leave the idle compressor a CPU, a render compresses its body in its
+    own thread after a while and shows the two together, so that a gzip scrape is still served at
+    once; it queues no second idle compression behind the first, and until it shows the new body,
+    scrapes are served the body before with its compression."""
     monkeypatch.setattr(render, "COMPRESSION_WAIT_SECONDS", 0.2)
     compressor_free = threading.Event()
-    compressed: list[bytes] = []
+    idle_compressed: list[bytes] = []
     real_gzip = render._gzip
 
     def slow_gzip(body: bytes) -> bytes:
         if threading.current_thread().name.startswith("compress"):
             compressor_free.wait(30)  # the idle compressor gets no CPU until the test lets it
-            compressed.append(body)
+            idle_compressed.append(body)
         return real_gzip(body)
 
     monkeypatch.setattr(render, "_gzip", slow_gzip)
@@ -174,18 +175,26 @@ def test_a_compressor_left_no_cpu_holds_back_no_render(
         try:
             async with asyncio.timeout(30):
                 await cache.rendered.wait()
-                for _ in range(3):  # renders go on, each body shown without its compression
+                for _ in range(3):  # renders go on, each body shown with its compression
                     shown = cache.body
                     store.touch()
                     while cache.body is shown:
+                        # the idle compression is awaited: the body before, with its compression
+                        scrape = asyncio.create_task(cache.gzipped())
+                        await asyncio.sleep(0)
+                        assert scrape.done()
+                        assert gzip.decompress(scrape.result()) == cache.body
                         await asyncio.sleep(0.01)
-                    assert gzip.decompress(await cache.gzipped()) == cache.body
+                    scrape = asyncio.create_task(cache.gzipped())
+                    await asyncio.sleep(0)
+                    assert scrape.done()  # compressed by the render: no scrape waits for it
+                    assert gzip.decompress(scrape.result()) == cache.body
             compressor_free.set()
             async with asyncio.timeout(30):
-                while not compressed:
+                while not idle_compressed:
                     await asyncio.sleep(0.01)
             await asyncio.sleep(0.3)
-            assert len(compressed) == 1  # the first render's; none queued behind it meanwhile
+            assert len(idle_compressed) == 1  # the first render's; none queued behind it meanwhile
         finally:
             compressor_free.set()
             rendering.cancel()

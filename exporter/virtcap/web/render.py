@@ -34,12 +34,13 @@ GZIP_KEPT_SECONDS = 600.0
 longer than any scrape interval, so that a Prometheus scraping gzip keeps them at it, and one
 `curl --compressed` does not have every render compress for ever."""
 COMPRESSION_WAIT_SECONDS = 5.0
-"""How long a render waits for its body's compression (at idle priority) before it shows the body
-without it: 50 to 90 ms for a thousand hypervisors on a CPU nothing else wants, 1 to 2.4 s where
-the audits of a thousand test-driver hypervisors keep the exporter's CPU busy (bench/reconciliation.py's
-served part); far longer only on a machine too busy to leave one, where a gzip scrape compresses the
-body itself (`gzipped`, 70 to 190 ms of that scrape's wait). Meanwhile scrapes are served the body
-before, so that a busy exporter shows a new audit a few seconds late rather than a gzip scrape waiting."""
+"""How long a render waits for its body's compression at idle priority: 50 to 90 ms for a thousand
+hypervisors on a CPU nothing else wants, 1 to 2.4 s where the audits of a thousand test-driver
+hypervisors keep the exporter's CPU busy (bench/reconciliation.py's served part). Past it (a machine
+too busy to leave the idle compressor a CPU), the render's thread compresses the body at the
+render's priority. Meanwhile scrapes are served the body before, so that a busy exporter shows a
+new audit a few seconds late rather than a gzip scrape compressing the body itself (70 to 190 ms of
+its wait, as it did when the body was shown without its compression)."""
 RENDER_GAP_SECONDS = 0.5
 """At most two renders a second (fewer for a fleet that takes long to render): a large fleet
 changes all the time, and scrapes need not see every change."""
@@ -94,12 +95,11 @@ class MetricsCache:
         Compressing the exposition of a thousand hypervisors (8 MiB) takes 50 to 100 ms. Made when
         the first scrape of a body asked for it, it was the wait of that scrape (the p99 of a
         scraper asking for gzip ten times a second), and it grew with the body. So once a scrape
-        has asked, each render has its body compressed (at idle priority: `_compressed`), and the
-        two are shown together: a gzip scrape is then served at once, as a plain one is (while
-        such scrapes keep coming: `gzip_kept_seconds`). Otherwise (the first gzip scrape, or a
-        body shown without its compression), the body is compressed in a thread, off the event
-        loop, once for every scrape that waits for it; a scrape that goes away meanwhile does not
-        cancel it for the others."""
+        has asked, each render has its body compressed (`_compressed`), and the two are shown
+        together: a gzip scrape is then served at once, as a plain one is (while such scrapes keep
+        coming: `gzip_kept_seconds`). Otherwise (the first gzip scrape after a while without one),
+        the body is compressed in a thread, off the event loop, once for every scrape that waits
+        for it; a scrape that goes away meanwhile does not cancel it for the others."""
         self.gzip_asked_at = time.monotonic()
         body = self.body
         if self._gzipping is None or self._gzipping[0] is not body:
@@ -155,9 +155,13 @@ class MetricsCache:
             body = await loop.run_in_executor(self._renderer, render)
             # the gap below is the render's own time: a wait for the idle compressor is no CPU spent
             spent = time.monotonic() - started
-            compressed = await self._compressed(body) if self.gzip_wanted() else None
-            self.body, self.version = body, version
-            self._gzipping = (body, compressed) if compressed is not None else None
+            # scrapes meanwhile are served the body before, with its compression
+            gzipping = None
+            if self.gzip_wanted():
+                compressed, compressing_spent = await self._compressed(body)
+                gzipping = (body, compressed)
+                spent += compressing_spent
+            self.body, self.version, self._gzipping = body, version, gzipping
             self.rendered.set()
             # Rendering a large fleet takes a while: never spend more than a third of the time on it.
             await self._pause(version, max(RENDER_GAP_SECONDS, 2 * spent))
@@ -165,19 +169,25 @@ class MetricsCache:
                 async with asyncio.timeout(self._until_next_stale()):
                     await self.store.changed.wait()
 
-    async def _compressed(self, body: bytes) -> asyncio.Future[bytes] | None:
-        """`body` gzipped by the idle compressor (done), to be shown with it; None where the
-        compressor is still at an earlier body (never more than one queued) or has not finished within
-        `COMPRESSION_WAIT_SECONDS`: the body is then shown alone, and a gzip scrape compresses it."""
-        if self._compressing is not None and not self._compressing.done():
-            return None
-        compressing = asyncio.get_running_loop().run_in_executor(self._compressor, _gzip, body)
-        self._compressing = compressing
-        done, _pending = await asyncio.wait((compressing,), timeout=COMPRESSION_WAIT_SECONDS)
-        if not done:
-            return None
-        compressing.result()  # a compression that failed fails the render, not the scrapes
-        return compressing
+    async def _compressed(self, body: bytes) -> tuple[asyncio.Future[bytes], float]:
+        """`body` gzipped (done), to be shown with it: by the idle compressor, or by the render's
+        thread where that compressor is still at an earlier body (never more than one queued) or
+        has not finished within `COMPRESSION_WAIT_SECONDS`. Either way the body is shown only with
+        its compression, so that no gzip scrape compresses it (only the first after a while without
+        any: `gzip_kept_seconds`). With the seconds the render's thread spent on it."""
+        loop = asyncio.get_running_loop()
+        if self._compressing is None or self._compressing.done():
+            compressing = loop.run_in_executor(self._compressor, _gzip, body)
+            self._compressing = compressing
+            done, _pending = await asyncio.wait((compressing,), timeout=COMPRESSION_WAIT_SECONDS)
+            if done:
+                compressing.result()  # a compression that failed fails the render, not the scrapes
+                return compressing, 0.0
+        # At the render's priority the compression takes its share of a busy CPU, as the render did.
+        started = time.monotonic()
+        compressing = loop.run_in_executor(self._renderer, _gzip, body)
+        await compressing
+        return compressing, time.monotonic() - started
 
     async def _reclaimable(self, now: float) -> list[ReclaimableDomain]:
         tracker = self.reclaim
